@@ -1,0 +1,76 @@
+"""An on-disk cache of encoder outputs, keyed by model identity and a hash of the input."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+def default_cache_dir() -> Path:
+    """Return ``$CONDSEARCH_CACHE_DIR`` or ``~/.cache/condsearch``."""
+    env = os.environ.get("CONDSEARCH_CACHE_DIR")
+    return Path(env) if env else Path.home() / ".cache" / "condsearch"
+
+
+def pair_key(ident: str, condition: str, sentence: str | None) -> str:
+    """Return a hex digest naming one encoder input under one encoder identity."""
+    h = hashlib.sha256()
+    for part in (ident, condition, "\x00" if sentence is None else "\x01" + sentence):
+        h.update(part.encode("utf-8"))
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+class EmbeddingCache:
+    """Append-only shards of (key, vector) pairs under one directory.
+
+    Each shard is an ``.npz`` with a ``keys`` array of fixed-width bytes and a
+    ``vectors`` float32 array; loads never allow pickles. Shards are written to a
+    temporary name and renamed, so a crash leaves no partial shard behind.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._loaded: dict[str, np.ndarray] | None = None
+
+    def _load(self) -> dict[str, np.ndarray]:
+        if self._loaded is None:
+            self._loaded = {}
+            for shard in sorted(self.directory.glob("shard-*.npz")):
+                try:
+                    with np.load(shard, allow_pickle=False) as data:
+                        keys, vectors = data["keys"], data["vectors"]
+                except (OSError, ValueError, KeyError):
+                    continue  # a damaged shard is only a cache miss
+                for key, vec in zip(keys, vectors, strict=True):
+                    self._loaded[key.decode("ascii")] = vec
+        return self._loaded
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """Return the cached vectors for whichever keys are present."""
+        loaded = self._load()
+        return {k: loaded[k] for k in keys if k in loaded}
+
+    def put_many(self, keys: list[str], vectors: np.ndarray) -> None:
+        """Store vectors under keys in a new shard."""
+        if not keys:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        arr_keys = np.array([k.encode("ascii") for k in keys], dtype="S64")
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npz")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, keys=arr_keys, vectors=vectors)
+            digest = hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]
+            os.replace(tmp, self.directory / f"shard-{digest}.npz")
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        loaded = self._load()
+        for key, vec in zip(keys, vectors, strict=True):
+            loaded[key] = vec

@@ -1,0 +1,154 @@
+"""The encoder interface: one abstract batch call, everything else derived here."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from condsearch.cache import EmbeddingCache, pair_key
+
+log = logging.getLogger(__name__)
+
+# A (condition, sentence) input; a sentence of None stands for the bare instruction I(∅).
+Pair = tuple[str, str | None]
+
+
+@dataclass
+class EncodeStats:
+    """Counters an encoder accumulates so that callers can report them."""
+
+    n_forward: int = 0
+    n_truncated: int = 0
+    truncated_examples: list[str] = field(default_factory=list)
+
+    def note_truncated(self, text: str) -> None:
+        self.n_truncated += 1
+        if len(self.truncated_examples) < 3:
+            self.truncated_examples.append(text[:60])
+
+
+class Encoder(ABC):
+    """Turn (condition, sentence) pairs into pooled vectors f(c; I(s)).
+
+    Subclasses implement :meth:`embed_batch` only. This base class derives
+    de-duplication, length-sorted batching, progress bars, caching and the CASE
+    difference ``f(c; I(s)) - f(c; I(∅))``.
+    """
+
+    #: model identity recorded in index manifests and caches
+    model_id: str
+    #: a fingerprint of the weights (hub commit, package version or file digest)
+    revision: str
+    #: pooled vector size
+    dim: int
+
+    def __init__(self) -> None:
+        self.stats = EncodeStats()
+
+    @abstractmethod
+    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Return f(c; I(s)) for each pair: (len(pairs), dim) float32."""
+
+    def describe(self) -> dict[str, object]:
+        """Return the settings that change the vectors (recorded in manifests, keyed in caches)."""
+        return {"model_id": self.model_id, "revision": self.revision, "dim": self.dim}
+
+    def encode_pairs(
+        self,
+        pairs: Sequence[Pair],
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        cache: EmbeddingCache | None = None,
+        desc: str = "encoding",
+    ) -> np.ndarray:
+        """Embed pairs in length-sorted batches, each distinct pair once: (n, dim) float32."""
+        if batch_size <= 0:
+            raise ValueError("batch_size must be positive")
+        unique: dict[Pair, int] = {}
+        for pair in pairs:
+            unique.setdefault(pair, len(unique))
+        distinct = list(unique)
+        out = np.empty((len(distinct), self.dim), dtype=np.float32)
+        todo = list(range(len(distinct)))
+        keys: list[str] = []
+        if cache is not None:
+            ident = self._cache_ident()
+            keys = [pair_key(ident, c, s) for c, s in distinct]
+            found = cache.get_many(keys)
+            todo = []
+            for i, key in enumerate(keys):
+                vec = found.get(key)
+                if vec is None:
+                    todo.append(i)
+                else:
+                    out[i] = vec
+        # Sorting by length keeps padding small; character length is a cheap proxy for tokens.
+        todo.sort(key=lambda i: -(len(distinct[i][0]) + len(distinct[i][1] or "")))
+        bar = tqdm(total=len(todo), desc=desc, unit="pair", disable=not progress or not todo)
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            vecs = self.embed_batch([distinct[i] for i in chunk])
+            out[chunk] = vecs
+            self.stats.n_forward += len(chunk)
+            bar.update(len(chunk))
+        bar.close()
+        if cache is not None and todo:
+            cache.put_many([keys[i] for i in todo], out[todo])
+        index = np.fromiter((unique[p] for p in pairs), dtype=np.int64, count=len(pairs))
+        return out[index]
+
+    def encode_case(
+        self,
+        sentences: Sequence[str],
+        conditions: Sequence[str] | str,
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        cache: EmbeddingCache | None = None,
+    ) -> np.ndarray:
+        """Return raw CASE vectors f(c; I(s)) - f(c; I(∅)): (n, dim) float32."""
+        if isinstance(conditions, str):
+            conditions = [conditions] * len(sentences)
+        if len(conditions) != len(sentences):
+            raise ValueError("sentences and conditions differ in length")
+        distinct = list(dict.fromkeys(conditions))
+        # f(c; I(∅)) once per distinct condition
+        base = self.encode_pairs([(c, None) for c in distinct], batch_size=batch_size, cache=cache)
+        row = {c: i for i, c in enumerate(distinct)}
+        pairs: list[Pair] = list(zip(conditions, sentences, strict=True))
+        cond = self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)
+        return cond - base[[row[c] for c in conditions]]
+
+    def encode_plain(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        cache: EmbeddingCache | None = None,
+    ) -> np.ndarray:
+        """Return unconditional embeddings of texts (each text alone, no sentence context)."""
+        pairs: list[Pair] = [(t, None) for t in texts]
+        return self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)
+
+    def _cache_ident(self) -> str:
+        items = sorted(self.describe().items())
+        return "|".join(f"{k}={v}" for k, v in items)
+
+    def report_truncation(self) -> str | None:
+        """Return a one-line notice if inputs were truncated since the last call, and reset."""
+        if not self.stats.n_truncated:
+            return None
+        msg = (
+            f"{self.stats.n_truncated} input(s) longer than the model's limit were truncated "
+            f"(e.g. {self.stats.truncated_examples[0]!r}…)"
+        )
+        self.stats.n_truncated = 0
+        self.stats.truncated_examples.clear()
+        return msg

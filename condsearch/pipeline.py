@@ -1,0 +1,190 @@
+"""The main job: corpus -> condition-aware vectors -> stored indexes -> ranked results."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from condsearch.corpus import Corpus
+from condsearch.encoders import Encoder, load_encoder
+from condsearch.errors import CondsearchError, ModelError, StoreError
+from condsearch.head import DEFAULT_HEAD_DIR, ProjectionHead, head_checksum, load_head
+from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
+from condsearch.models import DEFAULT_MODEL, resolve_model
+from condsearch.store import IndexStore, Manifest, StoredIndex
+
+log = logging.getLogger(__name__)
+
+HEAD_AUTO = "auto"
+HEAD_NONE = "none"
+HEAD_DEFAULT = "default"
+MODE_CASE = "case"
+
+
+@dataclass(frozen=True)
+class Vectorizer:
+    """An encoder and an optional head: text under a condition -> unit vector."""
+
+    encoder: Encoder
+    head: ProjectionHead | None
+    head_name: str  # "none", "default" or the head folder's absolute path
+    head_checksum: str
+
+    @property
+    def dim(self) -> int:
+        return self.head.config.dim if self.head is not None else self.encoder.dim
+
+    def vectors(
+        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Return CASE vectors of texts under condition: (n, dim) float32, unit length."""
+        raw = self.encoder.encode_case(texts, condition, batch_size=batch_size, progress=progress)
+        notice = self.encoder.report_truncation()
+        if notice:
+            log.warning(notice)
+        projected = self.head.project(raw) if self.head is not None else raw
+        return normalize(projected)
+
+
+def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | None, str, str]:
+    """Return (head, name, checksum) for a --head value and check it fits the encoder."""
+    spec = spec or HEAD_AUTO
+    if spec == HEAD_AUTO:
+        spec = HEAD_DEFAULT if encoder.model_id == DEFAULT_MODEL else HEAD_NONE
+    if spec == HEAD_NONE:
+        return None, HEAD_NONE, ""
+    folder = DEFAULT_HEAD_DIR if spec == HEAD_DEFAULT else Path(spec).expanduser().resolve()
+    if not folder.is_dir():
+        raise ModelError(f"head {spec!r}: no such folder (use a head folder, 'default' or 'none')")
+    head = load_head(folder)
+    if head.config.input_dim != encoder.dim:
+        raise ModelError(
+            f"head {spec!r} takes {head.config.input_dim}-d inputs but {encoder.model_id} gives {encoder.dim}-d"
+        )
+    if head.config.model_id and head.config.model_id != encoder.model_id:
+        raise ModelError(f"head {spec!r} was trained for {head.config.model_id}, not {encoder.model_id}")
+    name = HEAD_DEFAULT if folder == DEFAULT_HEAD_DIR.resolve() else str(folder)
+    return head, name, head_checksum(folder)
+
+
+def load_vectorizer(
+    model: str | None = None,
+    head: str | None = None,
+    *,
+    device: str | None = None,
+    max_length: int | None = None,
+    trust_remote_code: bool = False,
+) -> Vectorizer:
+    """Load the encoder and head that --model and --head name."""
+    encoder = load_encoder(model, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
+    h, name, checksum = resolve_head(head, encoder)
+    return Vectorizer(encoder, h, name, checksum)
+
+
+def check_condition(condition: str) -> str:
+    """Return a condition stripped of surrounding space, refusing empty ones."""
+    text = condition.strip()
+    if not text:
+        raise CondsearchError("the condition is empty")
+    return text
+
+
+def index_corpus(
+    corpus: Corpus,
+    conditions: Sequence[str],
+    vectorizer: Vectorizer,
+    store: IndexStore,
+    *,
+    corpus_name: str,
+    factory: str = DEFAULT_FACTORY,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> list[str]:
+    """Encode the corpus under each condition and write one index each; return their names."""
+    names = []
+    conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
+    for condition in conditions:
+        vecs = vectorizer.vectors(corpus.texts, condition, batch_size=batch_size, progress=progress)
+        try:
+            index = build_index(vecs, factory)
+        except ValueError as exc:
+            raise CondsearchError(str(exc)) from exc
+        manifest = Manifest(
+            condition=condition,
+            corpus_name=corpus_name,
+            corpus_path=corpus.path,
+            corpus_checksum=corpus.checksum,
+            model_id=vectorizer.encoder.model_id,
+            model_revision=vectorizer.encoder.revision,
+            encoder=vectorizer.encoder.describe(),
+            mode=MODE_CASE,
+            head=vectorizer.head_name,
+            head_checksum=vectorizer.head_checksum,
+            dim=vectorizer.dim,
+            metric="inner_product",
+            factory=factory,
+            n_vectors=len(corpus),
+            n_skipped=corpus.n_skipped,
+        )
+        names.append(store.write(manifest, index, corpus.ids, corpus.texts))
+    return names
+
+
+def vectorizer_for(
+    manifest: Manifest,
+    model: str | None = None,
+    head: str | None = None,
+    *,
+    device: str | None = None,
+    trust_remote_code: bool = False,
+) -> Vectorizer:
+    """Load the model and head an index was built with, refusing any other."""
+    wanted = resolve_model(model or manifest.model_id)
+    if wanted.model_id != manifest.model_id:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with model {manifest.model_id}, "
+            f"not {wanted.model_id}; re-index or drop --model"
+        )
+    if wanted.revision != manifest.model_revision:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {manifest.model_id} at "
+            f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
+        )
+    max_length = manifest.encoder.get("max_length")
+    vec = load_vectorizer(
+        model or manifest.model_id,
+        head or manifest.head,
+        device=device,
+        max_length=int(max_length) if isinstance(max_length, int) else None,
+        trust_remote_code=trust_remote_code,
+    )
+    if vec.head_name != manifest.head or vec.head_checksum != manifest.head_checksum:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with head {manifest.head} "
+            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.head_name} "
+            f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
+        )
+    return vec
+
+
+def query_index(
+    stored: StoredIndex,
+    vectorizer: Vectorizer,
+    queries: Sequence[str],
+    k: int,
+    *,
+    batch_size: int = 64,
+) -> SearchResult:
+    """Rank the stored rows for each query under the index's condition."""
+    if k <= 0:
+        raise CondsearchError(f"k must be positive, got {k}")
+    if k > stored.manifest.n_vectors:
+        raise CondsearchError(f"k={k} is larger than the index ({stored.manifest.n_vectors} rows)")
+    if any(not q.strip() for q in queries):
+        raise CondsearchError("a query is empty")
+    vecs = vectorizer.vectors(queries, stored.manifest.condition, batch_size=batch_size)
+    return search(to_search_device(stored.index), vecs, k)

@@ -1,0 +1,186 @@
+"""Training the CASE projection head on cached, frozen encoder outputs."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from condsearch.cache import EmbeddingCache
+from condsearch.csts import CstsData, scale_labels
+from condsearch.encoders.base import Encoder
+from condsearch.head import HeadConfig, ProjectionHead
+from condsearch.metrics import correlations
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Hyper-parameters of the head (SPEC §2.1 reference values as defaults)."""
+
+    dim: int = 256
+    epochs: int = 30
+    batch_size: int = 512
+    lr: float = 1e-3
+    dropout: float = 0.15
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class PairFeatures:
+    """Raw CASE vectors of both sentences of each C-STS row, and the labels."""
+
+    x1: np.ndarray  # (n, d) float32
+    x2: np.ndarray  # (n, d) float32
+    labels: np.ndarray  # (n,) float32, 1..5
+
+
+def case_features(
+    encoder: Encoder,
+    data: CstsData,
+    *,
+    batch_size: int = 64,
+    cache: EmbeddingCache | None = None,
+    progress: bool = False,
+) -> PairFeatures:
+    """Encode both sides of each row under its condition (one encoder pass for both)."""
+    n = len(data)
+    both = encoder.encode_case(
+        data.sentence1 + data.sentence2,
+        data.condition + data.condition,
+        batch_size=batch_size,
+        cache=cache,
+        progress=progress,
+    )
+    return PairFeatures(both[:n], both[n:], data.labels)
+
+
+def plain_features(
+    encoder: Encoder,
+    data: CstsData,
+    *,
+    batch_size: int = 64,
+    cache: EmbeddingCache | None = None,
+    progress: bool = False,
+) -> PairFeatures:
+    """Encode both sentences of each row without their condition (the baseline)."""
+    n = len(data)
+    both = encoder.encode_plain(
+        data.sentence1 + data.sentence2, batch_size=batch_size, cache=cache, progress=progress
+    )
+    return PairFeatures(both[:n], both[n:], data.labels)
+
+
+def evaluate_head(head: ProjectionHead | None, features: PairFeatures) -> dict[str, float]:
+    """Return Spearman/Pearson ×100 of cos(g(x1), g(x2)) against the labels."""
+    a, b = features.x1, features.x2
+    if head is not None:
+        a, b = head.project(a), head.project(b)
+    cos = nn.functional.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b), dim=1)
+    return correlations(cos.numpy(), features.labels)
+
+
+def train_head(
+    train: PairFeatures,
+    config: TrainConfig,
+    *,
+    dev: PairFeatures | None = None,
+    head_config: HeadConfig | None = None,
+    on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+) -> tuple[ProjectionHead, list[dict[str, float]]]:
+    """Fit the head by MSE between cosine and the scaled label.
+
+    With ``dev``, the weights of the epoch with the best dev Spearman are kept.
+    Returns the head (in eval mode) and one history row per epoch.
+    """
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    d_in = train.x1.shape[1]
+    hc = head_config or HeadConfig(input_dim=d_in, dim=config.dim, dropout=config.dropout)
+    head = ProjectionHead(hc)
+    optim = torch.optim.Adam(head.parameters(), lr=config.lr)
+    x1 = torch.from_numpy(train.x1)
+    x2 = torch.from_numpy(train.x2)
+    y = torch.from_numpy(scale_labels(train.labels))
+    history: list[dict[str, float]] = []
+    best_state, best_score = None, -float("inf")
+    for epoch in range(1, config.epochs + 1):
+        head.train()
+        order = torch.randperm(len(y), generator=generator)
+        total = 0.0
+        for start in range(0, len(y), config.batch_size):
+            idx = order[start : start + config.batch_size]
+            cos = nn.functional.cosine_similarity(head(x1[idx]), head(x2[idx]), dim=1)
+            loss = nn.functional.mse_loss(cos, y[idx])
+            optim.zero_grad()
+            loss.backward()
+            optim.step()
+            total += loss.item() * len(idx)
+        row: dict[str, float] = {"epoch": epoch, "loss": total / len(y)}
+        dev_scores = evaluate_head(head.eval(), dev) if dev is not None else None
+        if dev_scores is not None:
+            row.update({f"dev_{k}": v for k, v in dev_scores.items() if k != "n"})
+            if dev_scores["spearman"] > best_score:
+                best_score = dev_scores["spearman"]
+                best_state = {k: v.clone() for k, v in head.state_dict().items()}
+        history.append(row)
+        if on_epoch is not None:
+            on_epoch(epoch, row["loss"], dev_scores)
+    if best_state is not None:
+        head.load_state_dict(best_state)
+    return head.eval(), history
+
+
+def train_and_save(
+    train_csv: Path,
+    out: Path,
+    config: TrainConfig,
+    *,
+    dev_csv: Path | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    batch_size: int = 64,
+    use_cache: bool = True,
+    trust_remote_code: bool = False,
+    on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+) -> dict[str, object]:
+    """Encode the CSVs (through the cache), train a head, save it; return a summary."""
+    from condsearch.cache import default_cache_dir
+    from condsearch.csts import read_csts
+    from condsearch.encoders import load_encoder
+    from condsearch.head import save_head
+
+    train = read_csts(train_csv)
+    dev = read_csts(dev_csv) if dev_csv is not None else None
+    encoder = load_encoder(model, device=device, trust_remote_code=trust_remote_code)
+    cache = EmbeddingCache(default_cache_dir() / "features") if use_cache else None
+    train_f = case_features(encoder, train, batch_size=batch_size, cache=cache, progress=True)
+    dev_f = case_features(encoder, dev, batch_size=batch_size, cache=cache, progress=True) if dev else None
+    hc = HeadConfig(
+        input_dim=encoder.dim,
+        dim=config.dim,
+        dropout=config.dropout,
+        model_id=encoder.model_id,
+        model_revision=encoder.revision,
+        encoder_pooling=str(encoder.describe().get("pooling", "")),
+    )
+    head, history = train_head(train_f, config, dev=dev_f, head_config=hc, on_epoch=on_epoch)
+    summary: dict[str, object] = {
+        "out": str(out),
+        "dim": config.dim,
+        "train_rows": len(train),
+        "config": asdict(config),
+        "train_csv": Path(train_csv).name,
+    }
+    if dev_f is not None:
+        best = max(history, key=lambda r: r["dev_spearman"])
+        summary.update({"dev_csv": Path(dev_csv).name, "dev_spearman": best["dev_spearman"],  # type: ignore[arg-type]
+                        "best_epoch": int(best["epoch"])})
+    summary["checksum"] = save_head(head, out, extra={"training": summary})
+    return summary
