@@ -64,6 +64,7 @@ def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | 
     directory = Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    tmp.chmod(0o755)
     try:
         state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})

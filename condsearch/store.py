@@ -89,6 +89,7 @@ class IndexStore:
         name = index_name(manifest.corpus_name, manifest.condition)
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=self.root))
+        tmp.chmod(0o755)  # mkdtemp makes 0700; an index is as readable as any other file
         try:
             faiss.write_index(index, str(tmp / INDEX_FILE))
             pq.write_table(pa.table({"id": ids, "text": texts}), tmp / ROWS_FILE)
