@@ -240,5 +240,18 @@ def train_cmd(train_csv: Path, out: Path, dev_csv: Path | None, dim: int, epochs
         click.echo(f"wrote {out} ({summary['dim']}-d head)" + (f"; dev spearman {best:.2f}" if best is not None else ""))
 
 
+@main.command("demo-corpus", context_settings=CONTEXT)
+@click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
+def demo_corpus_cmd(out: Path) -> None:
+    """Write the bundled demo corpus (captions varying colour, sport, place, …) to OUT as parquet."""
+    from condsearch.demo import write_demo_corpus
+
+    try:
+        n = write_demo_corpus(out)
+    except OSError as exc:
+        raise click.ClickException(f"{out}: cannot write ({exc.strerror or type(exc).__name__})") from exc
+    click.echo(f"wrote {n} rows to {out}")
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,45 @@
+# Quickstart: `make demo` (index the bundled corpus under two conditions, query it) and `make test`.
+# Both create .venv when missing. Where there is no CUDA, PyTorch's CPU build (torch==2.13.0)
+# is installed first so that the package's `torch>=` requirement is already met.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.condsearch-installed
+DEMO_QUERY := A girl in an orange dress serves the ball
+
+.PHONY: install demo test test-slow bench-smoke lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
+	elif command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q torch; \
+	else $(BIN)/python -m pip install -q torch==2.13.0; fi
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/condsearch demo-corpus build/demo_corpus.parquet
+	$(BIN)/condsearch index build/demo_corpus.parquet \
+		--condition "color of the dress" --condition "the sport being played"
+	$(BIN)/condsearch query "$(DEMO_QUERY)" --condition "color of the dress" -k 5
+	@echo
+	$(BIN)/condsearch query "$(DEMO_QUERY)" --condition "the sport being played" -k 5
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench-smoke: $(STAMP)
+	$(BIN)/python benchmarks/csts.py --smoke --mode case
+
+lint: $(STAMP)
+	$(BIN)/ruff check condsearch benchmarks tests
+
+clean:
+	rm -rf build indexes/*/ indexes/.tmp-* indexes/.trash-*
