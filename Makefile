@@ -14,7 +14,6 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
 	if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q torch; \
 	else $(BIN)/python -m pip install -q torch==2.13.0; fi

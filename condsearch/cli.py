@@ -34,7 +34,9 @@ index_dir_option = click.option(
     show_default=True,
     help="Folder holding the indexes (env CONDSEARCH_INDEX_DIR).",
 )
-device_option = click.option("--device", default=None, help="Torch device, e.g. cpu or cuda:0 (default: CUDA when present).")
+device_option = click.option(
+    "--device", default=None, help="Torch device, e.g. cpu or cuda:0 (default: CUDA when present)."
+)
 trust_option = click.option(
     "--trust-remote-code", is_flag=True, help="Allow the model folder's own Python code to run (off by default)."
 )
@@ -61,23 +63,58 @@ def main(verbose: bool) -> None:
 
 @main.command("index", context_settings=CONTEXT)
 @click.argument("corpus", type=click.Path(path_type=Path))
-@click.option("-c", "--condition", "conditions", multiple=True, required=True, help="Condition to index under; repeat for several.")
+@click.option(
+    "-c",
+    "--condition",
+    "conditions",
+    multiple=True,
+    required=True,
+    help="Condition to index under; repeat for several.",
+)
 @click.option("--text-column", default="text", show_default=True, help="Column holding the texts.")
-@click.option("--id-column", default=None, help="Column holding unique ids [default: 'id' if present, else row number].")
+@click.option(
+    "--id-column", default=None, help="Column holding unique ids [default: 'id' if present, else row number]."
+)
 @click.option("--name", "corpus_name", default=None, help="Corpus name in the store [default: the file's stem].")
-@click.option("--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2].")
-@click.option("--head", default="auto", show_default=True, help="Head folder, 'default' (shipped head of the default model) or 'none'; 'auto' picks the shipped head for the default model, else none.")
-@click.option("--index-factory", default="Flat", show_default=True, help="FAISS factory string, e.g. 'HNSW32' or 'IVF256,PQ32'.")
+@click.option(
+    "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
+)
+@click.option(
+    "--head",
+    default="auto",
+    show_default=True,
+    help=(
+        "Head folder, 'default' (shipped head of the default model) or 'none'; "
+        "'auto' picks the shipped head for the default model, else none."
+    ),
+)
+@click.option(
+    "--index-factory", default="Flat", show_default=True, help="FAISS factory string, e.g. 'HNSW32' or 'IVF256,PQ32'."
+)
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per forward pass.")
-@click.option("--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's].")
+@click.option(
+    "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per index written.")
 @index_dir_option
 @device_option
 @trust_option
-def index_cmd(corpus: Path, conditions: tuple[str, ...], text_column: str, id_column: str | None,
-              corpus_name: str | None, model: str | None, head: str, index_factory: str, batch_size: int,
-              max_length: int | None, as_json: bool, index_dir: Path, device: str | None,
-              trust_remote_code: bool) -> None:
+def index_cmd(
+    corpus: Path,
+    conditions: tuple[str, ...],
+    text_column: str,
+    id_column: str | None,
+    corpus_name: str | None,
+    model: str | None,
+    head: str,
+    index_factory: str,
+    batch_size: int,
+    max_length: int | None,
+    as_json: bool,
+    index_dir: Path,
+    device: str | None,
+    trust_remote_code: bool,
+) -> None:
     """Encode CORPUS (parquet) under each condition and store one index per condition.
 
     Re-indexing the same corpus under the same condition replaces its index atomically.
@@ -94,8 +131,16 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], text_column: str, id_co
         vec = load_vectorizer(model, head, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
         store = _store(index_dir)
         start = time.perf_counter()
-        names = index_corpus(data, conditions, vec, store, corpus_name=corpus_name or corpus.stem,
-                             factory=index_factory, batch_size=batch_size, progress=True)
+        names = index_corpus(
+            data,
+            conditions,
+            vec,
+            store,
+            corpus_name=corpus_name or corpus.stem,
+            factory=index_factory,
+            batch_size=batch_size,
+            progress=True,
+        )
         elapsed = time.perf_counter() - start
     except CondsearchError as exc:
         raise _fail(exc) from exc
@@ -103,9 +148,20 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], text_column: str, id_co
     for name in names:
         m = store.read_manifest(name)
         if as_json:
-            click.echo(json.dumps({"index": name, "condition": m.condition, "rows": m.n_vectors,
-                                   "dim": m.dim, "model": m.model_id, "head": m.head,
-                                   "path": str(store.root / name)}, ensure_ascii=False))
+            click.echo(
+                json.dumps(
+                    {
+                        "index": name,
+                        "condition": m.condition,
+                        "rows": m.n_vectors,
+                        "dim": m.dim,
+                        "model": m.model_id,
+                        "head": m.head,
+                        "path": str(store.root / name),
+                    },
+                    ensure_ascii=False,
+                )
+            )
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
     click.echo(f"condsearch: {len(data) * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s)", err=True)
@@ -114,7 +170,9 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], text_column: str, id_co
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
     queries: list[str] = []
     for t in texts:
-        queries.extend(line for line in sys.stdin.read().splitlines() if line.strip()) if t == "-" else queries.append(t)
+        queries.extend(line for line in sys.stdin.read().splitlines() if line.strip()) if t == "-" else queries.append(
+            t
+        )
     if query_file is not None:
         try:
             queries.extend(line for line in query_file.read_text(encoding="utf-8").splitlines() if line.strip())
@@ -129,7 +187,13 @@ def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
 @click.argument("texts", nargs=-1)
 @click.option("-c", "--condition", required=True, help="Condition whose index to search.")
 @click.option("-k", "k", default=10, show_default=True, type=int, help="Results per query.")
-@click.option("-f", "--file", "query_file", type=click.Path(dir_okay=False, path_type=Path), help="Read one query per line from a file.")
+@click.option(
+    "-f",
+    "--file",
+    "query_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read one query per line from a file.",
+)
 @click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
 @click.option("--head", default=None, help="Must match the index's head [default: the index's].")
@@ -137,9 +201,19 @@ def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
 @index_dir_option
 @device_option
 @trust_option
-def query_cmd(texts: tuple[str, ...], condition: str, k: int, query_file: Path | None, corpus_name: str | None,
-              model: str | None, head: str | None, as_json: bool, index_dir: Path, device: str | None,
-              trust_remote_code: bool) -> None:
+def query_cmd(
+    texts: tuple[str, ...],
+    condition: str,
+    k: int,
+    query_file: Path | None,
+    corpus_name: str | None,
+    model: str | None,
+    head: str | None,
+    as_json: bool,
+    index_dir: Path,
+    device: str | None,
+    trust_remote_code: bool,
+) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
     from condsearch.pipeline import check_condition, query_index, vectorizer_for
 
@@ -160,8 +234,9 @@ def query_cmd(texts: tuple[str, ...], condition: str, k: int, query_file: Path |
             if i >= 0
         ]
         if as_json:
-            click.echo(json.dumps({"query": q, "condition": stored.manifest.condition, "results": rows},
-                                  ensure_ascii=False))
+            click.echo(
+                json.dumps({"query": q, "condition": stored.manifest.condition, "results": rows}, ensure_ascii=False)
+            )
             continue
         click.echo(f"query: {q}\ncondition: {stored.manifest.condition}")
         for row in rows:
@@ -188,33 +263,85 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
                 click.echo(f"{name}: unreadable ({m})")
             continue
         if as_json:
-            click.echo(json.dumps({"index": name, "condition": m.condition, "corpus": m.corpus_name,
-                                   "rows": m.n_vectors, "model": m.model_id, "head": m.head, "dim": m.dim,
-                                   "factory": m.factory}, ensure_ascii=False))
+            click.echo(
+                json.dumps(
+                    {
+                        "index": name,
+                        "condition": m.condition,
+                        "corpus": m.corpus_name,
+                        "rows": m.n_vectors,
+                        "model": m.model_id,
+                        "head": m.head,
+                        "dim": m.dim,
+                        "factory": m.factory,
+                    },
+                    ensure_ascii=False,
+                )
+            )
         else:
-            click.echo(f"{m.condition!r}  corpus={m.corpus_name}  rows={m.n_vectors}  model={m.model_id}  "
-                       f"head={m.head}  dim={m.dim}  [{name}]")
+            click.echo(
+                f"{m.condition!r}  corpus={m.corpus_name}  rows={m.n_vectors}  model={m.model_id}  "
+                f"head={m.head}  dim={m.dim}  [{name}]"
+            )
 
 
 @main.command("train", context_settings=CONTEXT)
 @click.argument("train_csv", type=click.Path(path_type=Path))
-@click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the head into.")
-@click.option("--dev", "dev_csv", type=click.Path(path_type=Path), default=None, help="Dev CSV: keep the epoch with the best dev Spearman.")
+@click.option(
+    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the head into."
+)
+@click.option(
+    "--dev",
+    "dev_csv",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Dev CSV: keep the epoch with the best dev Spearman.",
+)
 @click.option("--dim", default=256, show_default=True, type=click.IntRange(min=1), help="Output (index) dimension.")
-@click.option("--epochs", default=30, show_default=True, type=click.IntRange(min=1))
-@click.option("--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True))
-@click.option("--train-batch-size", default=512, show_default=True, type=click.IntRange(min=1))
-@click.option("--dropout", default=0.15, show_default=True, type=click.FloatRange(0, 1, max_open=True))
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2].")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per encoder forward pass.")
+@click.option(
+    "--epochs", default=30, show_default=True, type=click.IntRange(min=1), help="Passes over the training rows."
+)
+@click.option(
+    "--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate."
+)
+@click.option(
+    "--train-batch-size", default=512, show_default=True, type=click.IntRange(min=1), help="Rows per optimiser step."
+)
+@click.option(
+    "--dropout",
+    default=0.15,
+    show_default=True,
+    type=click.FloatRange(0, 1, max_open=True),
+    help="Dropout after the activation (training only).",
+)
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed for initialisation and shuffling.")
+@click.option(
+    "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
+)
+@click.option(
+    "--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per encoder forward pass."
+)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training summary as JSON.")
 @device_option
 @trust_option
-def train_cmd(train_csv: Path, out: Path, dev_csv: Path | None, dim: int, epochs: int, lr: float,
-              train_batch_size: int, dropout: float, seed: int, model: str | None, batch_size: int,
-              no_cache: bool, as_json: bool, device: str | None, trust_remote_code: bool) -> None:
+def train_cmd(
+    train_csv: Path,
+    out: Path,
+    dev_csv: Path | None,
+    dim: int,
+    epochs: int,
+    lr: float,
+    train_batch_size: int,
+    dropout: float,
+    seed: int,
+    model: str | None,
+    batch_size: int,
+    no_cache: bool,
+    as_json: bool,
+    device: str | None,
+    trust_remote_code: bool,
+) -> None:
     """Train a CASE projection head on a C-STS style CSV (sentence1, sentence2, condition, label).
 
     The frozen encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.
@@ -228,16 +355,27 @@ def train_cmd(train_csv: Path, out: Path, dev_csv: Path | None, dim: int, epochs
         click.echo(f"epoch {epoch:>3}  loss {loss:.5f}{extra}", err=True)
 
     try:
-        summary = train_and_save(train_csv, out, config, dev_csv=dev_csv, model=model, device=device,
-                                 batch_size=batch_size, use_cache=not no_cache,
-                                 trust_remote_code=trust_remote_code, on_epoch=report)
+        summary = train_and_save(
+            train_csv,
+            out,
+            config,
+            dev_csv=dev_csv,
+            model=model,
+            device=device,
+            batch_size=batch_size,
+            use_cache=not no_cache,
+            trust_remote_code=trust_remote_code,
+            on_epoch=report,
+        )
     except CondsearchError as exc:
         raise _fail(exc) from exc
     if as_json:
         click.echo(json.dumps(summary))
     else:
         best = summary.get("dev_spearman")
-        click.echo(f"wrote {out} ({summary['dim']}-d head)" + (f"; dev spearman {best:.2f}" if best is not None else ""))
+        click.echo(
+            f"wrote {out} ({summary['dim']}-d head)" + (f"; dev spearman {best:.2f}" if best is not None else "")
+        )
 
 
 @main.command("demo-corpus", context_settings=CONTEXT)

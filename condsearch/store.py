@@ -80,9 +80,7 @@ class IndexStore:
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_index_dir()
 
-    def write(
-        self, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]
-    ) -> str:
+    def write(self, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]) -> str:
         """Write one index; an existing one for the same (corpus, condition) is replaced."""
         if index.ntotal != len(ids) or len(ids) != len(texts):
             raise ValueError("index, ids and texts differ in length")

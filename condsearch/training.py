@@ -71,9 +71,7 @@ def plain_features(
 ) -> PairFeatures:
     """Encode both sentences of each row without their condition (the baseline)."""
     n = len(data)
-    both = encoder.encode_plain(
-        data.sentence1 + data.sentence2, batch_size=batch_size, cache=cache, progress=progress
-    )
+    both = encoder.encode_plain(data.sentence1 + data.sentence2, batch_size=batch_size, cache=cache, progress=progress)
     return PairFeatures(both[:n], both[n:], data.labels)
 
 
@@ -180,7 +178,12 @@ def train_and_save(
     }
     if dev_f is not None:
         best = max(history, key=lambda r: r["dev_spearman"])
-        summary.update({"dev_csv": Path(dev_csv).name, "dev_spearman": best["dev_spearman"],  # type: ignore[arg-type]
-                        "best_epoch": int(best["epoch"])})
+        summary.update(
+            {
+                "dev_csv": Path(dev_csv).name,
+                "dev_spearman": best["dev_spearman"],  # type: ignore[arg-type]
+                "best_epoch": int(best["epoch"]),
+            }
+        )
     summary["checksum"] = save_head(head, out, extra={"training": summary})
     return summary

@@ -16,9 +16,7 @@ def load_encoder(
 ) -> Encoder:
     """Resolve a model name or folder and return the encoder for its family."""
     source = resolve_model(model)
-    return BertStyleEncoder(
-        source, device=device, max_length=max_length, trust_remote_code=trust_remote_code
-    )
+    return BertStyleEncoder(source, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
 
 
 __all__ = ["BertStyleEncoder", "EncodeStats", "Encoder", "Pair", "load_encoder"]

@@ -60,9 +60,7 @@ class BertStyleEncoder(Encoder):
         from transformers import AutoModel, AutoTokenizer
 
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(
-                source.location, trust_remote_code=trust_remote_code
-            )
+            self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
             model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, KeyError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
