@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Throughput of indexing (sentence–condition pairs per second) and index size per 1,000 rows.
+
+Builds a parquet corpus of the first N distinct sentences of a C-STS CSV, runs the same code
+path as ``condsearch index`` under one condition into a temporary store, and reports the
+median of --repeats timed runs (after one warm-up), plus the bytes on disk per 1,000 rows.
+
+    python benchmarks/index_throughput.py --csv ../shared/data/csts-reannotated/train.csv -n 5000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from condsearch import __version__
+from condsearch.corpus import read_corpus
+from condsearch.pipeline import index_corpus, load_vectorizer
+from condsearch.store import IndexStore
+
+
+def distinct_sentences(path: Path, n: int) -> list[str]:
+    """Return the first n distinct sentence1/sentence2 texts of a C-STS CSV."""
+    seen: dict[str, None] = {}
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            for key in ("sentence1", "sentence2"):
+                text = (row.get(key) or "").strip()
+                if text:
+                    seen.setdefault(text)
+            if len(seen) >= n:
+                break
+    return list(seen)[:n]
+
+
+def folder_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--csv", type=Path, required=True, help="C-STS style CSV to draw sentences from")
+    p.add_argument("-n", type=int, default=5000, help="corpus rows")
+    p.add_argument("--condition", default="color of the dress")
+    p.add_argument("--model", default=None)
+    p.add_argument("--head", default="auto")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--smoke", action="store_true", help="50 rows, one timed run")
+    args = p.parse_args(argv)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    n, repeats = (50, 1) if args.smoke else (args.n, args.repeats)
+    texts = distinct_sentences(args.csv, n)
+    vec = load_vectorizer(args.model, args.head)
+    with tempfile.TemporaryDirectory() as tmp:
+        corpus_path = Path(tmp) / "corpus.parquet"
+        pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), corpus_path)
+        corpus = read_corpus(corpus_path)
+        store = IndexStore(Path(tmp) / "indexes")
+        index_corpus(corpus, [args.condition], vec, store, corpus_name="warmup", batch_size=args.batch_size)
+        seconds = []
+        for r in range(repeats):
+            start = time.perf_counter()
+            names = index_corpus(corpus, [args.condition], vec, store, corpus_name="bench", batch_size=args.batch_size)
+            seconds.append(time.perf_counter() - start)
+            print(f"[index_throughput] run {r + 1}: {len(texts) / seconds[-1]:.1f} pairs/s", file=sys.stderr)
+        size = folder_bytes(store.root / names[0])
+    median = statistics.median(seconds)
+    result = {
+        "rows": len(texts),
+        "median_seconds": round(median, 3),
+        "pairs_per_second": round(len(texts) / median, 1),
+        "index_bytes": size,
+        "bytes_per_1000_rows": round(size * 1000 / len(texts)),
+        "dim": vec.dim,
+        "config": {
+            "model": vec.encoder.model_id,
+            "head": vec.head_name,
+            "batch_size": args.batch_size,
+            "repeats": repeats,
+            "smoke": args.smoke,
+            "condsearch_version": __version__,
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "machine": platform.machine(),
+        },
+    }
+    print(json.dumps(result, indent=2))
+    if args.json_out:
+        args.json_out.parent.mkdir(parents=True, exist_ok=True)
+        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""On-disk cache of per-sentence router states, in shards read lazily (memory-mapped)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from condsearch.csr.router import SentenceStates
+
+Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, k, c of one sentence: (length, hidden) each
+
+
+def text_key(ident: str, text: str) -> str:
+    """Return the hex digest naming one sentence under one backbone identity."""
+    return hashlib.sha256(f"{ident}\x1f{text}".encode()).hexdigest()
+
+
+class StateCache:
+    """Shards of sentence states: ``keys`` (n, 32) uint8 digests, ``offsets`` (n+1,) int64 and
+    the token-major ``x``, ``k``, ``c`` tensors (total tokens, hidden) of all n sentences.
+
+    Shards are written under a temporary name and renamed; reads open them with safetensors
+    (no pickles) and copy out only the rows asked for, so a corpus larger than memory streams.
+    """
+
+    def __init__(self, directory: Path, dtype: torch.dtype = torch.float16) -> None:
+        self.directory = Path(directory)
+        self.dtype = dtype
+        self._where: dict[str, tuple[Path, int]] | None = None
+        self._offsets: dict[Path, torch.Tensor] = {}
+
+    def _index(self) -> dict[str, tuple[Path, int]]:
+        if self._where is None:
+            self._where = {}
+            for shard in sorted(self.directory.glob("shard-*.safetensors")):
+                try:
+                    with safe_open(str(shard), framework="pt") as fh:
+                        keys = fh.get_tensor("keys")
+                        self._offsets[shard] = fh.get_tensor("offsets")
+                except Exception:  # noqa: BLE001 - a damaged shard is only a cache miss
+                    continue
+                for i, row in enumerate(keys):
+                    self._where[bytes(row.tolist()).hex()] = (shard, i)
+        return self._where
+
+    def missing(self, keys: Sequence[str]) -> list[int]:
+        """Return the positions of keys not in the cache."""
+        where = self._index()
+        return [i for i, k in enumerate(keys) if k not in where]
+
+    def put(self, keys: Sequence[str], states: Sequence[Tensors]) -> None:
+        """Write the states of several sentences as one new shard."""
+        if not keys:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        lengths = [s[0].shape[0] for s in states]
+        offsets = torch.zeros(len(keys) + 1, dtype=torch.int64)
+        offsets[1:] = torch.tensor(lengths).cumsum(0)
+        tensors = {
+            "keys": torch.tensor([list(bytes.fromhex(k)) for k in keys], dtype=torch.uint8),
+            "offsets": offsets,
+        }
+        for j, name in enumerate(("x", "k", "c")):
+            tensors[name] = torch.cat([s[j] for s in states]).to(self.dtype).contiguous()
+        digest = hashlib.sha256("".join(keys).encode()).hexdigest()[:16]
+        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".safetensors")
+        os.close(fd)
+        try:
+            save_file(tensors, tmp)
+            final = self.directory / f"shard-{digest}.safetensors"
+            os.replace(tmp, final)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        where = self._index()
+        self._offsets[final] = offsets
+        for i, k in enumerate(keys):
+            where[k] = (final, i)
+
+    def get(self, keys: Sequence[str]) -> list[Tensors]:
+        """Read the states of cached sentences, in order (KeyError for a missing one)."""
+        where = self._index()
+        out: list[Tensors | None] = [None] * len(keys)
+        by_shard: dict[Path, list[tuple[int, int]]] = {}
+        for pos, key in enumerate(keys):
+            shard, row = where[key]
+            by_shard.setdefault(shard, []).append((pos, row))
+        for shard, rows in by_shard.items():
+            offsets = self._offsets[shard]
+            with safe_open(str(shard), framework="pt") as fh:
+                slices = {name: fh.get_slice(name) for name in ("x", "k", "c")}
+                for pos, row in rows:
+                    a, b = int(offsets[row]), int(offsets[row + 1])
+                    x, k, c = (slices[n][a:b] for n in ("x", "k", "c"))
+                    out[pos] = (x, k, c)
+        return [o for o in out if o is not None]
+
+    def nbytes_per_sentence(self) -> float:
+        """Return the mean bytes on disk per cached sentence (0 when empty)."""
+        shards = list(self.directory.glob("shard-*.safetensors"))
+        n = len(self._index())
+        return sum(s.stat().st_size for s in shards) / n if n else 0.0
+
+
+def collate(
+    states: Sequence[Tensors], dtype: torch.dtype = torch.float32, device: torch.device | None = None
+) -> SentenceStates:
+    """Pad per-sentence states into one batch."""
+    b = len(states)
+    length = max(s[0].shape[0] for s in states)
+    hidden = states[0][0].shape[1]
+    x = torch.zeros(b, length, hidden, dtype=dtype)
+    k = torch.zeros_like(x)
+    c = torch.zeros_like(x)
+    mask = torch.zeros(b, length, dtype=torch.bool)
+    for i, (xi, ki, ci) in enumerate(states):
+        n = xi.shape[0]
+        x[i, :n], k[i, :n], c[i, :n] = xi, ki, ci
+        mask[i, :n] = True
+    if device is not None:
+        x, k, c, mask = x.to(device), k.to(device), c.to(device), mask.to(device)
+    return SentenceStates(x, k, c, mask)
+
+
+def split(states: SentenceStates) -> list[Tensors]:
+    """Undo :func:`collate`: per-sentence tensors without padding, on the CPU."""
+    lengths = states.mask.sum(dim=1).tolist()
+    return [(states.x[i, :n].cpu(), states.k[i, :n].cpu(), states.c[i, :n].cpu()) for i, n in enumerate(lengths)]

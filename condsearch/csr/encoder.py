@@ -1,0 +1,181 @@
+"""CSR mode: cached sentence states + cached condition queries -> routed sentence vectors."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
+from condsearch.csr.cache import StateCache, collate, split, text_key
+from condsearch.csr.router import Router
+from condsearch.csr.weights import DEFAULT_ROUTER_DIR, load_router_weights, read_router_config, router_checksum
+from condsearch.encoders.bert import pick_device
+from condsearch.errors import ModelError
+from condsearch.models import DEFAULT_MODEL, ModelSource, resolve_model
+
+log = logging.getLogger(__name__)
+
+ROUTER_AUTO = "auto"
+ROUTER_NONE = "none"
+ROUTER_DEFAULT = "default"
+
+
+def resolve_router(spec: str | None, model_id: str) -> Path | None:
+    """Return the router folder for a --router value (None: untrained router)."""
+    spec = spec or ROUTER_AUTO
+    if spec == ROUTER_AUTO:
+        spec = ROUTER_DEFAULT if model_id == DEFAULT_MODEL and DEFAULT_ROUTER_DIR.is_dir() else ROUTER_NONE
+    if spec == ROUTER_NONE:
+        return None
+    folder = DEFAULT_ROUTER_DIR if spec == ROUTER_DEFAULT else Path(spec).expanduser().resolve()
+    if not folder.is_dir():
+        raise ModelError(f"router {spec!r}: no such folder (use a router folder, 'default' or 'none')")
+    return folder
+
+
+class CsrEncoder:
+    """Encode sentences under a condition with the router tri-encoder (SPEC §2.2)."""
+
+    pooling = "mean"
+
+    def __init__(
+        self,
+        source: ModelSource,
+        *,
+        router: str | None = None,
+        layer: int | None = None,
+        device: str | None = None,
+        max_length: int | None = None,
+        cache_dir: Path | None = None,
+        state_dtype: torch.dtype = torch.float16,
+        trust_remote_code: bool = False,
+    ) -> None:
+        from transformers import AutoModel, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelError(f"cannot load model {source.model_id!r}: {str(exc).strip().splitlines()[0]}") from exc
+        folder = resolve_router(router, source.model_id)
+        if folder is not None and layer is None:
+            layer = int(read_router_config(folder)["layer"])  # type: ignore[arg-type]
+        try:
+            self.router = Router(model, layer)
+        except ValueError as exc:
+            raise ModelError(f"{source.model_id}: {exc}") from exc
+        if folder is not None:
+            meta = read_router_config(folder)
+            if meta.get("model_id") not in (None, source.model_id):
+                raise ModelError(f"router {folder} was trained for {meta.get('model_id')}, not {source.model_id}")
+            load_router_weights(self.router, folder)
+        self.router_name = (
+            ROUTER_NONE
+            if folder is None
+            else (ROUTER_DEFAULT if folder == DEFAULT_ROUTER_DIR.resolve() else str(folder))
+        )
+        self.router_checksum = router_checksum(folder) if folder is not None else ""
+        self.device = pick_device(device)
+        self.router.to(self.device).eval()
+        self.model_id = source.model_id
+        self.revision = source.revision
+        self.dim = int(model.config.hidden_size)
+        self.max_length = max_length or min(int(self.tokenizer.model_max_length), 512)
+        root = cache_dir or default_cache_dir()
+        backbone = f"{self.model_id}|{self.revision}|layer={self.router.layer}|max_length={self.max_length}"
+        self._state_ident = backbone
+        digest = hashlib.sha256(backbone.encode()).hexdigest()[:16]
+        self.states = StateCache(root / "csr-states" / digest, dtype=state_dtype)
+        self._query_ident = f"{backbone}|router={self.router_checksum or 'untrained'}"
+        self._queries = EmbeddingCache(root / "csr-queries")
+        self.n_truncated = 0
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "dim": self.dim,
+            "pooling": self.pooling,
+            "max_length": self.max_length,
+            "router_layer": self.router.layer,
+            "router": self.router_name,
+            "router_checksum": self.router_checksum,
+        }
+
+    def _tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
+        lengths = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
+        self.n_truncated += sum(len(ids) > self.max_length for ids in lengths)
+        return {k: v.to(self.device) for k, v in enc.items()}
+
+    @torch.inference_mode()
+    def cache_sentences(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False) -> list[str]:
+        """Compute and store the states of every sentence not yet cached; return all keys."""
+        keys = [text_key(self._state_ident, t) for t in texts]
+        todo = sorted(dict.fromkeys(keys[i] for i in self.states.missing(keys)))
+        text_of = dict(zip(keys, texts, strict=True))
+        todo.sort(key=lambda k: -len(text_of[k]))
+        bar = tqdm(total=len(todo), desc="caching sentences", unit="sent", disable=not progress or not todo)
+        shard_keys: list[str] = []
+        shard_states: list = []
+        for start in range(0, len(todo), batch_size):
+            chunk = todo[start : start + batch_size]
+            states = self.router.sentence_states(self._tokenize([text_of[k] for k in chunk]))
+            shard_keys += chunk
+            shard_states += split(states)
+            if len(shard_keys) >= 4096:
+                self.states.put(shard_keys, shard_states)
+                shard_keys, shard_states = [], []
+            bar.update(len(chunk))
+        self.states.put(shard_keys, shard_states)
+        bar.close()
+        return keys
+
+    @torch.inference_mode()
+    def condition_query(self, condition: str) -> torch.Tensor:
+        """Return q_c (hidden,) for one condition, through the query cache."""
+        key = pair_key(self._query_ident, condition, None)
+        found = self._queries.get_many([key]).get(key)
+        if found is None:
+            found = self.router.condition_queries(self._tokenize([condition]))[0].float().cpu().numpy()
+            self._queries.put_many([key], found[None])
+        return torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)
+
+    @torch.inference_mode()
+    def encode_conditional(
+        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Return routed vectors of texts under condition: (n, hidden) float32."""
+        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
+        q = self.condition_query(condition)[None]
+        distinct = list(dict.fromkeys(keys))
+        out = np.empty((len(distinct), self.dim), dtype=np.float32)
+        bar = tqdm(total=len(distinct), desc="routing", unit="sent", disable=not progress)
+        for start in range(0, len(distinct), batch_size):
+            chunk = distinct[start : start + batch_size]
+            states = collate(self.states.get(chunk), device=self.device)
+            out[start : start + len(chunk)] = self.router.route(states, q).float().cpu().numpy()
+            bar.update(len(chunk))
+        bar.close()
+        row = {k: i for i, k in enumerate(distinct)}
+        return out[[row[k] for k in keys]]
+
+    def report_truncation(self) -> str | None:
+        if not self.n_truncated:
+            return None
+        msg = f"{self.n_truncated} input(s) longer than {self.max_length} tokens were truncated"
+        self.n_truncated = 0
+        return msg
+
+
+def load_csr_encoder(model: str | None = None, **kwargs: object) -> CsrEncoder:
+    """Resolve a model name or folder and build the CSR encoder on it."""
+    return CsrEncoder(resolve_model(model), **kwargs)  # type: ignore[arg-type]

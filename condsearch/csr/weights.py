@@ -1,0 +1,76 @@
+"""Saving and loading the trained router parameters (safetensors + JSON, never pickles)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from condsearch.csr.router import Router
+from condsearch.errors import ModelError
+
+ROUTER_FORMAT_VERSION = 1
+WEIGHTS_FILE = "router.safetensors"
+CONFIG_FILE = "router.json"
+DEFAULT_ROUTER_DIR = Path(__file__).parent.parent / "assets" / "minilm-csr-router"
+
+
+def save_router(router: Router, directory: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> str:
+    """Write the router's trainable parameters and metadata atomically; return the checksum."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    tmp.chmod(0o755)
+    try:
+        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in router.trainable_parameters().items()}
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        info = {"format_version": ROUTER_FORMAT_VERSION, "layer": router.layer, **meta}
+        (tmp / CONFIG_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return router_checksum(directory)
+
+
+def router_checksum(directory: Path) -> str:
+    """Return the sha256 of the router weights file."""
+    return hashlib.sha256((Path(directory) / WEIGHTS_FILE).read_bytes()).hexdigest()
+
+
+def read_router_config(directory: Path) -> dict[str, object]:
+    """Return router.json, checking its format version."""
+    try:
+        meta = json.loads((Path(directory) / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{directory}: not a condsearch router ({CONFIG_FILE} unreadable)") from exc
+    if not isinstance(meta, dict) or meta.get("format_version") != ROUTER_FORMAT_VERSION:
+        raise ModelError(f"{directory}: unsupported router format")
+    return meta
+
+
+def load_router_weights(router: Router, directory: Path) -> None:
+    """Load trained parameters into a router built on the same backbone and layer."""
+    meta = read_router_config(directory)
+    if meta.get("layer") != router.layer:
+        raise ModelError(f"{directory}: router trained at layer {meta.get('layer')}, not {router.layer}")
+    try:
+        state = load_file(str(Path(directory) / WEIGHTS_FILE))
+    except Exception as exc:  # safetensors raises several types for damaged files
+        raise ModelError(f"{directory}: router weights unreadable ({type(exc).__name__})") from exc
+    params = router.trainable_parameters()
+    if set(state) != set(params):
+        raise ModelError(f"{directory}: router weights do not fit this backbone")
+    with torch.no_grad():
+        for name, p in params.items():
+            if state[name].shape != p.shape:
+                raise ModelError(f"{directory}: router weight {name} has shape {tuple(state[name].shape)}")
+            p.copy_(state[name].to(p.dtype))
