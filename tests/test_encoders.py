@@ -1,0 +1,266 @@
+"""The Encoder base class (with the hash encoder) and the BERT-style CASE encoder (tiny BERT)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from condsearch.cache import EmbeddingCache
+from condsearch.encoders import BertStyleEncoder, load_encoder
+from condsearch.errors import ModelError
+from tests.conftest import HashEncoder
+
+# ---------------------------------------------------------------- Encoder base class
+
+
+def test_each_distinct_pair_is_embedded_once(hash_encoder: HashEncoder) -> None:
+    pairs = [("colour", "a"), ("colour", "b"), ("colour", "a"), ("sport", "a"), ("colour", None), ("colour", None)]
+    out = hash_encoder.encode_pairs(pairs, batch_size=2)
+    seen = hash_encoder.seen
+    assert len(seen) == len(set(seen)) == 4
+    assert set(seen) == set(pairs)
+    assert hash_encoder.stats.n_forward == 4
+    expected = np.stack([HashEncoder.vector(p) for p in pairs])
+    np.testing.assert_array_equal(out, expected)  # rows come back in input order
+    assert out.dtype == np.float32 and out.shape == (6, 16)
+
+
+def test_batches_are_length_sorted_and_bounded(hash_encoder: HashEncoder) -> None:
+    sentences = ["x" * n for n in (3, 40, 1, 17, 25, 8, 60, 2, 33, 11)]
+    pairs = [("c", s) for s in sentences]
+    out = hash_encoder.encode_pairs(pairs, batch_size=3)
+    assert [len(b) for b in hash_encoder.batches] == [3, 3, 3, 1]
+    lengths = [len(c) + len(s or "") for c, s in hash_encoder.seen]
+    assert lengths == sorted(lengths, reverse=True)
+    np.testing.assert_array_equal(out, np.stack([HashEncoder.vector(p) for p in pairs]))
+
+
+def test_encode_pairs_refuses_non_positive_batch_size(hash_encoder: HashEncoder) -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        hash_encoder.encode_pairs([("c", "s")], batch_size=0)
+
+
+def test_encode_pairs_of_nothing(hash_encoder: HashEncoder) -> None:
+    out = hash_encoder.encode_pairs([])
+    assert out.shape == (0, 16)
+    assert hash_encoder.batches == []
+
+
+def test_encode_case_is_conditional_minus_unconditional(hash_encoder: HashEncoder) -> None:
+    sentences = ["one", "two", "three", "two", "four"]
+    conditions = ["colour", "colour", "sport", "sport", "colour"]
+    out = hash_encoder.encode_case(sentences, conditions, batch_size=2)
+    expected = np.stack(
+        [HashEncoder.vector((c, s)) - HashEncoder.vector((c, None)) for s, c in zip(sentences, conditions, strict=True)]
+    )
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-6)
+    unconditional = [p for p in hash_encoder.seen if p[1] is None]
+    assert sorted(unconditional) == [("colour", None), ("sport", None)]  # once per condition
+
+
+def test_encode_case_with_one_condition_string(hash_encoder: HashEncoder) -> None:
+    out = hash_encoder.encode_case(["a", "b", "c"], "colour")
+    expected = np.stack([HashEncoder.vector(("colour", s)) - HashEncoder.vector(("colour", None)) for s in "abc"])
+    np.testing.assert_allclose(out, expected, atol=1e-6)
+    assert [p for p in hash_encoder.seen if p[1] is None] == [("colour", None)]
+
+
+def test_encode_case_refuses_mismatched_lengths(hash_encoder: HashEncoder) -> None:
+    with pytest.raises(ValueError, match="differ in length"):
+        hash_encoder.encode_case(["a", "b"], ["c"])
+
+
+def test_encode_plain_encodes_texts_alone(hash_encoder: HashEncoder) -> None:
+    out = hash_encoder.encode_plain(["a", "b", "a"])
+    np.testing.assert_array_equal(out, np.stack([HashEncoder.vector((t, None)) for t in "aba"]))
+    assert hash_encoder.seen == [("a", None), ("b", None)]
+
+
+def test_cache_hit_means_no_forward_pass(tmp_path: Path) -> None:
+    sentences, conditions = ["red dress", "blue shirt", "green hat"], ["colour", "colour", "sport"]
+    first = HashEncoder()
+    expected = first.encode_case(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
+    assert first.batches  # the first run did the work
+
+    second = HashEncoder()  # same identity, fresh cache object reading the shards from disk
+    again = second.encode_case(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
+    assert second.batches == []
+    assert second.stats.n_forward == 0
+    np.testing.assert_array_equal(again, expected)
+
+    third = HashEncoder()  # one new pair: only that one is embedded
+    third.encode_case(sentences + ["pink coat"], conditions + ["colour"], cache=EmbeddingCache(tmp_path / "c"))
+    assert third.seen == [("colour", "pink coat")]
+
+
+def test_cache_is_keyed_by_encoder_identity(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "c"
+    HashEncoder(revision="1").encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    other = HashEncoder(revision="2")
+    other.encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    assert sorted(other.seen, key=str) == sorted([("colour", None), ("colour", "a")], key=str)
+
+
+def test_damaged_cache_shard_is_only_a_miss(tmp_path: Path) -> None:
+    cache_dir = tmp_path / "c"
+    HashEncoder().encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    for shard in cache_dir.glob("shard-*.npz"):
+        shard.write_bytes(b"not a zip file")
+    enc = HashEncoder()
+    out = enc.encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    assert len(enc.seen) == 2
+    np.testing.assert_allclose(out[0], HashEncoder.vector(("colour", "a")) - HashEncoder.vector(("colour", None)))
+
+
+def test_report_truncation_is_none_without_truncation(hash_encoder: HashEncoder) -> None:
+    hash_encoder.encode_case(["a"], "c")
+    assert hash_encoder.report_truncation() is None
+
+
+# ---------------------------------------------------------------- BERT-style encoder (tiny BERT)
+
+PAIRS = [
+    ("color of the dress", "A girl in an orange dress serves the ball on a tennis court."),
+    ("the sport being played", "Two men play soccer."),
+    ("color of the dress", None),
+    ("mood", "A boy rides a bicycle down a quiet street on a sunny day, and his dog runs after him."),
+    ("the sport", "x"),
+]
+
+
+def _manual_pooled(bert_dir: Path, condition: str, sentence: str | None, max_length: int = 128) -> np.ndarray:
+    """Pool the condition tokens by hand: run tokenizer(s, c) and average sequence 1 (or c alone, sequence 0)."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(bert_dir))
+    model = AutoModel.from_pretrained(str(bert_dir)).eval()
+    if sentence is None:
+        enc = tok(condition, return_tensors="pt", truncation=True, max_length=max_length)
+        pooled_id = 0
+    else:
+        enc = tok(sentence, condition, return_tensors="pt", truncation="only_first", max_length=max_length)
+        pooled_id = 1
+    mask = torch.tensor([1.0 if sid == pooled_id else 0.0 for sid in enc.sequence_ids(0)])
+    with torch.no_grad():
+        hidden = model(**enc).last_hidden_state[0]
+    return ((hidden * mask[:, None]).sum(0) / mask.sum()).numpy()
+
+
+def test_tiny_bert_loads_as_bert_style_encoder(tiny_bert_dir: Path, tiny_encoder: BertStyleEncoder) -> None:
+    assert isinstance(tiny_encoder, BertStyleEncoder)
+    assert tiny_encoder.dim == 32
+    assert tiny_encoder.max_length == 128  # the tokenizer's model_max_length
+    assert tiny_encoder.model_id == str(tiny_bert_dir.resolve())
+    assert tiny_encoder.revision.startswith("dir-")
+    described = tiny_encoder.describe()
+    assert described["pooling"] == "condition-mean" and described["max_length"] == 128 and described["dim"] == 32
+
+
+def test_pooling_is_batch_invariant(tiny_encoder: BertStyleEncoder) -> None:
+    together = tiny_encoder.embed_batch(PAIRS)
+    assert together.shape == (len(PAIRS), 32) and together.dtype == np.float32
+    for i, pair in enumerate(PAIRS):
+        alone = tiny_encoder.embed_batch([pair])
+        np.testing.assert_allclose(alone[0], together[i], rtol=0, atol=1e-5)
+
+
+def test_encode_pairs_batch_size_does_not_change_vectors(tiny_encoder: BertStyleEncoder) -> None:
+    one = tiny_encoder.encode_pairs(PAIRS, batch_size=1)
+    all_ = tiny_encoder.encode_pairs(PAIRS, batch_size=64)
+    np.testing.assert_allclose(one, all_, rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}|{(p[1] or '<none>')[:12]}")
+def test_only_condition_tokens_are_pooled(tiny_bert_dir: Path, tiny_encoder: BertStyleEncoder, pair) -> None:
+    got = tiny_encoder.embed_batch(PAIRS)[PAIRS.index(pair)]
+    np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, *pair), rtol=0, atol=1e-5)
+
+
+def test_sentence_steers_the_condition_vector(tiny_encoder: BertStyleEncoder) -> None:
+    vecs = tiny_encoder.embed_batch(
+        [("color of the dress", "a red dress"), ("color of the dress", "a blue dress"), ("color of the dress", None)]
+    )
+    assert not np.allclose(vecs[0], vecs[1], atol=1e-4)
+    assert not np.allclose(vecs[0], vecs[2], atol=1e-4)
+    case = tiny_encoder.encode_case(["a red dress"], "color of the dress")
+    np.testing.assert_allclose(case[0], vecs[0] - vecs[2], atol=1e-5)
+
+
+def test_long_sentence_is_truncated_and_counted(tiny_bert_dir: Path) -> None:
+    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    long_sentence = " ".join(["the girl in the orange dress plays tennis"] * 60)  # ~480 tokens > 128
+    out = encoder.encode_case([long_sentence, "a short one"], "color of the dress")
+    assert np.isfinite(out).all()
+    assert encoder.stats.n_truncated == 1
+    notice = encoder.report_truncation()
+    assert notice is not None and "1 input(s)" in notice and "truncated" in notice
+    assert "\n" not in notice
+    assert encoder.report_truncation() is None  # reported once, then reset
+    # The sentence is what gets cut: every condition token is still pooled.
+    got = encoder.embed_batch([("color of the dress", long_sentence)])[0]
+    np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, "color of the dress", long_sentence), atol=1e-5)
+
+
+def test_max_length_override(tiny_bert_dir: Path) -> None:
+    encoder = load_encoder(str(tiny_bert_dir), device="cpu", max_length=16)
+    assert encoder.max_length == 16 and encoder.describe()["max_length"] == 16
+    sentence = "a girl in an orange dress serves the ball on a tennis court in the park"
+    got = encoder.embed_batch([("color of the dress", sentence)])[0]
+    assert encoder.stats.n_truncated == 1
+    np.testing.assert_allclose(
+        got, _manual_pooled(tiny_bert_dir, "color of the dress", sentence, max_length=16), atol=1e-5
+    )
+
+
+def test_non_ascii_text(tiny_encoder: BertStyleEncoder) -> None:
+    pairs = [
+        ("couleur de la robe", "Une fille en robe orange sert la balle — à Zürich, naïve café"),
+        ("颜色", "一个穿橙色裙子的女孩在发球 🎾"),
+        ("color of the dress", "\u00a0Ünïcödé\u200b spaces\ttabs\nnewlines"),
+    ]
+    out = tiny_encoder.encode_case([s for _, s in pairs], [c for c, _ in pairs])
+    assert out.shape == (3, 32)
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out, tiny_encoder.encode_case([s for _, s in pairs], [c for c, _ in pairs]), atol=1e-6)
+
+
+def test_model_folder_without_config_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="config.json"):
+        load_encoder(str(tmp_path / "empty"))
+
+
+def test_missing_model_folder_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ModelError, match="no such model folder"):
+        load_encoder(str(tmp_path / "nope"))
+
+
+def test_unloadable_model_folder_is_a_model_error(tmp_path: Path) -> None:
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(ModelError, match="cannot load model"):
+        load_encoder(str(folder))
+
+
+@pytest.mark.xfail(
+    reason="bert.py _max_length ignores config.max_position_embeddings: a tokenizer without "
+    "model_max_length gets a 512-token limit and a longer input crashes the model (RuntimeError)",
+    strict=True,
+)
+def test_limit_respects_position_embeddings_when_tokenizer_has_no_limit(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "no-limit"
+    shutil.copytree(tiny_bert_dir, folder)
+    config_path = folder / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config.pop("model_max_length", None)
+    config_path.write_text(json.dumps(config))
+    encoder = load_encoder(str(folder), device="cpu")
+    out = encoder.encode_case([" ".join(["orange dress"] * 200)], "color of the dress")
+    assert np.isfinite(out).all()
+    assert encoder.stats.n_truncated == 1

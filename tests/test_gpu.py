@@ -1,0 +1,89 @@
+"""CUDA runs give the CPU's vectors (run with -m gpu; skipped where CUDA is absent)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from condsearch.encoders import load_encoder
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+PAIRS = [
+    ("color of the dress", "A girl in an orange dress serves the ball on a tennis court."),
+    ("the sport being played", "Two men play soccer."),
+    ("color of the dress", None),
+    ("mood", "A boy rides a bicycle down a quiet street on a sunny day, and his dog runs after him."),
+]
+
+
+def test_tiny_bert_on_cuda_equals_cpu(tiny_bert_dir: Path) -> None:
+    cpu = load_encoder(str(tiny_bert_dir), device="cpu")
+    gpu = load_encoder(str(tiny_bert_dir), device="cuda")
+    assert next(gpu.model.parameters()).device.type == "cuda"
+    np.testing.assert_allclose(gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS), rtol=1e-4, atol=1e-4)
+    sentences = [s for _, s in PAIRS if s is not None]
+    np.testing.assert_allclose(
+        gpu.encode_case(sentences, "color of the dress"),
+        cpu.encode_case(sentences, "color of the dress"),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+
+
+def test_default_model_on_cuda_equals_cpu() -> None:
+    cpu = load_encoder(None, device="cpu")
+    gpu = load_encoder(None, device="cuda")
+    a, b = gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert (cos > 0.9999).all(), cos
+    np.testing.assert_allclose(a, b, atol=1e-3)
+
+
+def test_cli_default_device_is_cuda_and_matches_cpu(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+    import json
+
+    from condsearch.cli import main
+
+    runner = CliRunner()
+    for device, folder in ((None, "gpu"), ("cpu", "cpu")):
+        args = [
+            "index",
+            str(corpus_file),
+            "-c",
+            "colour",
+            "--model",
+            str(tiny_bert_dir),
+            "--index-dir",
+            str(tmp_path / folder),
+        ]
+        assert runner.invoke(main, args + (["--device", device] if device else [])).exit_code == 0
+    hits = {}
+    for folder in ("gpu", "cpu"):
+        result = runner.invoke(
+            main,
+            [
+                "query",
+                "a girl in an orange dress",
+                "-c",
+                "colour",
+                "-k",
+                "3",
+                "--json",
+                "--index-dir",
+                str(tmp_path / folder),
+                "--device",
+                "cpu",
+            ],
+        )
+        assert result.exit_code == 0, result.output
+        hits[folder] = json.loads(result.stdout)["results"]
+    assert [h["id"] for h in hits["gpu"]] == [h["id"] for h in hits["cpu"]]
+    np.testing.assert_allclose([h["score"] for h in hits["gpu"]], [h["score"] for h in hits["cpu"]], atol=1e-3)

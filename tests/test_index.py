@@ -1,0 +1,88 @@
+"""FAISS indexes against the brute-force reference (faiss TestComputeGT style)."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from condsearch.index import SearchResult, build_index, exact_search, normalize, search, to_search_device
+
+
+def _unit(n: int, d: int, seed: int) -> np.ndarray:
+    return normalize(np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32))
+
+
+def test_normalize_gives_unit_rows_and_keeps_zero_rows() -> None:
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [-1.0, 0.0]], dtype=np.float64)
+    out = normalize(x)
+    assert out.dtype == np.float32 and out.flags.c_contiguous
+    np.testing.assert_allclose(out, [[0.6, 0.8], [0.0, 0.0], [-1.0, 0.0]], atol=1e-7)
+    assert x[0, 0] == 3.0  # the input is not modified
+
+
+def test_exact_search_by_hand() -> None:
+    corpus = np.array([[1, 0], [0, 1], [0.6, 0.8]], dtype=np.float32)
+    res = exact_search(corpus, np.array([[1, 0]], dtype=np.float32), k=5)
+    assert isinstance(res, SearchResult)
+    assert res.ids.tolist() == [[0, 2, 1]]  # k is capped at the corpus size
+    np.testing.assert_allclose(res.scores, [[1.0, 0.6, 0.0]], atol=1e-7)
+    assert res.ids.dtype == np.int64
+
+
+def test_flat_index_equals_brute_force() -> None:
+    corpus, queries = _unit(500, 16, 0), _unit(20, 16, 1)
+    index = build_index(corpus)
+    assert index.ntotal == 500 and index.d == 16 and index.metric_type == faiss.METRIC_INNER_PRODUCT
+    got = search(index, queries, 10)
+    ref = exact_search(corpus, queries, 10)
+    assert got.scores.shape == got.ids.shape == (20, 10)
+    np.testing.assert_array_equal(got.ids, ref.ids)
+    np.testing.assert_allclose(got.scores, ref.scores, atol=1e-5)
+    assert (np.diff(got.scores, axis=1) <= 1e-6).all()  # best first
+
+
+def test_hnsw_recall_is_high() -> None:
+    corpus, queries = _unit(2000, 16, 2), _unit(50, 16, 3)
+    got = search(build_index(corpus, "HNSW32"), queries, 10)
+    ref = exact_search(corpus, queries, 10)
+    recall = np.mean([len(set(g) & set(r)) / 10 for g, r in zip(got.ids, ref.ids, strict=True)])
+    assert recall >= 0.9
+    # whatever HNSW returns, the scores are the true inner products of the ids it returned
+    true = np.take_along_axis(queries @ corpus.T, got.ids, axis=1)
+    np.testing.assert_allclose(got.scores, true, atol=1e-5)
+
+
+def test_ivf_trained_index_finds_exact_neighbour() -> None:
+    corpus = _unit(1000, 16, 4)
+    got = search(build_index(corpus, "IVF16,Flat"), corpus[:5], 1)
+    assert got.ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("factory", ["NotAnIndex", "PQ5", "IVF,,Flat", ""])
+def test_bad_factory_string_is_value_error(factory: str) -> None:
+    with pytest.raises(ValueError, match="factory|cannot train"):
+        build_index(_unit(50, 16, 5), factory)
+
+
+def test_ivf_with_too_few_vectors_is_value_error() -> None:
+    with pytest.raises(ValueError, match="too few"):
+        build_index(_unit(10, 16, 6), "IVF64,Flat")
+
+
+def test_search_refuses_non_positive_k() -> None:
+    index = build_index(_unit(5, 4, 7))
+    with pytest.raises(ValueError, match="k must be positive"):
+        search(index, _unit(1, 4, 8), 0)
+
+
+def test_search_beyond_corpus_pads_with_minus_one() -> None:
+    index = build_index(_unit(3, 4, 9))
+    res = search(index, _unit(1, 4, 10), 5)
+    assert res.ids[0, 3:].tolist() == [-1, -1]
+
+
+def test_cpu_index_stays_usable_after_to_search_device() -> None:
+    corpus = _unit(100, 8, 11)
+    index = to_search_device(build_index(corpus))
+    np.testing.assert_array_equal(search(index, corpus[:3], 1).ids[:, 0], [0, 1, 2])
