@@ -6,6 +6,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -35,11 +36,60 @@ index_dir_option = click.option(
     help="Folder holding the indexes (env CONDSEARCH_INDEX_DIR).",
 )
 device_option = click.option(
-    "--device", default=None, help="Torch device, e.g. cpu or cuda:0 (default: CUDA when present)."
+    "--device",
+    default=None,
+    help="Torch device, e.g. cpu or cuda:0; several (cuda:0,cuda:1) split each batch (default: CUDA when present).",
 )
 trust_option = click.option(
     "--trust-remote-code", is_flag=True, help="Allow the model folder's own Python code to run (off by default)."
 )
+
+
+def _newlines(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else value.replace("\\n", "\n")
+
+
+def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --pooling, --prompt-template, --unconditional-template and --dtype to a command."""
+    from condsearch.encoders.family import DTYPES, POOLINGS
+
+    options = [
+        click.option(
+            "--pooling",
+            type=click.Choice(POOLINGS),
+            default="auto",
+            show_default=True,
+            help=(
+                "Last token (Qwen3-Embedding, gte-Qwen2), mean of all tokens (e5/SFR-Mistral) or the "
+                "condition's tokens (condition-mean, BERT-style); auto picks by model family."
+            ),
+        ),
+        click.option(
+            "--prompt-template",
+            default=None,
+            callback=_newlines,
+            help=(
+                "Conditional input, with {condition} and {sentence}; \\n is a newline "
+                "[default: the CASE prompt; for NV-Embed, the instruction]."
+            ),
+        ),
+        click.option(
+            "--unconditional-template",
+            default=None,
+            callback=_newlines,
+            help="Unconditional input, with {condition} [default: the CASE prompt; for NV-Embed, the instruction].",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(DTYPES),
+            default="auto",
+            show_default=True,
+            help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, else float32.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
 
 
 @click.group(context_settings=CONTEXT)
@@ -96,6 +146,7 @@ def main(verbose: bool) -> None:
     "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per index written.")
+@encoder_options
 @index_dir_option
 @device_option
 @trust_option
@@ -111,6 +162,10 @@ def index_cmd(
     batch_size: int,
     max_length: int | None,
     as_json: bool,
+    pooling: str,
+    prompt_template: str | None,
+    unconditional_template: str | None,
+    dtype: str,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -128,7 +183,17 @@ def index_cmd(
         data = read_corpus(corpus, text_column, id_column)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        vec = load_vectorizer(model, head, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
+        vec = load_vectorizer(
+            model,
+            head,
+            device=device,
+            max_length=max_length,
+            trust_remote_code=trust_remote_code,
+            pooling=pooling,
+            prompt_template=prompt_template,
+            unconditional_template=unconditional_template,
+            dtype=dtype,
+        )
         store = _store(index_dir)
         start = time.perf_counter()
         names = index_corpus(
@@ -321,8 +386,12 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
 @click.option(
     "--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per encoder forward pass."
 )
+@click.option(
+    "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
+)
 @click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training summary as JSON.")
+@encoder_options
 @device_option
 @trust_option
 def train_cmd(
@@ -337,8 +406,13 @@ def train_cmd(
     seed: int,
     model: str | None,
     batch_size: int,
+    max_length: int | None,
     no_cache: bool,
     as_json: bool,
+    pooling: str,
+    prompt_template: str | None,
+    unconditional_template: str | None,
+    dtype: str,
     device: str | None,
     trust_remote_code: bool,
 ) -> None:
@@ -366,6 +440,11 @@ def train_cmd(
             use_cache=not no_cache,
             trust_remote_code=trust_remote_code,
             on_epoch=report,
+            max_length=max_length,
+            pooling=pooling,
+            prompt_template=prompt_template,
+            unconditional_template=unconditional_template,
+            dtype=dtype,
         )
     except CondsearchError as exc:
         raise _fail(exc) from exc

@@ -50,9 +50,54 @@ def gpu_available() -> bool:
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
-def to_search_device(index: faiss.Index) -> faiss.Index:
-    """Move an index to the GPU when a GPU build of FAISS and a device are present."""
+class TorchFlatIndex:
+    """Exact inner-product search with torch on one device, standing in for a flat FAISS index.
+
+    Used on CUDA machines whose FAISS build has no GPU support. Like FAISS, it pads results
+    past the corpus size with id -1 and score -3.4e38.
+    """
+
+    def __init__(self, vectors: np.ndarray, device: str) -> None:
+        import torch
+
+        self.device = torch.device(device)
+        self.vectors = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.device)
+        self.ntotal, self.d = self.vectors.shape
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return (scores, ids), each (n_queries, k), as FAISS ``Index.search`` does."""
+        import torch
+
+        n = queries.shape[0]
+        scores = np.full((n, k), -np.finfo(np.float32).max, dtype=np.float32)
+        ids = np.full((n, k), -1, dtype=np.int64)
+        top = min(k, self.ntotal)
+        # Bound the (rows, ntotal) similarity block to about 256 MB of float32.
+        step = max(1, (1 << 26) // max(1, self.ntotal))
+        with torch.inference_mode():
+            for start in range(0, n, step):
+                q = torch.from_numpy(np.ascontiguousarray(queries[start : start + step], dtype=np.float32))
+                best = torch.topk(q.to(self.device) @ self.vectors.T, top, dim=1)
+                scores[start : start + step, :top] = best.values.cpu().numpy()
+                ids[start : start + step, :top] = best.indices.cpu().numpy()
+        return scores, ids
+
+
+def torch_flat_index(index: faiss.Index, device: str) -> TorchFlatIndex | None:
+    """Return a torch copy of a flat inner-product index on device, or None for other index types."""
+    flat = faiss.downcast_index(index)
+    if not isinstance(flat, faiss.IndexFlat) or flat.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return None
+    return TorchFlatIndex(flat.reconstruct_n(0, flat.ntotal), device)
+
+
+def to_search_device(index: faiss.Index) -> faiss.Index | TorchFlatIndex:
+    """Move an index to the GPU: FAISS's GPU index when that build is installed, else torch for flat indexes."""
     if not gpu_available():
+        import torch
+
+        if torch.cuda.is_available():
+            return torch_flat_index(index, "cuda") or index
         return index
     try:
         return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
@@ -60,7 +105,7 @@ def to_search_device(index: faiss.Index) -> faiss.Index:
         return index  # some index types have no GPU version; search on the CPU
 
 
-def search(index: faiss.Index, queries: np.ndarray, k: int) -> SearchResult:
+def search(index: faiss.Index | TorchFlatIndex, queries: np.ndarray, k: int) -> SearchResult:
     """Return the k best rows for each normalised query."""
     if k <= 0:
         raise ValueError("k must be positive")

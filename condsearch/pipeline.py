@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from condsearch.corpus import Corpus
-from condsearch.encoders import Encoder, load_encoder
+from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
 from condsearch.head import DEFAULT_HEAD_DIR, ProjectionHead, head_checksum, load_head
 from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
@@ -67,6 +67,9 @@ def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | N
         )
     if head.config.model_id and head.config.model_id != encoder.model_id:
         raise ModelError(f"head {spec!r} was trained for {head.config.model_id}, not {encoder.model_id}")
+    pooling = encoder.describe().get("pooling")
+    if head.config.encoder_pooling and pooling and head.config.encoder_pooling != pooling:
+        raise ModelError(f"head {spec!r} was trained on {head.config.encoder_pooling} pooling, not {pooling}")
     name = HEAD_DEFAULT if folder == DEFAULT_HEAD_DIR.resolve() else str(folder)
     return head, name, head_checksum(folder)
 
@@ -78,9 +81,22 @@ def load_vectorizer(
     device: str | None = None,
     max_length: int | None = None,
     trust_remote_code: bool = False,
+    pooling: str = "auto",
+    prompt_template: str | None = None,
+    unconditional_template: str | None = None,
+    dtype: str = "auto",
 ) -> Vectorizer:
     """Load the encoder and head that --model and --head name."""
-    encoder = load_encoder(model, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
+    encoder = load_encoder(
+        model,
+        device=device,
+        max_length=max_length,
+        trust_remote_code=trust_remote_code,
+        pooling=pooling,
+        prompt_template=prompt_template,
+        unconditional_template=unconditional_template,
+        dtype=dtype,
+    )
     h, name, checksum = resolve_head(head, encoder)
     return Vectorizer(encoder, h, name, checksum)
 
@@ -154,13 +170,13 @@ def vectorizer_for(
             f"index for {manifest.condition!r} was built with {manifest.model_id} at "
             f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
         )
-    max_length = manifest.encoder.get("max_length")
+    # Pooling, prompts, max_length and dtype as recorded by the encoder's describe().
     vec = load_vectorizer(
         model or manifest.model_id,
         head or manifest.head,
         device=device,
-        max_length=int(max_length) if isinstance(max_length, int) else None,
         trust_remote_code=trust_remote_code,
+        **encoder_options(manifest.encoder),
     )
     if vec.head_name != manifest.head or vec.head_checksum != manifest.head_checksum:
         raise StoreError(

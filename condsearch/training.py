@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -147,8 +148,13 @@ def train_and_save(
     use_cache: bool = True,
     trust_remote_code: bool = False,
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+    **encoder_options: Any,
 ) -> dict[str, object]:
-    """Encode the CSVs (through the cache), train a head, save it; return a summary."""
+    """Encode the CSVs (through the cache), train a head, save it; return a summary.
+
+    ``encoder_options`` (pooling, prompt_template, unconditional_template, dtype, max_length)
+    go to :func:`condsearch.encoders.load_encoder`.
+    """
     from condsearch.cache import default_cache_dir
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
@@ -156,7 +162,7 @@ def train_and_save(
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
-    encoder = load_encoder(model, device=device, trust_remote_code=trust_remote_code)
+    encoder = load_encoder(model, device=device, trust_remote_code=trust_remote_code, **encoder_options)
     cache = EmbeddingCache(default_cache_dir() / "features") if use_cache else None
     train_f = case_features(encoder, train, batch_size=batch_size, cache=cache, progress=True)
     dev_f = case_features(encoder, dev, batch_size=batch_size, cache=cache, progress=True) if dev else None
@@ -176,6 +182,9 @@ def train_and_save(
         "config": asdict(config),
         "train_csv": Path(train_csv).name,
     }
+    described = encoder.describe()
+    if "prompt_template" in described:  # prompted encoders: record the prompts the head was trained on
+        summary["encoder"] = described
     if dev_f is not None:
         best = max(history, key=lambda r: r["dev_spearman"])
         summary.update(

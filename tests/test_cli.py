@@ -833,11 +833,6 @@ def test_unknown_device(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) 
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-@pytest.mark.xfail(
-    reason="encoders/bert.py: --device cuda on a CPU-only torch build raises AssertionError in model.to() "
-    "and the CLI prints a traceback instead of a one-line error",
-    strict=True,
-)
 def test_cuda_device_without_cuda(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
     result = run(
         "index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--device", "cuda", "--index-dir", tmp_path / "i"

@@ -248,11 +248,6 @@ def test_unloadable_model_folder_is_a_model_error(tmp_path: Path) -> None:
         load_encoder(str(folder))
 
 
-@pytest.mark.xfail(
-    reason="bert.py _max_length ignores config.max_position_embeddings: a tokenizer without "
-    "model_max_length gets a 512-token limit and a longer input crashes the model (RuntimeError)",
-    strict=True,
-)
 def test_limit_respects_position_embeddings_when_tokenizer_has_no_limit(tiny_bert_dir: Path, tmp_path: Path) -> None:
     folder = tmp_path / "no-limit"
     shutil.copytree(tiny_bert_dir, folder)

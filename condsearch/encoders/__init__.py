@@ -2,9 +2,56 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
-from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.models import resolve_model
+from condsearch.encoders.family import DTYPES, POOLINGS, PromptTemplates, default_pooling, detect_family, templates_with
+from condsearch.errors import ModelError
+from condsearch.models import ModelSource, read_config, resolve_model
+
+if TYPE_CHECKING:
+    import torch
+
+    from condsearch.encoders.bert import BertStyleEncoder
+
+
+def __getattr__(name: str) -> Any:
+    # torch loads only when an encoder is built, so that importing the choices stays fast (CLI --help).
+    if name == "BertStyleEncoder":
+        from condsearch.encoders.bert import BertStyleEncoder
+
+        return BertStyleEncoder
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def model_config(source: ModelSource) -> dict[str, object]:
+    """Return the model's config.json: read from its folder, or from the hub cache ({} if absent)."""
+    if source.local:
+        return read_config(source)
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return json.loads(Path(hf_hub_download(source.location, "config.json")).read_text())
+    except Exception:  # noqa: BLE001 - loading the model itself reports the real problem
+        return {}
+
+
+def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
+    """Return the :func:`load_encoder` keywords that rebuild an encoder from its ``describe()`` record."""
+    options: dict[str, Any] = {}
+    if isinstance(described.get("max_length"), int):
+        options["max_length"] = described["max_length"]
+    if described.get("pooling") in POOLINGS:  # e.g. NV-Embed's "latent-attention" is its auto
+        options["pooling"] = described["pooling"]
+    for key in ("prompt_template", "unconditional_template"):
+        if isinstance(described.get(key), str):
+            options[key] = described[key]
+    if described.get("dtype") in DTYPES:
+        options["dtype"] = described["dtype"]
+    return options
 
 
 def load_encoder(
@@ -13,10 +60,95 @@ def load_encoder(
     device: str | None = None,
     max_length: int | None = None,
     trust_remote_code: bool = False,
+    pooling: str = "auto",
+    prompt_template: str | None = None,
+    unconditional_template: str | None = None,
+    dtype: str = "auto",
 ) -> Encoder:
-    """Resolve a model name or folder and return the encoder for its family."""
+    """Resolve a model name or folder and return the encoder for its family.
+
+    ``device`` may list several devices (``cuda:0,cuda:1``): each gets a replica of the
+    model and every batch is split between them.
+    """
+    import torch
+
+    from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.encoders.decoder import PromptEncoder
+    from condsearch.encoders.nvembed import NVEmbedEncoder
+    from condsearch.encoders.parallel import ReplicatedEncoder
+    from condsearch.encoders.runtime import parse_devices, resolve_dtype
+
+    if pooling not in POOLINGS:
+        raise ModelError(f"unknown pooling {pooling!r} (choose from {', '.join(POOLINGS)})")
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
     source = resolve_model(model)
-    return BertStyleEncoder(source, device=device, max_length=max_length, trust_remote_code=trust_remote_code)
+    config = model_config(source)
+    family = detect_family(config)
+    chosen = default_pooling(family, config) if pooling == "auto" else pooling
+    devices = parse_devices(device)
+    custom = prompt_template is not None or unconditional_template is not None
+    build: Callable[[torch.device], Encoder]
+    if family == "nvembed":
+        if pooling != "auto":
+            raise ModelError("NV-Embed pools with its own latent attention; leave --pooling at auto")
+        templates = templates_with(family, prompt_template, unconditional_template)
+
+        def build(dev: torch.device) -> Encoder:
+            return NVEmbedEncoder(
+                source,
+                config,
+                templates=templates,
+                device=dev,
+                dtype=resolve_dtype(dtype, dev),
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+            )
+
+    elif chosen == "condition-mean":
+        if family != "bert":
+            raise ModelError(f"condition-mean pooling needs a BERT-style encoder; {source.model_id} takes last or mean")
+        if custom:
+            raise ModelError("prompt templates need --pooling last or mean; condition-mean encodes the text pair")
+
+        def build(dev: torch.device) -> Encoder:
+            return BertStyleEncoder(
+                source,
+                device=str(dev),
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+                dtype=None if dtype == "auto" else resolve_dtype(dtype, dev),
+            )
+
+    else:
+        templates = templates_with(family, prompt_template, unconditional_template)
+
+        def build(dev: torch.device) -> Encoder:
+            # BERT-style models stay in float32 under auto, as they always were.
+            resolved = torch.float32 if family == "bert" and dtype == "auto" else resolve_dtype(dtype, dev)
+            return PromptEncoder(
+                source,
+                config,
+                family=family,
+                pooling="last" if chosen == "last" else "mean",
+                templates=templates,
+                device=dev,
+                dtype=resolved,
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+            )
+
+    replicas = [build(dev) for dev in devices]
+    return replicas[0] if len(replicas) == 1 else ReplicatedEncoder(replicas)
 
 
-__all__ = ["BertStyleEncoder", "EncodeStats", "Encoder", "Pair", "load_encoder"]
+__all__ = [
+    "BertStyleEncoder",
+    "EncodeStats",
+    "Encoder",
+    "Pair",
+    "PromptTemplates",
+    "encoder_options",
+    "load_encoder",
+    "model_config",
+]

@@ -19,14 +19,24 @@ _DEFAULT_MAX_LENGTH = 512
 
 def pick_device(device: str | None) -> torch.device:
     """Return the requested torch device, or CUDA when present, else the CPU."""
-    if device:
-        return torch.device(device)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    from condsearch.encoders.runtime import parse_devices
+
+    return parse_devices(device)[0]
 
 
-def _max_length(folder: str, tokenizer_limit: int, override: int | None) -> int:
+def _max_length(folder: str, tokenizer_limit: int, override: int | None, config: object) -> int:
+    """Return the token limit: the override, else the sentence-transformers setting or the
+    tokenizer's, never more than the model has position embeddings for."""
+    positions = getattr(config, "max_position_embeddings", None)
+    if isinstance(positions, int) and positions > 0:
+        # RoBERTa-family models offset positions past the padding index
+        if "roberta" in str(getattr(config, "model_type", "")) or "camembert" in str(getattr(config, "model_type", "")):
+            positions -= 2
+        cap = positions
+    else:
+        cap = _DEFAULT_MAX_LENGTH
     if override:
-        return override
+        return min(override, cap)
     st_config = Path(folder) / "sentence_bert_config.json"
     if st_config.is_file():
         try:
@@ -34,8 +44,8 @@ def _max_length(folder: str, tokenizer_limit: int, override: int | None) -> int:
         except (ValueError, json.JSONDecodeError):
             limit = 0
         if limit > 0:
-            return limit
-    return min(tokenizer_limit, _DEFAULT_MAX_LENGTH)
+            return min(limit, cap)
+    return min(tokenizer_limit, _DEFAULT_MAX_LENGTH, cap)
 
 
 class BertStyleEncoder(Encoder):
@@ -55,6 +65,7 @@ class BertStyleEncoder(Encoder):
         device: str | None = None,
         max_length: int | None = None,
         trust_remote_code: bool = False,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
@@ -68,14 +79,18 @@ class BertStyleEncoder(Encoder):
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelError(f"{source.model_id}: a fast tokenizer (tokenizer.json) is required")
         self.device = pick_device(device)
-        self.model = model.to(self.device).eval()
+        self.dtype = dtype or torch.float32
+        self.model = model.to(self.device, self.dtype).eval()
         self.model_id = source.model_id
         self.revision = source.revision
         self.dim = int(model.config.hidden_size)
-        self.max_length = _max_length(source.location, self.tokenizer.model_max_length, max_length)
+        self.max_length = _max_length(source.location, self.tokenizer.model_max_length, max_length, model.config)
 
     def describe(self) -> dict[str, object]:
-        return {**super().describe(), "pooling": self.pooling, "max_length": self.max_length}
+        info = {**super().describe(), "pooling": self.pooling, "max_length": self.max_length}
+        if self.dtype != torch.float32:  # float32 records nothing, so existing caches and manifests still match
+            info["dtype"] = str(self.dtype).removeprefix("torch.")
+        return info
 
     def _tokenize(self, pairs: Sequence[Pair]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """Tokenize a batch and return model inputs and the float mask of pooled tokens."""
