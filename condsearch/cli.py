@@ -111,6 +111,30 @@ def main(verbose: bool) -> None:
     hf_logging.disable_progress_bar()
 
 
+mode_option = click.option(
+    "--mode",
+    type=click.Choice(["case", "csr"]),
+    default="case",
+    show_default=True,
+    help="case: CASE bi-encoder (one forward pass per pair); csr: router tri-encoder over cached sentence states.",
+)
+
+
+def router_options(f):  # noqa: ANN001, ANN201 - a click decorator
+    f = click.option(
+        "--router-layer",
+        default=None,
+        type=int,
+        help="--mode csr: backbone layer holding the router [default: the router's, else the last].",
+    )(f)
+    return click.option(
+        "--router",
+        default="auto",
+        show_default=True,
+        help="--mode csr: trained router folder, 'default' (shipped for the default model) or 'none' (untrained).",
+    )(f)
+
+
 @main.command("index", context_settings=CONTEXT)
 @click.argument("corpus", type=click.Path(path_type=Path))
 @click.option(
@@ -146,6 +170,8 @@ def main(verbose: bool) -> None:
     "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per index written.")
+@mode_option
+@router_options
 @encoder_options
 @index_dir_option
 @device_option
@@ -166,6 +192,9 @@ def index_cmd(
     prompt_template: str | None,
     unconditional_template: str | None,
     dtype: str,
+    mode: str,
+    router: str,
+    router_layer: int | None,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -173,9 +202,11 @@ def index_cmd(
     """Encode CORPUS (parquet) under each condition and store one index per condition.
 
     Re-indexing the same corpus under the same condition replaces its index atomically.
+    With --mode csr, sentence states are cached once (env CONDSEARCH_CACHE_DIR), so each
+    further condition costs only the router's per-pair remainder.
     """
     from condsearch.corpus import read_corpus
-    from condsearch.pipeline import check_condition, index_corpus, load_vectorizer
+    from condsearch.pipeline import check_condition, index_corpus, load_csr_vectorizer, load_vectorizer
 
     try:
         for c in conditions:
@@ -183,17 +214,28 @@ def index_cmd(
         data = read_corpus(corpus, text_column, id_column)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        vec = load_vectorizer(
-            model,
-            head,
-            device=device,
-            max_length=max_length,
-            trust_remote_code=trust_remote_code,
-            pooling=pooling,
-            prompt_template=prompt_template,
-            unconditional_template=unconditional_template,
-            dtype=dtype,
-        )
+        if mode == "csr":
+            vec = load_csr_vectorizer(
+                model,
+                head,
+                router=router,
+                router_layer=router_layer,
+                device=device,
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+            )
+        else:
+            vec = load_vectorizer(
+                model,
+                head,
+                device=device,
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+                pooling=pooling,
+                prompt_template=prompt_template,
+                unconditional_template=unconditional_template,
+                dtype=dtype,
+            )
         store = _store(index_dir)
         start = time.perf_counter()
         names = index_corpus(
@@ -334,6 +376,7 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
                         "index": name,
                         "condition": m.condition,
                         "corpus": m.corpus_name,
+                        "mode": m.mode,
                         "rows": m.n_vectors,
                         "model": m.model_id,
                         "head": m.head,
@@ -345,7 +388,7 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
             )
         else:
             click.echo(
-                f"{m.condition!r}  corpus={m.corpus_name}  rows={m.n_vectors}  model={m.model_id}  "
+                f"{m.condition!r}  corpus={m.corpus_name}  mode={m.mode}  rows={m.n_vectors}  model={m.model_id}  "
                 f"head={m.head}  dim={m.dim}  [{name}]"
             )
 
@@ -364,13 +407,30 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
 )
 @click.option("--dim", default=256, show_default=True, type=click.IntRange(min=1), help="Output (index) dimension.")
 @click.option(
-    "--epochs", default=30, show_default=True, type=click.IntRange(min=1), help="Passes over the training rows."
+    "--epochs", default=None, type=click.IntRange(min=1), help="Passes over the training rows [default: 30; csr 3]."
 )
 @click.option(
-    "--lr", default=1e-3, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Adam learning rate."
+    "--lr",
+    default=None,
+    type=click.FloatRange(min=0, min_open=True),
+    help="Learning rate [default: 1e-3 (Adam); csr 3e-4 (AdamW)].",
 )
 @click.option(
-    "--train-batch-size", default=512, show_default=True, type=click.IntRange(min=1), help="Rows per optimiser step."
+    "--train-batch-size",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Rows per optimiser step [default: 512; csr 32].",
+)
+@mode_option
+@click.option(
+    "--loss",
+    type=click.Choice(["mse", "wacl", "mse+wacl"]),
+    default="mse",
+    show_default=True,
+    help="--mode csr: MSE on the scaled label, W-ACL (CCL eq. 9) over each pair's two conditions, or both.",
+)
+@click.option(
+    "--router-layer", default=None, type=int, help="--mode csr: layer holding the router [default: the last]."
 )
 @click.option(
     "--dropout",
@@ -399,9 +459,12 @@ def train_cmd(
     out: Path,
     dev_csv: Path | None,
     dim: int,
-    epochs: int,
-    lr: float,
-    train_batch_size: int,
+    epochs: int | None,
+    lr: float | None,
+    train_batch_size: int | None,
+    mode: str,
+    loss: str,
+    router_layer: int | None,
     dropout: float,
     seed: int,
     model: str | None,
@@ -416,18 +479,53 @@ def train_cmd(
     device: str | None,
     trust_remote_code: bool,
 ) -> None:
-    """Train a CASE projection head on a C-STS style CSV (sentence1, sentence2, condition, label).
+    """Train on a C-STS style CSV (sentence1, sentence2, condition, label).
 
-    The frozen encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.
+    --mode case trains the CASE projection head; the frozen encoder's outputs are cached (env
+    CONDSEARCH_CACHE_DIR), so retraining takes seconds. --mode csr fine-tunes the router query
+    and the layers from the router layer up, leaving lower layers frozen so sentence caches stay valid.
     """
+
+    def report(epoch: int, value: float, dev: dict[str, float] | None) -> None:
+        extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""
+        click.echo(f"epoch {epoch:>3}  loss {value:.5f}{extra}", err=True)
+
+    if mode == "csr":
+        from condsearch.csr.training import RouterTrainConfig, train_router_and_save
+
+        rconfig = RouterTrainConfig(
+            epochs=epochs or 3, batch_size=train_batch_size or 32, lr=lr or 3e-4, loss=loss, seed=seed
+        )
+        try:
+            summary = train_router_and_save(
+                train_csv,
+                out,
+                rconfig,
+                dev_csv=dev_csv,
+                model=model,
+                layer=router_layer,
+                device=device,
+                max_length=max_length,
+                trust_remote_code=trust_remote_code,
+                on_epoch=report,
+            )
+        except CondsearchError as exc:
+            raise _fail(exc) from exc
+        if as_json:
+            click.echo(json.dumps(summary))
+        else:
+            best = summary.get("dev_spearman")
+            click.echo(
+                f"wrote {out} (router at layer {summary['layer']})"
+                + (f"; dev spearman {best:.2f}" if best is not None else "")
+            )
+        return
+
     from condsearch.training import TrainConfig, train_and_save
 
-    config = TrainConfig(dim=dim, epochs=epochs, batch_size=train_batch_size, lr=lr, dropout=dropout, seed=seed)
-
-    def report(epoch: int, loss: float, dev: dict[str, float] | None) -> None:
-        extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""
-        click.echo(f"epoch {epoch:>3}  loss {loss:.5f}{extra}", err=True)
-
+    config = TrainConfig(
+        dim=dim, epochs=epochs or 30, batch_size=train_batch_size or 512, lr=lr or 1e-3, dropout=dropout, seed=seed
+    )
     try:
         summary = train_and_save(
             train_csv,

@@ -11,6 +11,7 @@ import numpy as np
 
 from condsearch.corpus import Corpus
 from condsearch.encoders import Encoder, encoder_options, load_encoder
+from condsearch.encoders.base import ConditionalEncoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
 from condsearch.head import DEFAULT_HEAD_DIR, ProjectionHead, head_checksum, load_head
 from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
@@ -23,16 +24,19 @@ HEAD_AUTO = "auto"
 HEAD_NONE = "none"
 HEAD_DEFAULT = "default"
 MODE_CASE = "case"
+MODE_CSR = "csr"
+MODES = (MODE_CASE, MODE_CSR)
 
 
 @dataclass(frozen=True)
 class Vectorizer:
     """An encoder and an optional head: text under a condition -> unit vector."""
 
-    encoder: Encoder
+    encoder: ConditionalEncoder
     head: ProjectionHead | None
     head_name: str  # "none", "default" or the head folder's absolute path
     head_checksum: str
+    mode: str = MODE_CASE
 
     @property
     def dim(self) -> int:
@@ -41,8 +45,8 @@ class Vectorizer:
     def vectors(
         self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
     ) -> np.ndarray:
-        """Return CASE vectors of texts under condition: (n, dim) float32, unit length."""
-        raw = self.encoder.encode_case(texts, condition, batch_size=batch_size, progress=progress)
+        """Return condition-aware vectors of texts: (n, dim) float32, unit length."""
+        raw = self.encoder.encode_conditional(texts, condition, batch_size=batch_size, progress=progress)
         notice = self.encoder.report_truncation()
         if notice:
             log.warning(notice)
@@ -101,6 +105,32 @@ def load_vectorizer(
     return Vectorizer(encoder, h, name, checksum)
 
 
+def load_csr_vectorizer(
+    model: str | None = None,
+    head: str | None = None,
+    *,
+    router: str | None = None,
+    router_layer: int | None = None,
+    device: str | None = None,
+    max_length: int | None = None,
+    trust_remote_code: bool = False,
+) -> Vectorizer:
+    """Load the router tri-encoder (--mode csr); its vectors are used without a head."""
+    if head not in (None, HEAD_AUTO, HEAD_NONE):
+        raise CondsearchError("--head applies to --mode case only; CSR vectors are indexed as they are")
+    from condsearch.csr import load_csr_encoder
+
+    encoder = load_csr_encoder(
+        model,
+        router=router,
+        layer=router_layer,
+        device=device,
+        max_length=max_length,
+        trust_remote_code=trust_remote_code,
+    )
+    return Vectorizer(encoder, None, HEAD_NONE, "", mode=MODE_CSR)
+
+
 def check_condition(condition: str) -> str:
     """Return a condition stripped of surrounding space, refusing empty ones."""
     text = condition.strip()
@@ -137,7 +167,7 @@ def index_corpus(
             model_id=vectorizer.encoder.model_id,
             model_revision=vectorizer.encoder.revision,
             encoder=vectorizer.encoder.describe(),
-            mode=MODE_CASE,
+            mode=vectorizer.mode,
             head=vectorizer.head_name,
             head_checksum=vectorizer.head_checksum,
             dim=vectorizer.dim,
@@ -170,6 +200,10 @@ def vectorizer_for(
             f"index for {manifest.condition!r} was built with {manifest.model_id} at "
             f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
         )
+    if manifest.mode == MODE_CSR:
+        return _csr_vectorizer_for(manifest, model, head, device=device, trust_remote_code=trust_remote_code)
+    if manifest.mode != MODE_CASE:
+        raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
     # Pooling, prompts, max_length and dtype as recorded by the encoder's describe().
     vec = load_vectorizer(
         model or manifest.model_id,
@@ -183,6 +217,28 @@ def vectorizer_for(
             f"index for {manifest.condition!r} was built with head {manifest.head} "
             f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.head_name} "
             f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
+        )
+    return vec
+
+
+def _csr_vectorizer_for(
+    manifest: Manifest, model: str | None, head: str | None, *, device: str | None, trust_remote_code: bool
+) -> Vectorizer:
+    recorded = manifest.encoder
+    layer, max_length = recorded.get("router_layer"), recorded.get("max_length")
+    vec = load_csr_vectorizer(
+        model or manifest.model_id,
+        head,
+        router=str(recorded.get("router") or "none"),
+        router_layer=layer if isinstance(layer, int) else None,
+        device=device,
+        max_length=max_length if isinstance(max_length, int) else None,
+        trust_remote_code=trust_remote_code,
+    )
+    if vec.encoder.describe().get("router_checksum") != recorded.get("router_checksum"):
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with router {recorded.get('router')} "
+            f"(sha256 {str(recorded.get('router_checksum'))[:12] or '-'}), which has changed since; re-index"
         )
     return vec
 

@@ -11,6 +11,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -182,5 +183,47 @@ def _positions(batch: list[list[int]]) -> list[tuple[int, int] | None]:
     return out
 
 
-def config_dict(config: RouterTrainConfig) -> dict[str, object]:
-    return asdict(config)
+def train_router_and_save(
+    train_csv: Path,
+    out: Path,
+    config: RouterTrainConfig,
+    *,
+    dev_csv: Path | None = None,
+    model: str | None = None,
+    layer: int | None = None,
+    device: str | None = None,
+    max_length: int | None = None,
+    trust_remote_code: bool = False,
+    on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+) -> dict[str, object]:
+    """Train the router layers from the pre-trained backbone and save them; return a summary."""
+    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.csr.weights import save_router
+    from condsearch.csts import read_csts
+
+    train = read_csts(train_csv)
+    dev = read_csts(dev_csv) if dev_csv is not None else None
+    encoder = load_csr_encoder(
+        model, router="none", layer=layer, device=device, max_length=max_length, trust_remote_code=trust_remote_code
+    )
+    history = train_router(encoder, train, config, dev=dev, on_epoch=on_epoch)
+    summary: dict[str, object] = {
+        "out": str(out),
+        "layer": encoder.router.layer,
+        "train_rows": len(train),
+        "config": asdict(config),
+        "train_csv": Path(train_csv).name,
+    }
+    if dev is not None:
+        best = max(history, key=lambda r: r["dev_spearman"])
+        summary.update(
+            {
+                "dev_csv": Path(dev_csv).name,  # type: ignore[arg-type]
+                "dev_spearman": best["dev_spearman"],
+                "dev_spearman_untrained": history[0]["dev_spearman"],
+                "best_epoch": int(best["epoch"]),
+            }
+        )
+    meta = {"model_id": encoder.model_id, "model_revision": encoder.revision, "training": summary}
+    summary["checksum"] = save_router(encoder.router, out, meta)
+    return summary

@@ -6,6 +6,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -30,6 +31,22 @@ class EncodeStats:
         self.n_truncated += 1
         if len(self.truncated_examples) < 3:
             self.truncated_examples.append(text[:60])
+
+
+class ConditionalEncoder(Protocol):
+    """What indexing and querying need: text under a condition -> vector (CASE or CSR)."""
+
+    model_id: str
+    revision: str
+    dim: int
+
+    def encode_conditional(
+        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray: ...
+
+    def describe(self) -> dict[str, object]: ...
+
+    def report_truncation(self) -> str | None: ...
 
 
 class Encoder(ABC):
@@ -124,6 +141,12 @@ class Encoder(ABC):
         pairs: list[Pair] = list(zip(conditions, sentences, strict=True))
         cond = self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)
         return cond - base[[row[c] for c in conditions]]
+
+    def encode_conditional(
+        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Return the raw CASE vectors of texts under one condition (see :meth:`encode_case`)."""
+        return self.encode_case(texts, condition, batch_size=batch_size, progress=progress)
 
     def encode_plain(
         self,
