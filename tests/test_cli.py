@@ -158,7 +158,7 @@ def test_list_json(indexed: Path, tiny_bert_dir: Path) -> None:
     assert len(rows) == 2
     assert {r["condition"] for r in rows} == {COLOUR, SPORT}
     for r in rows:
-        assert set(r) == {"index", "condition", "corpus", "rows", "model", "head", "dim", "factory"}
+        assert set(r) == {"index", "condition", "corpus", "mode", "rows", "model", "head", "dim", "factory"}
         assert (r["corpus"], r["rows"], r["model"], r["head"], r["dim"], r["factory"]) == (
             "corpus",
             8,
