@@ -68,6 +68,10 @@ class Router(nn.Module):
         self.n_heads = int(attn.num_attention_heads)
         self.head_dim = int(attn.attention_head_size)
         self.router_query = copy.deepcopy(attn.query)
+        # A learnable gain on the routing weights, log-parametrised; gain 1 is (1 + w) exactly.
+        # The weights sum to 1 over the tokens, so without it routing moves each token by ~1/L.
+        self.log_gain = nn.Parameter(torch.zeros(()))
+        # A fixed multiplier for tests and ablations: 0 turns routing off (the plain forward pass).
         self.w_scale = w_scale
 
     # -- which parameters train -------------------------------------------------------------
@@ -80,7 +84,9 @@ class Router(nn.Module):
         modules[f"layer{self.layer}.output"] = t.output
         for j in range(self.layer + 1, len(layers)):
             modules[f"layer{j}"] = layers[j]
-        return {f"{prefix}.{name}": p for prefix, m in modules.items() for name, p in m.named_parameters()}
+        params = {f"{prefix}.{name}": p for prefix, m in modules.items() for name, p in m.named_parameters()}
+        params["router_log_gain"] = self.log_gain
+        return params
 
     def freeze_backbone(self) -> None:
         """Freeze everything but :meth:`trainable_parameters`."""
@@ -123,7 +129,8 @@ class Router(nn.Module):
         scores = (q @ k.transpose(-1, -2)).squeeze(2) / self.head_dim**0.5  # (b, H, L)
         scores = scores.masked_fill(~states.mask[:, None, :], float("-inf"))
         w = scores.softmax(dim=-1).mean(dim=1)  # (b, L), sums to 1 over real tokens
-        routed = states.c * (1.0 + self.w_scale * w).unsqueeze(-1)
+        gain = self.w_scale * self.log_gain.exp()
+        routed = states.c * (1.0 + gain * w).unsqueeze(-1)
         layers = _layers(self.model)
         t = layers[self.layer]
         hidden = t.attention.output(routed, states.x)

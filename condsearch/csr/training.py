@@ -38,6 +38,7 @@ class RouterTrainConfig:
     warmup: float = 0.1
     loss: str = "mse"
     wacl_weight: float = 1.0
+    gain_lr: float = 1e-2
     seed: int = 0
 
 
@@ -111,8 +112,15 @@ def train_router(
     rng = random.Random(config.seed)
     router = encoder.router
     router.freeze_backbone()
-    params = [p for p in router.trainable_parameters().values()]
-    optim = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    params = [p for name, p in router.trainable_parameters().items() if name != "router_log_gain"]
+    optim = torch.optim.AdamW(
+        [
+            {"params": params},
+            {"params": [router.log_gain], "lr": config.gain_lr, "weight_decay": 0.0},
+        ],
+        lr=config.lr,
+        weight_decay=config.weight_decay,
+    )
     train_f = _Featurizer(encoder, train)
     dev_f = _Featurizer(encoder, dev) if dev is not None else None
     groups = pair_groups(train)
@@ -157,6 +165,7 @@ def train_router(
             count += len(idx)
         row: dict[str, float] = {"epoch": epoch, "loss": total / max(1, count)}
         dev_scores = evaluate_router(encoder, dev_f) if dev_f is not None else None
+        row["gain"] = router.log_gain.exp().item()
         if dev_scores is not None:
             row.update({f"dev_{k}": v for k, v in dev_scores.items() if k != "n"})
             if dev_scores["spearman"] > best:

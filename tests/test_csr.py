@@ -1,0 +1,281 @@
+"""The router-CSR tri-encoder: differential tests of every shortcut it takes."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+from transformers import AutoModel, AutoTokenizer
+
+from condsearch.cli import main
+from condsearch.csr import load_csr_encoder
+from condsearch.csr.cache import StateCache, collate, split
+from condsearch.csr.router import Router
+from condsearch.csr.training import RouterTrainConfig, pair_groups, train_router, wacl_loss
+from condsearch.csr.weights import load_router_weights, save_router
+from condsearch.csts import read_csts
+from condsearch.errors import ModelError
+from tests.conftest import SENTENCES
+
+CONDITION = "color of the dress"
+
+
+@pytest.fixture(scope="module")
+def backbone(tiny_bert_dir: Path):
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    model = AutoModel.from_pretrained(tiny_bert_dir).eval()
+    return tokenizer, model
+
+
+def _mean_pooled(model, inputs) -> torch.Tensor:
+    hidden = model(**inputs).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).float()
+    return (hidden * mask).sum(1) / mask.sum(1)
+
+
+@pytest.mark.parametrize("layer", [None, 0, 1])
+def test_router_off_equals_plain_forward(backbone, layer) -> None:
+    tokenizer, model = backbone
+    router = Router(model, layer, w_scale=0.0).eval()
+    inputs = tokenizer(SENTENCES[:4], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        states = router.sentence_states(inputs)
+        q = router.condition_queries(tokenizer([CONDITION], return_tensors="pt"))
+        routed = router.route(states, q)
+        expected = _mean_pooled(model, inputs)
+    torch.testing.assert_close(routed, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_router_on_changes_vectors_and_depends_on_condition(backbone) -> None:
+    tokenizer, model = backbone
+    router = Router(model, w_scale=20.0).eval()
+    with torch.no_grad():
+        router.router_query.weight.mul_(30.0)  # a random tiny model attends almost uniformly; sharpen it
+    inputs = tokenizer(SENTENCES[:3], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        states = router.sentence_states(inputs)
+        a = router.route(states, router.condition_queries(tokenizer(["the dress"], return_tensors="pt")))
+        b = router.route(states, router.condition_queries(tokenizer(["tennis"], return_tensors="pt")))
+        plain = _mean_pooled(model, inputs)
+    assert not torch.allclose(a, plain)
+    assert not torch.allclose(a, b)
+
+
+def test_routing_weights_cover_only_real_tokens(backbone) -> None:
+    """Padding must not change a sentence's routed vector (batch invariance)."""
+    tokenizer, model = backbone
+    router = Router(model).eval()
+    q_inputs = tokenizer([CONDITION], return_tensors="pt")
+    with torch.inference_mode():
+        q = router.condition_queries(q_inputs)
+        alone = router.route(router.sentence_states(tokenizer([SENTENCES[2]], return_tensors="pt")), q)
+        batch = tokenizer([SENTENCES[0], SENTENCES[2], "short"], padding=True, return_tensors="pt")
+        together = router.route(router.sentence_states(batch), q)
+    torch.testing.assert_close(together[1], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_only_router_layers_train(backbone) -> None:
+    _, model = backbone
+    router = Router(model, 1)
+    router.freeze_backbone()
+    trainable = {n for n, p in router.named_parameters() if p.requires_grad}
+    assert trainable  # router query, gain, rest of layer 1
+    assert all(not n.startswith("model.embeddings") and "layer.0." not in n for n in trainable)
+    assert not any("attention.self" in n for n in trainable)  # cached keys/context stay valid
+
+
+def test_state_cache_round_trip(tmp_path: Path, backbone) -> None:
+    tokenizer, model = backbone
+    router = Router(model).eval()
+    with torch.inference_mode():
+        states = router.sentence_states(tokenizer(SENTENCES[:3], padding=True, return_tensors="pt"))
+    cache = StateCache(tmp_path, dtype=torch.float32)
+    keys = ["aa" * 32, "bb" * 32, "cc" * 32]
+    cache.put(keys, split(states))
+    reread = StateCache(tmp_path, dtype=torch.float32)  # a new process: index read from disk
+    assert reread.missing(keys + ["dd" * 32]) == [3]
+    got = collate(reread.get(list(reversed(keys))))
+    lengths = states.mask.sum(1).tolist()
+    for i, j in enumerate(reversed(range(3))):
+        n = lengths[j]
+        torch.testing.assert_close(got.x[i, :n], states.x[j, :n])
+        torch.testing.assert_close(got.c[i, :n], states.c[j, :n])
+        assert bool(got.mask[i, :n].all()) and not bool(got.mask[i, n:].any())
+
+
+def test_cached_path_equals_uncached(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path, state_dtype=torch.float32)
+    cached = encoder.encode_conditional(SENTENCES, CONDITION, batch_size=3)
+    tok = encoder.tokenizer
+    with torch.inference_mode():
+        inputs = tok(SENTENCES, padding=True, return_tensors="pt")
+        q = encoder.router.condition_queries(tok([CONDITION], return_tensors="pt"))
+        direct = encoder.router.route(encoder.router.sentence_states(inputs), q).numpy()
+    np.testing.assert_allclose(cached, direct, atol=1e-5)
+
+
+def test_half_precision_cache_is_close(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    full = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "a", state_dtype=torch.float32)
+    half = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "b")
+    a = full.encode_conditional(SENTENCES, CONDITION)
+    b = half.encode_conditional(SENTENCES, CONDITION)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.999
+
+
+def test_cache_is_reused_across_runs(tmp_path: Path, tiny_bert_dir: Path, monkeypatch) -> None:
+    first = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path)
+    a = first.encode_conditional(SENTENCES, CONDITION)
+    second = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path)
+    calls: list[int] = []
+    original = second.router.sentence_states
+    monkeypatch.setattr(
+        second.router,
+        "sentence_states",
+        lambda inputs: calls.append(1) or original(inputs),  # type: ignore[func-returns-value]
+    )
+    b = second.encode_conditional(SENTENCES + [SENTENCES[0]], "a new condition")
+    assert calls == []  # nothing recomputed: every sentence came from the disk cache
+    c = second.encode_conditional(SENTENCES, CONDITION)
+    np.testing.assert_allclose(a, c, atol=1e-6)
+    assert b.shape == (len(SENTENCES) + 1, a.shape[1])
+    np.testing.assert_array_equal(b[0], b[-1])
+
+
+def test_router_weights_round_trip(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "cache")
+    with torch.no_grad():
+        for p in encoder.router.trainable_parameters().values():
+            p.add_(0.01 * torch.randn_like(p))
+    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    save_router(encoder.router, tmp_path / "router", {"model_id": encoder.model_id}, dtype=torch.float32)
+    again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "router"), cache_dir=tmp_path / "cache")
+    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=1e-5)
+    assert again.describe()["router_checksum"]
+    other = Router(AutoModel.from_pretrained(tiny_bert_dir), 0)
+    with pytest.raises(ModelError, match="layer"):
+        load_router_weights(other, tmp_path / "router")
+
+
+def _csts_csv(path: Path) -> Path:
+    rows = []
+    for i in range(6):
+        s1, s2 = SENTENCES[i], SENTENCES[i + 1]
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the colour", "label": "5.0" if i % 2 else "2.0"})
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the sport", "label": "1.0" if i % 2 else "4.0"})
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "condition", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_pair_groups_put_the_high_row_first(tmp_path: Path) -> None:
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    groups = pair_groups(data)
+    assert len(groups) == 6 and all(len(g) == 2 for g in groups)
+    assert all(data.labels[g[0]] >= data.labels[g[1]] for g in groups)
+
+
+def test_wacl_loss_matches_equation() -> None:
+    cos_pos, cos_neg = torch.tensor([0.9, 0.2]), torch.tensor([0.1, 0.6])
+    y_pos, y_neg = torch.tensor([1.0, 0.75]), torch.tensor([0.0, 0.5])
+    expected = (1.0 * abs(1.0 + 0.1 - 0.9) + 0.25 * abs(0.25 + 0.6 - 0.2)) / 2
+    assert wacl_loss(cos_pos, cos_neg, y_pos, y_neg).item() == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("loss", ["mse", "mse+wacl"])
+def test_training_keeps_the_best_dev_epoch(tmp_path: Path, tiny_bert_dir: Path, loss: str) -> None:
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "cache")
+    frozen = {n: p.detach().clone() for n, p in encoder.router.named_parameters() if "attention.self" in n}
+    history = train_router(encoder, data, RouterTrainConfig(epochs=2, lr=1e-3, loss=loss), dev=data)
+    assert [r["epoch"] for r in history] == [0, 1, 2]
+    assert all(np.isfinite(r["loss"]) for r in history[1:])
+    for n, p in encoder.router.named_parameters():
+        if n in frozen:
+            torch.testing.assert_close(p, frozen[n])  # cached states stay valid
+
+
+def test_cli_csr_train_index_query(tmp_path: Path, tiny_bert_dir: Path, corpus_file: Path) -> None:
+    runner = CliRunner()
+    train_csv = _csts_csv(tmp_path / "train.csv")
+    out = tmp_path / "router"
+    res = runner.invoke(
+        main,
+        [
+            "train",
+            str(train_csv),
+            "--dev",
+            str(train_csv),
+            "--mode",
+            "csr",
+            "--model",
+            str(tiny_bert_dir),
+            "--out",
+            str(out),
+            "--epochs",
+            "1",
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (out / "router.safetensors").is_file() and summary["layer"] == 1
+    index_dir = tmp_path / "idx"
+    common = ["--index-dir", str(index_dir)]
+    res = runner.invoke(
+        main,
+        [
+            "index",
+            str(corpus_file),
+            "--mode",
+            "csr",
+            "--model",
+            str(tiny_bert_dir),
+            "--router",
+            str(out),
+            "-c",
+            "the colour",
+            "-c",
+            "the sport",
+            *common,
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads(next(index_dir.glob("the-colour-*/manifest.json")).read_text())
+    assert manifest["mode"] == "csr" and manifest["encoder"]["router_checksum"] == summary["checksum"]
+    res = runner.invoke(main, ["query", SENTENCES[0], "-c", "the colour", "-k", "3", "--json", *common])
+    assert res.exit_code == 0, res.output
+    results = json.loads(res.stdout)["results"]
+    assert results[0]["id"] == "s0" and results[0]["score"] == pytest.approx(1.0, abs=1e-4)
+    # the router changed after indexing: queries are refused rather than mixing vector spaces
+    (out / "router.safetensors").write_bytes((out / "router.safetensors").read_bytes()[:-8] + b"\0" * 8)
+    res = runner.invoke(main, ["query", SENTENCES[0], "-c", "the colour", *common])
+    assert res.exit_code == 1 and "router" in res.stderr and "Traceback" not in res.output
+
+
+def test_cli_csr_refuses_a_head(tmp_path: Path, tiny_bert_dir: Path, corpus_file: Path) -> None:
+    res = CliRunner().invoke(
+        main,
+        [
+            "index",
+            str(corpus_file),
+            "--mode",
+            "csr",
+            "--model",
+            str(tiny_bert_dir),
+            "--head",
+            "default",
+            "-c",
+            CONDITION,
+            "--index-dir",
+            str(tmp_path),
+        ],
+    )
+    assert res.exit_code == 1 and "--head applies to --mode case" in res.stderr
