@@ -6,12 +6,19 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from condsearch import __version__
+from condsearch.cli_options import (
+    device_option,
+    encoder_options,
+    index_dir_option,
+    mode_option,
+    router_options,
+    trust_option,
+)
 from condsearch.errors import CondsearchError
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -25,71 +32,6 @@ def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fas
     from condsearch.store import IndexStore
 
     return IndexStore(index_dir)
-
-
-index_dir_option = click.option(
-    "--index-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    envvar="CONDSEARCH_INDEX_DIR",
-    default="indexes",
-    show_default=True,
-    help="Folder holding the indexes (env CONDSEARCH_INDEX_DIR).",
-)
-device_option = click.option(
-    "--device",
-    default=None,
-    help="Torch device, e.g. cpu or cuda:0; several (cuda:0,cuda:1) split each batch (default: CUDA when present).",
-)
-trust_option = click.option(
-    "--trust-remote-code", is_flag=True, help="Allow the model folder's own Python code to run (off by default)."
-)
-
-
-def _newlines(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    return None if value is None else value.replace("\\n", "\n")
-
-
-def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Add --pooling, --prompt-template, --unconditional-template and --dtype to a command."""
-    from condsearch.encoders.family import DTYPES, POOLINGS
-
-    options = [
-        click.option(
-            "--pooling",
-            type=click.Choice(POOLINGS),
-            default="auto",
-            show_default=True,
-            help=(
-                "Last token (Qwen3-Embedding, gte-Qwen2), mean of all tokens (e5/SFR-Mistral) or the "
-                "condition's tokens (condition-mean, BERT-style); auto picks by model family."
-            ),
-        ),
-        click.option(
-            "--prompt-template",
-            default=None,
-            callback=_newlines,
-            help=(
-                "Conditional input, with {condition} and {sentence}; \\n is a newline "
-                "[default: the CASE prompt; for NV-Embed, the instruction]."
-            ),
-        ),
-        click.option(
-            "--unconditional-template",
-            default=None,
-            callback=_newlines,
-            help="Unconditional input, with {condition} [default: the CASE prompt; for NV-Embed, the instruction].",
-        ),
-        click.option(
-            "--dtype",
-            type=click.Choice(DTYPES),
-            default="auto",
-            show_default=True,
-            help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, else float32.",
-        ),
-    ]
-    for option in reversed(options):
-        command = option(command)
-    return command
 
 
 @click.group(context_settings=CONTEXT)
@@ -109,30 +51,6 @@ def main(verbose: bool) -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice(["case", "csr"]),
-    default="case",
-    show_default=True,
-    help="case: CASE bi-encoder (one forward pass per pair); csr: router tri-encoder over cached sentence states.",
-)
-
-
-def router_options(f):  # noqa: ANN001, ANN201 - a click decorator
-    f = click.option(
-        "--router-layer",
-        default=None,
-        type=int,
-        help="--mode csr: backbone layer holding the router [default: the router's, else the last].",
-    )(f)
-    return click.option(
-        "--router",
-        default="auto",
-        show_default=True,
-        help="--mode csr: trained router folder, 'default' (shipped for the default model) or 'none' (untrained).",
-    )(f)
 
 
 @main.command("index", context_settings=CONTEXT)

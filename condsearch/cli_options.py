@@ -1,0 +1,96 @@
+"""Options shared by several commands of the CLI (kept apart so cli.py stays a thin list of commands)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+index_dir_option = click.option(
+    "--index-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="CONDSEARCH_INDEX_DIR",
+    default="indexes",
+    show_default=True,
+    help="Folder holding the indexes (env CONDSEARCH_INDEX_DIR).",
+)
+device_option = click.option(
+    "--device",
+    default=None,
+    help="Torch device, e.g. cpu or cuda:0; several (cuda:0,cuda:1) split each batch (default: CUDA when present).",
+)
+trust_option = click.option(
+    "--trust-remote-code", is_flag=True, help="Allow the model folder's own Python code to run (off by default)."
+)
+
+
+def _newlines(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else value.replace("\\n", "\n")
+
+
+def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --pooling, --prompt-template, --unconditional-template and --dtype to a command."""
+    from condsearch.encoders.family import DTYPES, POOLINGS
+
+    options = [
+        click.option(
+            "--pooling",
+            type=click.Choice(POOLINGS),
+            default="auto",
+            show_default=True,
+            help=(
+                "Last token (Qwen3-Embedding, gte-Qwen2), mean of all tokens (e5/SFR-Mistral) or the "
+                "condition's tokens (condition-mean, BERT-style); auto picks by model family."
+            ),
+        ),
+        click.option(
+            "--prompt-template",
+            default=None,
+            callback=_newlines,
+            help=(
+                "Conditional input, with {condition} and {sentence}; \\n is a newline "
+                "[default: the CASE prompt; for NV-Embed, the instruction]."
+            ),
+        ),
+        click.option(
+            "--unconditional-template",
+            default=None,
+            callback=_newlines,
+            help="Unconditional input, with {condition} [default: the CASE prompt; for NV-Embed, the instruction].",
+        ),
+        click.option(
+            "--dtype",
+            type=click.Choice(DTYPES),
+            default="auto",
+            show_default=True,
+            help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, else float32.",
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+mode_option = click.option(
+    "--mode",
+    type=click.Choice(["case", "csr"]),
+    default="case",
+    show_default=True,
+    help="case: CASE bi-encoder (one forward pass per pair); csr: router tri-encoder over cached sentence states.",
+)
+
+
+def router_options(f):  # noqa: ANN001, ANN201 - a click decorator
+    f = click.option(
+        "--router-layer",
+        default=None,
+        type=int,
+        help="--mode csr: backbone layer holding the router [default: the router's, else the last].",
+    )(f)
+    return click.option(
+        "--router",
+        default="auto",
+        show_default=True,
+        help="--mode csr: trained router folder, 'default' (shipped for the default model) or 'none' (untrained).",
+    )(f)
