@@ -222,6 +222,8 @@ def train_router_and_save(
         "train_rows": len(train),
         "config": asdict(config),
         "train_csv": Path(train_csv).name,
+        "gain": round(encoder.router.log_gain.exp().item(), 4),
+        "history": history,
     }
     if dev is not None:
         best = max(history, key=lambda r: r["dev_spearman"])
