@@ -55,6 +55,16 @@ class StateCache:
         where = self._index()
         return [i for i, k in enumerate(keys) if k not in where]
 
+    def lengths(self, keys: Sequence[str]) -> list[int]:
+        """Return the token count of each cached sentence (KeyError for a missing one)."""
+        where = self._index()
+        out = []
+        for key in keys:
+            shard, row = where[key]
+            offsets = self._offsets[shard]
+            out.append(int(offsets[row + 1] - offsets[row]))
+        return out
+
     def put(self, keys: Sequence[str], states: Sequence[Tensors]) -> None:
         """Write the states of several sentences as one new shard."""
         if not keys:

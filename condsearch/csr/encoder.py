@@ -157,6 +157,9 @@ class CsrEncoder:
         keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
         q = self.condition_query(condition)[None]
         distinct = list(dict.fromkeys(keys))
+        # length-sorted batches keep padding (and so the per-pair work) small
+        length = dict(zip(distinct, self.states.lengths(distinct), strict=True))
+        distinct.sort(key=lambda k: -length[k])
         out = np.empty((len(distinct), self.dim), dtype=np.float32)
         bar = tqdm(total=len(distinct), desc="routing", unit="sent", disable=not progress)
         for start in range(0, len(distinct), batch_size):

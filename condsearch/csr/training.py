@@ -20,6 +20,7 @@ from torch import nn
 from condsearch.csr.cache import collate
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csts import CstsData, scale_labels
+from condsearch.losses import group_positions, pair_groups, wacl_loss
 from condsearch.metrics import correlations
 
 log = logging.getLogger(__name__)
@@ -40,26 +41,6 @@ class RouterTrainConfig:
     wacl_weight: float = 1.0
     gain_lr: float = 1e-2
     seed: int = 0
-
-
-def pair_groups(data: CstsData) -> list[list[int]]:
-    """Group row indices by sentence pair: [high, low] when a pair has two rows, else [row]."""
-    groups: dict[tuple[str, str], list[int]] = {}
-    for i, key in enumerate(zip(data.sentence1, data.sentence2, strict=True)):
-        groups.setdefault(key, []).append(i)
-    out = []
-    for rows in groups.values():
-        if len(rows) == 2:
-            out.append(sorted(rows, key=lambda r: -float(data.labels[r])))
-        else:
-            out.extend([r] for r in rows)
-    return out
-
-
-def wacl_loss(cos_pos: torch.Tensor, cos_neg: torch.Tensor, y_pos: torch.Tensor, y_neg: torch.Tensor) -> torch.Tensor:
-    """Weighted adaptive contrastive loss (CCL eq. 9) over (high, low) groups; labels in [0, 1]."""
-    gap = y_pos - y_neg
-    return (gap * (gap + cos_neg - cos_pos).abs()).mean()
 
 
 class _Featurizer:
@@ -152,7 +133,7 @@ def train_router(
             if config.loss in ("mse", "mse+wacl"):
                 loss = loss + nn.functional.mse_loss(cos, y)
             if config.loss in ("wacl", "mse+wacl"):
-                pairs = [p for p in _positions(batch) if p is not None]
+                pairs = [p for p in group_positions(batch) if p is not None]
                 if pairs:
                     hi = torch.tensor([p[0] for p in pairs], device=encoder.device)
                     lo = torch.tensor([p[1] for p in pairs], device=encoder.device)
@@ -180,16 +161,6 @@ def train_router(
                 p.copy_(best_state[name])
     router.eval()
     return history
-
-
-def _positions(batch: list[list[int]]) -> list[tuple[int, int] | None]:
-    """Map each group of a batch to its (high, low) positions in the flattened batch."""
-    out: list[tuple[int, int] | None] = []
-    pos = 0
-    for g in batch:
-        out.append((pos, pos + 1) if len(g) == 2 else None)
-        pos += len(g)
-    return out
 
 
 def train_router_and_save(
