@@ -16,6 +16,7 @@ import faiss
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from condsearch import __version__
 from condsearch.corpus import file_checksum
 from condsearch.errors import StoreError
 
@@ -91,8 +92,6 @@ class IndexStore:
         try:
             faiss.write_index(index, str(tmp / INDEX_FILE))
             pq.write_table(pa.table({"id": ids, "text": texts}), tmp / ROWS_FILE)
-            from condsearch import __version__
-
             final = Manifest(
                 **{
                     **asdict(manifest),
