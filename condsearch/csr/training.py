@@ -116,7 +116,7 @@ def train_router(
     best_state, best = None, -float("inf")
     if dev_f is not None:
         base = evaluate_router(encoder, dev_f)
-        history.append({"epoch": 0, "loss": float("nan"), **{f"dev_{k}": v for k, v in base.items() if k != "n"}})
+        history.append({"epoch": 0, "loss": None, **{f"dev_{k}": v for k, v in base.items() if k != "n"}})
         best = base["spearman"]
         best_state = {k: v.detach().clone() for k, v in router.trainable_parameters().items()}
     for epoch in range(1, config.epochs + 1):
