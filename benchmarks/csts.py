@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """C-STS benchmark: Spearman and Pearson (×100) of cosine against label, per split.
 
-Modes: ``unconditional`` (each sentence embedded alone, condition ignored) and ``case``
-(CASE vectors f(c; I(s)) − f(c; I(∅))). Heads: ``default`` (the head shipped for the
+Modes: ``unconditional`` (each sentence embedded alone, condition ignored), ``case``
+(CASE vectors f(c; I(s)) − f(c; I(∅))) and ``csr`` (the router tri-encoder: cos of
+route(s1, c) and route(s2, c), no head). Heads: ``default`` (the head shipped for the
 default model), ``train`` (trained here on --train, epoch chosen on --dev), ``none``
-(raw cosine). Model selection uses --dev only; --test is scored, never tuned on.
+(raw cosine), or a folder from ``condsearch train`` (a head and/or a LoRA adapter, e.g.
+``--finetune lora``; the adapter is loaded onto the encoder). ``--dims 32,64,128,256`` also
+trains one head per dimension (case mode).
+In case mode the JSON also carries the isotropy I_iso (CASE Appendix C, 1,000 random
+directions) of f(c; I(s)) and of f(c; I(s)) − f(c; I(∅)) on dev. Model selection uses
+--dev only; --test is scored, never tuned on.
 
     python benchmarks/csts.py --train ../shared/data/csts-reannotated/train.csv \
         --dev ../shared/data/csts-reannotated/dev.csv --mode case --json-out results.json
@@ -20,17 +26,30 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
-from condsearch import __version__
-from condsearch.cache import EmbeddingCache, default_cache_dir
-from condsearch.csts import CstsData, read_csts
-from condsearch.encoders import load_encoder
-from condsearch.errors import CondsearchError
-from condsearch.pipeline import resolve_head
-from condsearch.training import PairFeatures, TrainConfig, case_features, evaluate_head, plain_features, train_head
+sys.path.insert(0, str(Path(__file__).parent))
+from common import synthetic_csts  # noqa: E402
+
+from condsearch import __version__  # noqa: E402
+from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
+from condsearch.csts import CstsData, read_csts  # noqa: E402
+from condsearch.encoders import Encoder, load_encoder  # noqa: E402
+from condsearch.errors import CondsearchError  # noqa: E402
+from condsearch.metrics import cosine_to_mean, isotropy  # noqa: E402
+from condsearch.pipeline import head_folder, resolve_head  # noqa: E402
+from condsearch.training import (  # noqa: E402
+    PairFeatures,
+    TrainConfig,
+    case_features,
+    evaluate_head,
+    plain_features,
+    train_head,
+)
 
 SMOKE_ROWS = 48
+HEAD_CHOICES = ("auto", "default", "train", "none")
 
 
 def _log(msg: str) -> None:
@@ -49,37 +68,99 @@ def _git_commit() -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--train", type=Path, required=True, help="C-STS CSV to train heads on")
-    p.add_argument("--dev", type=Path, required=True, help="C-STS CSV for model selection and the dev score")
+    p.add_argument("--train", type=Path, default=None, help="C-STS CSV to train heads on (required but in --smoke)")
+    p.add_argument("--dev", type=Path, default=None, help="C-STS CSV for model selection and the dev score")
     p.add_argument("--test", type=Path, default=None, help="held-out CSV: scored only")
-    p.add_argument("--mode", choices=["unconditional", "case"], default="case")
+    p.add_argument("--mode", choices=["unconditional", "case", "csr"], default="case")
+    p.add_argument("--router", default="auto", help="csr mode: router folder, 'default', 'none' or 'auto'")
     p.add_argument(
         "--head",
-        choices=["auto", "default", "train", "none"],
         default="auto",
-        help="auto: the shipped head for the default model in case mode, else train",
+        help=(
+            "auto, default, train, none, or a folder written by condsearch train (a head, a LoRA adapter from "
+            "--finetune lora, or both); auto: the shipped one for the default model in case mode, else train"
+        ),
     )
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
     p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--dims", default=None, help="comma-separated head dimensions to sweep as well (e.g. 32,64,128,256)")
+    p.add_argument("--isotropy-directions", type=int, default=1000, help="random directions for I_iso")
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64, help="pairs per encoder forward pass")
     p.add_argument("--no-cache", action="store_true", help="do not use the encoder-output cache")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
-    p.add_argument("--smoke", action="store_true", help=f"first {SMOKE_ROWS} rows of each file, 2 epochs")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"first {SMOKE_ROWS} rows of each file (synthetic without files), 2 epochs",
+    )
+    args = p.parse_args(argv)
+    if not args.smoke and (args.train is None or args.dev is None):
+        p.error("--train and --dev are required (except with --smoke)")
+    if args.head not in HEAD_CHOICES and not Path(args.head).is_dir():
+        p.error(f"--head {args.head!r}: choose from {', '.join(HEAD_CHOICES)} or give a folder")
+    if args.mode == "csr" and args.head not in ("auto", "none"):
+        p.error("--mode csr evaluates the routed vectors directly: --head applies to case/unconditional only")
+    return args
+
+
+def csr_features(encoder: object, data: CstsData, *, batch_size: int = 64, progress: bool = False) -> PairFeatures:
+    """Route both sentences of each row under its condition with the router tri-encoder."""
+    from condsearch.csr.cache import collate
+
+    texts = list(dict.fromkeys(data.sentence1 + data.sentence2))
+    keys = encoder.cache_sentences(texts, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
+    key_of = dict(zip(texts, keys, strict=True))
+    queries = {c: encoder.condition_query(c) for c in dict.fromkeys(data.condition)}  # type: ignore[attr-defined]
+    out = []
+    with torch.inference_mode():
+        for side in (data.sentence1, data.sentence2):
+            vecs = np.empty((len(side), encoder.dim), dtype=np.float32)  # type: ignore[attr-defined]
+            for start in range(0, len(side), batch_size):
+                rows = range(start, min(len(side), start + batch_size))
+                states = collate(
+                    encoder.states.get([key_of[side[i]] for i in rows]),  # type: ignore[attr-defined]
+                    device=encoder.device,  # type: ignore[attr-defined]
+                )
+                q = torch.stack([queries[data.condition[i]] for i in rows])
+                vecs[start : start + len(rows)] = encoder.router.route(states, q).float().cpu().numpy()  # type: ignore[attr-defined]
+            out.append(vecs)
+    return PairFeatures(out[0], out[1], data.labels)
+
+
+def isotropy_report(
+    encoder: Encoder, data: CstsData, *, batch_size: int, cache: EmbeddingCache | None, n_directions: int
+) -> dict[str, object]:
+    """I_iso and cosine-to-mean of cond = f(c; I(s)) and of CASE = cond − f(c; I(∅)) (CASE Table 2/8/9)."""
+    sentences = data.sentence1 + data.sentence2
+    conditions = data.condition + data.condition
+    cond = encoder.encode_pairs(list(zip(conditions, sentences, strict=True)), batch_size=batch_size, cache=cache)
+    base = encoder.encode_pairs([(c, None) for c in conditions], batch_size=batch_size, cache=cache)
+    case = cond - base
+    return {
+        "n_vectors": len(sentences),
+        "n_directions": n_directions,
+        "i_iso": {"cond": isotropy(cond, n_directions), "cond_minus_c": isotropy(case, n_directions)},
+        "cos_to_mean": {"cond": cosine_to_mean(cond), "cond_minus_c": cosine_to_mean(case)},
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    splits: dict[str, CstsData] = {"train": read_csts(args.train), "dev": read_csts(args.dev)}
+    if args.train is None or args.dev is None:  # --smoke without files: synthetic rows
+        splits: dict[str, CstsData] = {"train": synthetic_csts(SMOKE_ROWS, seed=0), "dev": synthetic_csts(32, seed=1)}
+    else:
+        splits = {"train": read_csts(args.train), "dev": read_csts(args.dev)}
     if args.test is not None:
         splits["test"] = read_csts(args.test)
     epochs = args.epochs
     if args.smoke:
         splits = {k: v.head(SMOKE_ROWS) for k, v in splits.items()}
         epochs = 2
-    encoder = load_encoder(args.model)
+    if args.mode == "csr":
+        return _run_csr(args, splits)
+    encoder = load_encoder(args.model, adapter=_adapter_folder(args))
     cache = None if args.no_cache or args.smoke else EmbeddingCache(default_cache_dir() / "features")
     featurize = case_features if args.mode == "case" else plain_features
     head_choice = args.head
@@ -96,8 +177,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
             feats[name] = featurize(encoder, splits[name], batch_size=args.batch_size, cache=cache, progress=True)
     encode_s = time.perf_counter() - start
     history: list[dict[str, float]] = []
-    if head_choice == "default":
-        head = resolve_head("default", encoder)[0]
+    if head_choice not in ("train", "none"):  # default, or a folder (with its adapter loaded above)
+        head = resolve_head(head_choice, encoder)[0]
     elif head_choice == "train":
         config = TrainConfig(dim=args.dim, epochs=epochs, seed=args.seed)
         _log(f"training a {args.dim}-d head for {epochs} epochs, epoch chosen on dev")
@@ -105,6 +186,13 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     else:
         head = None
     result: dict[str, object] = {name: evaluate_head(head, f) for name, f in feats.items()}
+    if args.dims and head_choice == "train":
+        result["dim_sweep"] = _dim_sweep(args, feats, epochs)
+    if args.mode == "case":
+        _log(f"isotropy on dev ({args.isotropy_directions} directions)")
+        result["isotropy"] = isotropy_report(
+            encoder, splits["dev"], batch_size=args.batch_size, cache=cache, n_directions=args.isotropy_directions
+        )
     result["config"] = {
         "mode": args.mode,
         "head": head_choice,
@@ -128,6 +216,73 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     return result
 
 
+def _adapter_folder(args: argparse.Namespace) -> Path | None:
+    """Return the LoRA adapter folder that --head names in case mode (the encoder loads it), if any."""
+    if args.mode != "case" or args.head in ("train", "none"):
+        return None
+    from condsearch.finetune.adapter import has_adapter
+    from condsearch.models import resolve_model
+
+    folder = head_folder(args.head, resolve_model(args.model).model_id)
+    return folder if folder is not None and has_adapter(folder) else None
+
+
+def _dim_sweep(args: argparse.Namespace, feats: dict[str, PairFeatures], epochs: int) -> list[dict[str, object]]:
+    """Train one head per dimension in --dims (same recipe, epoch chosen on dev)."""
+    rows: list[dict[str, object]] = []
+    for dim in [int(d) for d in args.dims.split(",") if d.strip()]:
+        _log(f"dimension sweep: {dim}-d head, {epochs} epochs")
+        start = time.perf_counter()
+        head, history = train_head(
+            feats["train"], TrainConfig(dim=dim, epochs=epochs, seed=args.seed), dev=feats["dev"]
+        )
+        row: dict[str, object] = {"dim": dim, "train_seconds": round(time.perf_counter() - start, 2)}
+        row.update({name: evaluate_head(head, f) for name, f in feats.items() if name != "train"})
+        row["best_epoch"] = int(max(history, key=lambda r: r["dev_spearman"])["epoch"])
+        rows.append(row)
+    return rows
+
+
+def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str, object]:
+    from condsearch.csr import load_csr_encoder
+
+    cache_dir = None
+    if args.smoke or args.no_cache:
+        import tempfile
+
+        cache_dir = Path(tempfile.mkdtemp(prefix="csts-csr-"))
+    encoder = load_csr_encoder(args.model, router=args.router, cache_dir=cache_dir)
+    start = time.perf_counter()
+    result: dict[str, object] = {}
+    for name in ("dev", "test"):
+        if name in splits:
+            _log(f"routing {name} ({len(splits[name])} rows, router {encoder.router_name})")
+            feats = csr_features(encoder, splits[name], batch_size=args.batch_size, progress=not args.smoke)
+            result[name] = evaluate_head(None, feats)
+    result["config"] = {
+        "mode": "csr",
+        "head": "none",
+        "router": encoder.router_name,
+        "router_checksum": encoder.router_checksum,
+        "router_layer": encoder.router.layer,
+        "model": encoder.model_id,
+        "model_revision": encoder.revision,
+        "encoder": encoder.describe(),
+        "dim": encoder.dim,
+        "seed": args.seed,
+        "smoke": args.smoke,
+        "files": {k: str(getattr(args, k)) for k in ("train", "dev", "test") if getattr(args, k)},
+        "dropped_label_minus_1": {k: v.n_dropped for k, v in splits.items()},
+        "encode_seconds": round(time.perf_counter() - start, 2),
+        "condsearch_version": __version__,
+        "torch": torch.__version__,
+        "device": str(encoder.device),
+        "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
+        "git_commit": _git_commit(),
+    }
+    return result
+
+
 def markdown(result: dict[str, object]) -> str:
     config = result["config"]
     assert isinstance(config, dict)
@@ -141,6 +296,23 @@ def markdown(result: dict[str, object]) -> str:
         r = result.get(split)
         if isinstance(r, dict):
             lines.append(f"| {split} | {r['n']} | {r['spearman']:.2f} | {r['pearson']:.2f} |")
+    sweep = result.get("dim_sweep")
+    if isinstance(sweep, list) and sweep:
+        lines += ["", "| head dim | dev Spearman×100 | dev Pearson×100 | best epoch |", "|---:|---:|---:|---:|"]
+        for row in sweep:
+            dev = row["dev"]
+            lines.append(f"| {row['dim']} | {dev['spearman']:.2f} | {dev['pearson']:.2f} | {row['best_epoch']} |")
+    iso = result.get("isotropy")
+    if isinstance(iso, dict):
+        i, m = iso["i_iso"], iso["cos_to_mean"]
+        lines += [
+            "",
+            f"| dev vectors (n = {iso['n_vectors']}) | I_iso | cos to mean (mean ± std) |",
+            "|---|---:|---:|",
+            f"| cond f(c; I(s)) | {i['cond']:.4f} | {m['cond']['mean']:.3f} ± {m['cond']['std']:.3f} |",
+            f"| cond − c (CASE) | {i['cond_minus_c']:.4f} | "
+            f"{m['cond_minus_c']['mean']:.3f} ± {m['cond_minus_c']['std']:.3f} |",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -7,10 +7,12 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
 from condsearch import __version__
+from condsearch.cli_finetune import check_head_only, finetune_options, run_finetune
 from condsearch.cli_options import (
     device_option,
     encoder_options,
@@ -76,8 +78,8 @@ def main(verbose: bool) -> None:
     default="auto",
     show_default=True,
     help=(
-        "Head folder, 'default' (shipped head of the default model) or 'none'; "
-        "'auto' picks the shipped head for the default model, else none."
+        "Head folder (a head, a LoRA adapter from train --finetune lora, or both), 'default' (shipped for the "
+        "default model) or 'none'; 'auto' picks the shipped one for the default model, else none."
     ),
 )
 @click.option(
@@ -314,7 +316,10 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
 @main.command("train", context_settings=CONTEXT)
 @click.argument("train_csv", type=click.Path(path_type=Path))
 @click.option(
-    "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="Folder to write the head into."
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Folder to write the head (--finetune: the adapter or model) into.",
 )
 @click.option(
     "--dev",
@@ -323,29 +328,37 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
     default=None,
     help="Dev CSV: keep the epoch with the best dev Spearman.",
 )
-@click.option("--dim", default=256, show_default=True, type=click.IntRange(min=1), help="Output (index) dimension.")
 @click.option(
-    "--epochs", default=None, type=click.IntRange(min=1), help="Passes over the training rows [default: 30; csr 3]."
+    "--dim", default=256, show_default=True, type=click.IntRange(min=1), help="Output (index) dimension of the head."
+)
+@click.option(
+    "--epochs",
+    default=None,
+    type=click.IntRange(min=1),
+    help="Passes over the training rows [default: 30; csr and --finetune 3].",
 )
 @click.option(
     "--lr",
     default=None,
     type=click.FloatRange(min=0, min_open=True),
-    help="Learning rate [default: 1e-3 (Adam); csr 3e-4 (AdamW)].",
+    help="Learning rate [default: 1e-3 (Adam); csr 3e-4, --finetune lora 3e-4, full 3e-5 (AdamW)].",
 )
 @click.option(
     "--train-batch-size",
     default=None,
     type=click.IntRange(min=1),
-    help="Rows per optimiser step [default: 512; csr 32].",
+    help="Rows per optimiser step [default: 512; csr and --finetune 32].",
 )
 @mode_option
 @click.option(
     "--loss",
-    type=click.Choice(["mse", "wacl", "mse+wacl"]),
     default="mse",
     show_default=True,
-    help="--mode csr: MSE on the scaled label, W-ACL (CCL eq. 9) over each pair's two conditions, or both.",
+    help=(
+        "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL eq. 10), "
+        "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
+        "mse, wacl or mse+wacl, the head alone mse."
+    ),
 )
 @click.option(
     "--router-layer", default=None, type=int, help="--mode csr: layer holding the router [default: the last]."
@@ -369,6 +382,7 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
 )
 @click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
 @click.option("--json", "as_json", is_flag=True, help="Print the training summary as JSON.")
+@finetune_options
 @encoder_options
 @device_option
 @trust_option
@@ -396,13 +410,41 @@ def train_cmd(
     dtype: str,
     device: str | None,
     trust_remote_code: bool,
+    **finetune: Any,
 ) -> None:
     """Train on a C-STS style CSV (sentence1, sentence2, condition, label).
 
     --mode case trains the CASE projection head; the frozen encoder's outputs are cached (env
-    CONDSEARCH_CACHE_DIR), so retraining takes seconds. --mode csr fine-tunes the router query
+    CONDSEARCH_CACHE_DIR), so retraining takes seconds. --finetune lora|full trains the encoder
+    too (3 epochs, checkpointed after each; --resume continues). --mode csr fine-tunes the router query
     and the layers from the router layer up, leaving lower layers frozen so sentence caches stay valid.
     """
+    if finetune["finetune"] != "none":
+        if mode != "case":
+            raise click.UsageError("--finetune applies to --mode case")
+        encoder_flags = {"pooling": pooling, "dtype": dtype, "prompt_template": prompt_template}
+        run_finetune(
+            train_csv=train_csv,
+            out=out,
+            dev_csv=dev_csv,
+            loss=loss,
+            epochs=epochs,
+            lr=lr,
+            train_batch_size=train_batch_size,
+            dim=dim,
+            dropout=dropout,
+            seed=seed,
+            model=model,
+            batch_size=batch_size,
+            max_length=max_length,
+            device=device,
+            trust_remote_code=trust_remote_code,
+            as_json=as_json,
+            encoder_flags={**encoder_flags, "unconditional_template": unconditional_template},
+            options=finetune,
+        )
+        return
+    check_head_only(mode, loss, finetune)
 
     def report(epoch: int, value: float, dev: dict[str, float] | None) -> None:
         extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""

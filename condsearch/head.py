@@ -66,10 +66,7 @@ def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | 
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     tmp.chmod(0o755)
     try:
-        state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        meta = {"format_version": HEAD_FORMAT_VERSION, **asdict(head.config), **(extra or {})}
-        (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        write_head_files(head, tmp, extra)
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)
@@ -77,6 +74,14 @@ def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | 
         if tmp.exists():
             shutil.rmtree(tmp)
     return head_checksum(directory)
+
+
+def write_head_files(head: ProjectionHead, folder: Path, extra: dict[str, object] | None = None) -> None:
+    """Write the head's weights and config into an existing folder (callers make it atomic)."""
+    state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(Path(folder) / WEIGHTS_FILE), metadata={"format": "pt"})
+    meta = {"format_version": HEAD_FORMAT_VERSION, **asdict(head.config), **(extra or {})}
+    (Path(folder) / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
 def head_checksum(directory: Path) -> str:

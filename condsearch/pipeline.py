@@ -13,7 +13,9 @@ from condsearch.corpus import Corpus
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
+from condsearch.finetune.adapter import adapter_checksum, has_adapter
 from condsearch.head import DEFAULT_HEAD_DIR, ProjectionHead, head_checksum, load_head
+from condsearch.head import WEIGHTS_FILE as HEAD_WEIGHTS
 from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
 from condsearch.models import DEFAULT_MODEL, resolve_model
 from condsearch.store import IndexStore, Manifest, StoredIndex
@@ -54,28 +56,49 @@ class Vectorizer:
         return normalize(projected)
 
 
-def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | None, str, str]:
-    """Return (head, name, checksum) for a --head value and check it fits the encoder."""
+def head_folder(spec: str | None, model_id: str) -> Path | None:
+    """Return the folder a --head value names for a model (None for 'none')."""
     spec = spec or HEAD_AUTO
     if spec == HEAD_AUTO:
-        spec = HEAD_DEFAULT if encoder.model_id == DEFAULT_MODEL else HEAD_NONE
+        spec = HEAD_DEFAULT if model_id == DEFAULT_MODEL else HEAD_NONE
     if spec == HEAD_NONE:
-        return None, HEAD_NONE, ""
+        return None
     folder = DEFAULT_HEAD_DIR if spec == HEAD_DEFAULT else Path(spec).expanduser().resolve()
     if not folder.is_dir():
         raise ModelError(f"head {spec!r}: no such folder (use a head folder, 'default' or 'none')")
-    head = load_head(folder)
-    if head.config.input_dim != encoder.dim:
-        raise ModelError(
-            f"head {spec!r} takes {head.config.input_dim}-d inputs but {encoder.model_id} gives {encoder.dim}-d"
-        )
-    if head.config.model_id and head.config.model_id != encoder.model_id:
-        raise ModelError(f"head {spec!r} was trained for {head.config.model_id}, not {encoder.model_id}")
-    pooling = encoder.describe().get("pooling")
-    if head.config.encoder_pooling and pooling and head.config.encoder_pooling != pooling:
-        raise ModelError(f"head {spec!r} was trained on {head.config.encoder_pooling} pooling, not {pooling}")
+    return folder
+
+
+def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | None, str, str]:
+    """Return (head, name, checksum) for a --head value and check it fits the encoder.
+
+    A folder may carry a LoRA adapter beside (or instead of) the head; the encoder must
+    have been loaded with that adapter (:func:`load_vectorizer` does so). An adapter-only
+    folder gives no head: the adapted encoder's raw CASE vectors are used.
+    """
+    folder = head_folder(spec, encoder.model_id)
+    if folder is None:
+        return None, HEAD_NONE, ""
     name = HEAD_DEFAULT if folder == DEFAULT_HEAD_DIR.resolve() else str(folder)
-    return head, name, head_checksum(folder)
+    adapter = has_adapter(folder)
+    head, checksum = None, ""
+    if not adapter or (folder / HEAD_WEIGHTS).is_file():
+        head, checksum = load_head(folder), head_checksum(folder)
+        if head.config.input_dim != encoder.dim:
+            raise ModelError(
+                f"head {spec!r} takes {head.config.input_dim}-d inputs but {encoder.model_id} gives {encoder.dim}-d"
+            )
+        if head.config.model_id and head.config.model_id != encoder.model_id:
+            raise ModelError(f"head {spec!r} was trained for {head.config.model_id}, not {encoder.model_id}")
+        pooling = encoder.describe().get("pooling")
+        if head.config.encoder_pooling and pooling and head.config.encoder_pooling != pooling:
+            raise ModelError(f"head {spec!r} was trained on {head.config.encoder_pooling} pooling, not {pooling}")
+    carried = encoder.describe().get("adapter_checksum")
+    if adapter and carried != adapter_checksum(folder):
+        raise ModelError(f"head {spec!r} carries a LoRA adapter that the encoder was not loaded with")
+    if carried and not adapter:
+        raise ModelError(f"head {spec!r} was trained without the LoRA adapter this encoder carries")
+    return head, name, checksum
 
 
 def load_vectorizer(
@@ -90,7 +113,9 @@ def load_vectorizer(
     unconditional_template: str | None = None,
     dtype: str = "auto",
 ) -> Vectorizer:
-    """Load the encoder and head that --model and --head name."""
+    """Load the encoder and head that --model and --head name (with the head folder's adapter, if any)."""
+    model_id = resolve_model(model).model_id if head in (None, HEAD_AUTO) else ""
+    folder = head_folder(head, model_id)
     encoder = load_encoder(
         model,
         device=device,
@@ -100,6 +125,7 @@ def load_vectorizer(
         prompt_template=prompt_template,
         unconditional_template=unconditional_template,
         dtype=dtype,
+        adapter=folder if folder is not None and has_adapter(folder) else None,
     )
     h, name, checksum = resolve_head(head, encoder)
     return Vectorizer(encoder, h, name, checksum)
@@ -212,6 +238,12 @@ def vectorizer_for(
         trust_remote_code=trust_remote_code,
         **encoder_options(manifest.encoder),
     )
+    recorded, loaded = manifest.encoder.get("adapter_checksum"), vec.encoder.describe().get("adapter_checksum")
+    if recorded != loaded:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with LoRA adapter sha256 {str(recorded or '-')[:12]}, "
+            f"but head {vec.head_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
+        )
     if vec.head_name != manifest.head or vec.head_checksum != manifest.head_checksum:
         raise StoreError(
             f"index for {manifest.condition!r} was built with head {manifest.head} "

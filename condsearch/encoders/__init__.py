@@ -64,11 +64,13 @@ def load_encoder(
     prompt_template: str | None = None,
     unconditional_template: str | None = None,
     dtype: str = "auto",
+    adapter: Path | None = None,
 ) -> Encoder:
     """Resolve a model name or folder and return the encoder for its family.
 
     ``device`` may list several devices (``cuda:0,cuda:1``): each gets a replica of the
-    model and every batch is split between them.
+    model and every batch is split between them. ``adapter`` is a folder holding a LoRA
+    adapter (BERT-style encoders with condition-mean pooling only).
     """
     import torch
 
@@ -88,6 +90,8 @@ def load_encoder(
     chosen = default_pooling(family, config) if pooling == "auto" else pooling
     devices = parse_devices(device)
     custom = prompt_template is not None or unconditional_template is not None
+    if adapter is not None and (family == "nvembed" or chosen != "condition-mean"):
+        raise ModelError("LoRA adapters apply to BERT-style encoders with condition-mean pooling only")
     build: Callable[[torch.device], Encoder]
     if family == "nvembed":
         if pooling != "auto":
@@ -112,13 +116,18 @@ def load_encoder(
             raise ModelError("prompt templates need --pooling last or mean; condition-mean encodes the text pair")
 
         def build(dev: torch.device) -> Encoder:
-            return BertStyleEncoder(
+            encoder = BertStyleEncoder(
                 source,
                 device=str(dev),
                 max_length=max_length,
                 trust_remote_code=trust_remote_code,
                 dtype=None if dtype == "auto" else resolve_dtype(dtype, dev),
             )
+            if adapter is not None:
+                from condsearch.finetune.adapter import apply_adapter
+
+                apply_adapter(encoder, adapter)
+            return encoder
 
     else:
         templates = templates_with(family, prompt_template, unconditional_template)

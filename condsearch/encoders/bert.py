@@ -57,6 +57,8 @@ class BertStyleEncoder(Encoder):
     """
 
     pooling = "condition-mean"
+    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.finetune.adapter)
+    adapter_checksum = ""
 
     def __init__(
         self,
@@ -90,6 +92,8 @@ class BertStyleEncoder(Encoder):
         info = {**super().describe(), "pooling": self.pooling, "max_length": self.max_length}
         if self.dtype != torch.float32:  # float32 records nothing, so existing caches and manifests still match
             info["dtype"] = str(self.dtype).removeprefix("torch.")
+        if self.adapter_checksum:  # likewise: no adapter, no key
+            info["adapter_checksum"] = self.adapter_checksum
         return info
 
     def _tokenize(self, pairs: Sequence[Pair]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -144,12 +148,21 @@ class BertStyleEncoder(Encoder):
             for ids, s in zip(first_ids, seconds, strict=True)
         ]
 
-    @torch.inference_mode()
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def forward_pairs(self, pairs: Sequence[Pair]) -> torch.Tensor:
+        """Return pooled f(c; I(s)) as a float32 tensor on the model's device: (len(pairs), dim).
+
+        Differentiable: gradients reach the weights unless the caller disables them, so
+        fine-tuning and :meth:`embed_batch` share one forward pass. Dropout follows the
+        model's train/eval mode.
+        """
         batch, pool = self._tokenize(pairs)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         pool = pool.to(self.device)
         hidden = self.model(**batch).last_hidden_state.float()
         summed = (hidden * pool.unsqueeze(-1)).sum(dim=1)
         counts = pool.sum(dim=1, keepdim=True).clamp_min(1.0)
-        return (summed / counts).cpu().numpy().astype(np.float32, copy=False)
+        return summed / counts
+
+    @torch.inference_mode()
+    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return self.forward_pairs(pairs).cpu().numpy().astype(np.float32, copy=False)

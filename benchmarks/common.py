@@ -1,0 +1,145 @@
+"""What every benchmark script shares: run provenance, output files, progress, smoke data."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from condsearch import __version__
+from condsearch.csts import CstsData
+
+PACKAGES = ("torch", "transformers", "faiss-cpu", "faiss-gpu-cu12", "numpy", "scipy", "sentence-transformers")
+
+
+def log(tag: str, msg: str) -> None:
+    """Print a progress line on stderr."""
+    print(f"[{tag}] {msg}", file=sys.stderr, flush=True)
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' own progress bars and warnings (benchmarks print their own)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def git_commit() -> str:
+    """Return the checkout's commit, with ``-dirty`` when tracked files changed since."""
+    here = Path(__file__).parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=here)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], capture_output=True, text=True, cwd=here)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def versions() -> dict[str, str]:
+    """Return the installed versions of the packages the numbers depend on."""
+    out = {"python": platform.python_version(), "condsearch": __version__}
+    for name in PACKAGES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def run_info(device: str | None = None) -> dict[str, object]:
+    """Return where and with what a result was measured."""
+    import faiss
+    import torch
+
+    cuda = torch.cuda.is_available()
+    info: dict[str, object] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(),
+        "versions": versions(),
+        "device": device or ("cuda" if cuda else "cpu"),
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
+        "faiss_gpus": faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0,
+        "machine": {
+            "cpu": _cpu_model(),
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "memory_gib": _memory_gib(),
+            "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        },
+    }
+    return info
+
+
+def write_outputs(result: dict[str, object], table: str, json_out: Path | None, md_out: Path | None) -> None:
+    """Print the markdown table on stdout and write the JSON and markdown files asked for."""
+    print(table, end="")
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
+    if md_out:
+        md_out.parent.mkdir(parents=True, exist_ok=True)
+        md_out.write_text(table)
+
+
+_SUBJECTS = ["A girl", "A man", "Two dogs", "A woman", "Three boys", "An old man"]
+_COLORS = ["red", "blue", "green", "orange", "black", "white"]
+_ACTIONS = ["plays tennis", "rides a bicycle", "walks on the beach", "plays soccer", "swims in a pool", "runs"]
+
+
+def synthetic_csts(n: int = 48, seed: int = 0) -> CstsData:
+    """Return a small C-STS-shaped set for smoke runs: sentence pairs judged under a colour
+    condition (similar when the colours match) and an activity condition."""
+    rng = np.random.default_rng(seed)
+    s1, s2, cond, labels = [], [], [], []
+    while len(labels) < n:
+        a, b = rng.integers(0, 6, size=2), rng.integers(0, 6, size=2)
+        subj = _SUBJECTS[int(rng.integers(0, 6))]
+        x = f"{subj} in a {_COLORS[a[0]]} shirt {_ACTIONS[a[1]]}."
+        y = f"{_SUBJECTS[int(rng.integers(0, 6))]} in a {_COLORS[b[0]]} shirt {_ACTIONS[b[1]]}."
+        for condition, same in (("the color of the shirt", a[0] == b[0]), ("the activity", a[1] == b[1])):
+            s1.append(x)
+            s2.append(y)
+            cond.append(condition)
+            labels.append(5.0 if same else float(rng.integers(1, 3)))
+    return CstsData(s1[:n], s2[:n], cond[:n], np.asarray(labels[:n], dtype=np.float32))
+
+
+def write_csts_csv(data: CstsData, path: Path) -> Path:
+    """Write a C-STS CSV (sentence1, sentence2, condition, label)."""
+    import csv
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["sentence1", "sentence2", "condition", "label"])
+        for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
+            writer.writerow(row)
+    return path

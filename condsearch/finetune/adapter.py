@@ -1,0 +1,149 @@
+"""Adapter folders on disk: LoRA weights (safetensors) + config (JSON), optionally with a head.
+
+A folder written by ``condsearch train --finetune lora`` holds ``adapter.safetensors`` and
+``adapter.json``, plus ``head.safetensors`` and ``head.json`` when the head was trained on
+top. ``--head FOLDER`` loads whichever parts are present: the adapter onto the encoder
+(recorded in its ``describe()`` as ``adapter_checksum``), the head after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from condsearch.errors import ModelError
+from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state
+from condsearch.head import ProjectionHead, write_head_files
+
+if TYPE_CHECKING:
+    from condsearch.encoders.bert import BertStyleEncoder
+
+log = logging.getLogger(__name__)
+
+ADAPTER_FORMAT_VERSION = 1
+ADAPTER_FILE = "adapter.safetensors"
+ADAPTER_CONFIG = "adapter.json"
+
+
+def has_adapter(folder: Path) -> bool:
+    """Return whether folder holds a LoRA adapter."""
+    return (Path(folder) / ADAPTER_CONFIG).is_file()
+
+
+def adapter_checksum(folder: Path) -> str:
+    """Return the sha256 of the adapter weights file."""
+    try:
+        return hashlib.sha256((Path(folder) / ADAPTER_FILE).read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ModelError(f"{folder}: adapter weights unreadable ({type(exc).__name__})") from exc
+
+
+def read_adapter_config(folder: Path) -> dict[str, object]:
+    """Return adapter.json, checking its format version."""
+    try:
+        meta = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{folder}: not a condsearch adapter ({ADAPTER_CONFIG} unreadable)") from exc
+    if not isinstance(meta, dict) or meta.get("format_version") != ADAPTER_FORMAT_VERSION:
+        raise ModelError(f"{folder}: unsupported adapter format")
+    return meta
+
+
+def lora_config_of(meta: dict[str, object]) -> LoraConfig:
+    """Rebuild the LoRA config recorded in adapter.json."""
+    try:
+        targets = meta["targets"]
+        return LoraConfig(
+            rank=int(meta["rank"]),  # type: ignore[call-overload]
+            alpha=float(meta["alpha"]),  # type: ignore[arg-type]
+            dropout=float(meta["dropout"]),  # type: ignore[arg-type]
+            targets=tuple(targets),  # type: ignore[arg-type]
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelError(f"adapter config incomplete or invalid ({exc})") from exc
+
+
+def save_adapter(
+    encoder: BertStyleEncoder,
+    config: LoraConfig,
+    directory: Path,
+    *,
+    head: ProjectionHead | None = None,
+    extra: dict[str, object] | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> str:
+    """Write the encoder's adapter (and the head, if any) into directory atomically; return the checksum.
+
+    The adapter is stored as ``dtype`` (half the bytes of float32). The encoder's own adapter
+    is rounded to that precision first, so that it gives exactly the vectors the file will.
+    """
+    params = lora_state(encoder.model)
+    with torch.no_grad():
+        for p in params.values():
+            p.copy_(p.to(dtype).to(p.dtype))
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
+    tmp.chmod(0o755)
+    try:
+        state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in params.items()}
+        save_file(state, str(tmp / ADAPTER_FILE), metadata={"format": "pt"})
+        meta = {
+            "format_version": ADAPTER_FORMAT_VERSION,
+            "kind": "lora",
+            **asdict(config),
+            "model_id": encoder.model_id,
+            "model_revision": encoder.revision,
+            "encoder_pooling": encoder.pooling,
+            "max_length": encoder.max_length,
+            **(extra or {}),
+        }
+        (tmp / ADAPTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
+        if head is not None:
+            write_head_files(head, tmp, extra)
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return adapter_checksum(directory)
+
+
+def apply_adapter(encoder: BertStyleEncoder, folder: Path) -> None:
+    """Wrap the encoder's projections with the folder's adapter and load its weights (in place)."""
+    folder = Path(folder)
+    meta = read_adapter_config(folder)
+    if meta.get("model_id") and meta["model_id"] != encoder.model_id:
+        raise ModelError(f"adapter {folder} was trained for {meta['model_id']}, not {encoder.model_id}")
+    if meta.get("model_revision") and meta["model_revision"] != encoder.revision:
+        log.warning(
+            "adapter %s was trained on %s at %s; it now resolves to %s",
+            folder,
+            encoder.model_id,
+            meta["model_revision"],
+            encoder.revision,
+        )
+    if meta.get("encoder_pooling") and meta["encoder_pooling"] != encoder.pooling:
+        raise ModelError(f"adapter {folder} was trained on {meta['encoder_pooling']} pooling, not {encoder.pooling}")
+    try:
+        state = load_file(str(folder / ADAPTER_FILE))
+    except Exception as exc:  # safetensors raises several types for damaged files
+        raise ModelError(f"{folder}: adapter weights unreadable ({type(exc).__name__})") from exc
+    try:
+        add_lora(encoder.model, lora_config_of(meta))
+        load_lora_state(encoder.model, state)
+    except ValueError as exc:
+        raise ModelError(f"{folder}: {exc}") from exc
+    encoder.model.to(encoder.device, encoder.dtype).eval()
+    encoder.adapter_checksum = adapter_checksum(folder)

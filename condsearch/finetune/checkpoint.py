@@ -1,0 +1,144 @@
+"""Per-epoch training checkpoints: tensors in safetensors, everything else in JSON, no pickles.
+
+A checkpoint folder holds ``trainable.safetensors`` (the parameters being trained after the
+last completed epoch), ``best.safetensors`` (those of the best epoch on dev so far),
+``optimizer.safetensors`` (AdamW's moment estimates, keyed ``<parameter>.exp_avg`` and
+``<parameter>.exp_avg_sq``) and ``checkpoint.json`` (epoch, step, history, the config and
+AdamW's per-parameter step counts). Each save replaces the folder atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from condsearch.errors import ModelError
+
+CHECKPOINT_FORMAT_VERSION = 1
+STATE_FILE = "checkpoint.json"
+TRAINABLE_FILE = "trainable.safetensors"
+BEST_FILE = "best.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+@dataclass
+class TrainingState:
+    """Where a run stands: completed epochs, optimiser steps, per-epoch history, best epoch."""
+
+    config: dict[str, object]
+    epoch: int = 0
+    step: int = 0
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_epoch: int = 0
+    best_score: float = -float("inf")
+
+
+def _tensors(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu").contiguous() for k, v in params.items()}
+
+
+def save_checkpoint(
+    folder: Path,
+    state: TrainingState,
+    params: dict[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    best: dict[str, torch.Tensor] | None,
+) -> None:
+    """Write the training state after an epoch into folder (replaced atomically)."""
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
+    try:
+        save_file(_tensors(params), str(tmp / TRAINABLE_FILE))
+        if best is not None:
+            save_file(_tensors(best), str(tmp / BEST_FILE))
+        moments: dict[str, torch.Tensor] = {}
+        steps: dict[str, float] = {}
+        for name, p in params.items():
+            slot = optimizer.state.get(p)
+            if not slot:
+                continue
+            moments[f"{name}.exp_avg"] = slot["exp_avg"]
+            moments[f"{name}.exp_avg_sq"] = slot["exp_avg_sq"]
+            steps[name] = float(slot["step"])
+        save_file(_tensors(moments), str(tmp / OPTIMIZER_FILE))
+        info = {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "epoch": state.epoch,
+            "step": state.step,
+            "history": state.history,
+            "best_epoch": state.best_epoch,
+            "best_score": state.best_score if state.best_score != -float("inf") else None,
+            "config": state.config,
+            "optimizer_steps": steps,
+        }
+        (tmp / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(tmp, folder)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def has_checkpoint(folder: Path) -> bool:
+    """Return whether folder holds a checkpoint."""
+    return (Path(folder) / STATE_FILE).is_file()
+
+
+def load_checkpoint(
+    folder: Path,
+    config: dict[str, object],
+    params: dict[str, torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+) -> tuple[TrainingState, dict[str, torch.Tensor] | None]:
+    """Restore parameters and optimizer state in place; return the state and the best epoch's tensors.
+
+    Refuses a checkpoint written under another config (ModelError).
+    """
+    folder = Path(folder)
+    try:
+        info = json.loads((folder / STATE_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ModelError(f"{folder}: checkpoint unreadable ({type(exc).__name__})") from exc
+    if info.get("format_version") != CHECKPOINT_FORMAT_VERSION:
+        raise ModelError(f"{folder}: unsupported checkpoint format")
+    saved = info.get("config") or {}
+    if saved != config:
+        changed = sorted(k for k in set(config) | set(saved) if saved.get(k) != config.get(k))
+        raise ModelError(f"{folder}: checkpoint was written with other settings ({', '.join(changed)}); drop --resume")
+    try:
+        trained = load_file(str(folder / TRAINABLE_FILE))
+        moments = load_file(str(folder / OPTIMIZER_FILE))
+        best = load_file(str(folder / BEST_FILE)) if (folder / BEST_FILE).is_file() else None
+    except Exception as exc:  # safetensors raises several types for damaged files
+        raise ModelError(f"{folder}: checkpoint tensors unreadable ({type(exc).__name__})") from exc
+    if set(trained) != set(params):
+        raise ModelError(f"{folder}: checkpoint does not hold this model's trainable parameters")
+    steps = info.get("optimizer_steps") or {}
+    with torch.no_grad():
+        for name, p in params.items():
+            p.copy_(trained[name].to(p.device, p.dtype))
+            if name in steps:
+                optimizer.state[p] = {
+                    "step": torch.tensor(float(steps[name])),
+                    "exp_avg": moments[f"{name}.exp_avg"].to(p.device, p.dtype),
+                    "exp_avg_sq": moments[f"{name}.exp_avg_sq"].to(p.device, p.dtype),
+                }
+    best_score = info.get("best_score")
+    state = TrainingState(
+        config=config,
+        epoch=int(info["epoch"]),
+        step=int(info["step"]),
+        history=list(info.get("history") or []),
+        best_epoch=int(info.get("best_epoch") or 0),
+        best_score=float(best_score) if best_score is not None else -float("inf"),
+    )
+    return state, best

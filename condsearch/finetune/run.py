@@ -1,0 +1,139 @@
+"""Fine-tune from C-STS files and save the result: an adapter folder (lora) or a model folder (full)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from condsearch.errors import CondsearchError, ModelError
+from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
+from condsearch.head import write_head_files
+
+if TYPE_CHECKING:
+    from condsearch.encoders.bert import BertStyleEncoder
+
+FULL_SUMMARY_FILE = "finetune.json"
+
+
+def default_checkpoint_dir(out: Path) -> Path:
+    """Return the checkpoint folder for an output folder: under the cache, never beside the output."""
+    from condsearch.cache import default_cache_dir
+
+    out = Path(out).expanduser().resolve()
+    digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:10]
+    return default_cache_dir() / "checkpoints" / f"{out.name}-{digest}"
+
+
+def finetune_and_save(
+    train_csv: Path,
+    out: Path,
+    config: FinetuneConfig,
+    *,
+    dev_csv: Path | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    max_length: int | None = None,
+    trust_remote_code: bool = False,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
+    eval_batch_size: int = 64,
+    progress: bool = True,
+    on_epoch: EpochCallback | None = None,
+) -> dict[str, object]:
+    """Fine-tune the model on train_csv (epoch chosen on dev_csv), save into out; return a summary.
+
+    lora writes ``adapter.safetensors`` + ``adapter.json`` (and the head, with head_on_top)
+    for ``--head OUT``; full writes a whole model folder for ``--model OUT``.
+    """
+    from condsearch.csts import read_csts
+    from condsearch.encoders import load_encoder
+    from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.finetune.adapter import save_adapter
+
+    train = read_csts(train_csv)
+    dev = read_csts(dev_csv) if dev_csv is not None else None
+    encoder = load_encoder(
+        model, device=device, max_length=max_length, trust_remote_code=trust_remote_code, pooling="condition-mean"
+    )
+    if not isinstance(encoder, BertStyleEncoder):
+        raise ModelError("fine-tuning needs one device and a BERT-style encoder (condition-mean pooling)")
+    checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
+    result = finetune(
+        encoder,
+        train,
+        config,
+        dev=dev,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+        eval_batch_size=eval_batch_size,
+        progress=progress,
+        on_epoch=on_epoch,
+    )
+    summary = _summary(out, config, result, train_csv, dev_csv, len(train))
+    summary["checkpoint_dir"] = str(checkpoint_dir)
+    extra = {"training": {k: v for k, v in summary.items() if k != "checkpoint_dir"}}
+    if config.kind == "lora":
+        summary["adapter_checksum"] = save_adapter(encoder, config.lora, out, head=result.head, extra=extra)
+    else:
+        _save_full(encoder, result, out, extra)
+    return summary
+
+
+def _summary(
+    out: Path,
+    config: FinetuneConfig,
+    result: FinetuneResult,
+    train_csv: Path,
+    dev_csv: Path | None,
+    n_train: int,
+) -> dict[str, object]:
+    summary: dict[str, object] = {
+        "out": str(out),
+        "finetune": config.kind,
+        "train_rows": n_train,
+        "train_csv": Path(train_csv).name,
+        "config": config.record(),
+        "history": result.history,
+        "best_epoch": result.best_epoch,
+        "train_seconds": round(sum(float(r.get("train_seconds", 0.0)) for r in result.history), 1),
+    }
+    if result.resumed_from:
+        summary["resumed_after_epoch"] = result.resumed_from
+    if dev_csv is not None and result.history:
+        best = next(r for r in result.history if int(r["epoch"]) == result.best_epoch)
+        summary.update({"dev_csv": Path(dev_csv).name, "dev_spearman": best.get("dev_spearman")})
+    if result.head is not None:
+        summary["dim"] = result.head.config.dim
+    return summary
+
+
+def _save_full(encoder: BertStyleEncoder, result: FinetuneResult, out: Path, extra: dict[str, object]) -> None:
+    """Write a loadable model folder (weights, tokenizer, token limit) and the head, atomically."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    tmp.chmod(0o755)
+    try:
+        encoder.model.save_pretrained(str(tmp))
+        encoder.tokenizer.save_pretrained(str(tmp))
+        (tmp / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": encoder.max_length}) + "\n")
+        (tmp / FULL_SUMMARY_FILE).write_text(json.dumps(extra["training"], indent=2) + "\n")
+        if result.head is not None:
+            # the head answers to the model folder's own identity, which --model OUT resolves to
+            head = result.head
+            head.config = replace(head.config, model_id=str(out.resolve()), model_revision="")
+            write_head_files(head, tmp, extra)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except OSError as exc:
+        raise CondsearchError(f"{out}: cannot write the model folder ({exc.strerror or type(exc).__name__})") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)

@@ -1,0 +1,284 @@
+"""Fine-tuning a BERT-style CASE encoder on C-STS: LoRA adapters or all weights.
+
+The CASE vector ``f(c; I(s)) - f(c; I(∅))`` is computed with gradients through the
+encoder's condition-segment pooling (``BertStyleEncoder.forward_pairs``), optionally
+followed by a projection head trained jointly. Batches hold whole sentence pairs (both of a
+pair's conditions, :func:`condsearch.losses.pair_groups`); the epoch with the best dev
+Spearman is kept. Each epoch ends with a checkpoint that ``resume`` continues from.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from condsearch.csts import CstsData, scale_labels
+from condsearch.encoders.bert import BertStyleEncoder
+from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.finetune.lora import LoraConfig, add_lora
+from condsearch.head import HeadConfig, ProjectionHead
+from condsearch.losses import LossSettings, combined_loss, group_positions, pair_groups
+from condsearch.training import case_features, evaluate_head
+
+log = logging.getLogger(__name__)
+
+KINDS = ("lora", "full")
+#: the learning rates that worked here for each kind (see benchmarks/README.md, Fine-tuning)
+DEFAULT_LR = {"lora": 3e-4, "full": 3e-5}
+
+EpochCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    """Hyper-parameters of encoder fine-tuning (C-STS bi-encoder settings as defaults)."""
+
+    kind: str = "lora"
+    epochs: int = 3
+    batch_size: int = 32  # rows per step; a pair's two rows always share a batch
+    lr: float = 3e-4
+    head_lr: float = 1e-3
+    weight_decay: float = 0.01
+    warmup: float = 0.1  # fraction of steps with a linear warm-up, then linear decay to 0
+    max_grad_norm: float = 1.0
+    losses: tuple[tuple[str, float], ...] = (("mse", 1.0),)
+    margin: float = 1.0
+    bcl_temperature: float = 0.05
+    bcl_sigma: float = 0.5
+    head_on_top: bool = False
+    head_dim: int = 256
+    head_dropout: float = 0.15
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+        if self.epochs < 1 or self.batch_size < 2:
+            raise ValueError("epochs must be >= 1 and batch_size >= 2")
+
+    @property
+    def loss_settings(self) -> LossSettings:
+        return LossSettings(dict(self.losses), self.margin, self.bcl_temperature, self.bcl_sigma)
+
+    def record(self) -> dict[str, object]:
+        """Return the config as plain JSON values (what checkpoints compare on resume)."""
+        out = asdict(self)
+        out["losses"] = {name: weight for name, weight in self.losses}
+        out["lora"]["targets"] = list(self.lora.targets)
+        if self.kind != "lora":
+            out.pop("lora")
+        return out
+
+
+@dataclass
+class FinetuneResult:
+    """The trained head (None without --head-on-top), one history row per epoch, the best epoch."""
+
+    head: ProjectionHead | None
+    history: list[dict[str, float]]
+    best_epoch: int
+    resumed_from: int = 0
+
+
+def case_forward(encoder: BertStyleEncoder, sentences: Sequence[str], conditions: Sequence[str]) -> torch.Tensor:
+    """Return CASE vectors f(c; I(s)) - f(c; I(∅)) with gradients: (n, dim) float32."""
+    distinct = list(dict.fromkeys(conditions))
+    row = {c: i for i, c in enumerate(distinct)}
+    base = encoder.forward_pairs([(c, None) for c in distinct])
+    cond = encoder.forward_pairs(list(zip(conditions, sentences, strict=True)))
+    return cond - base[torch.tensor([row[c] for c in conditions], device=cond.device)]
+
+
+def length_grouped_batches(
+    groups: list[list[int]], lengths: Sequence[int], per_batch: int, rng: random.Random, window: int = 50
+) -> list[list[list[int]]]:
+    """Shuffle groups into batches of ``per_batch`` groups, similar lengths together, in random order.
+
+    Groups are shuffled, sorted by length within windows of ``window`` batches, cut into
+    batches, and the batches shuffled: far less padding than random batches, still random.
+    """
+    order = list(range(len(groups)))
+    rng.shuffle(order)
+    batches = []
+    span = per_batch * window
+    for w in range(0, len(order), span):
+        chunk = sorted(order[w : w + span], key=lambda i: lengths[i])
+        batches += [[groups[i] for i in chunk[b : b + per_batch]] for b in range(0, len(chunk), per_batch)]
+    rng.shuffle(batches)
+    return batches
+
+
+def trainable_parameters(encoder: BertStyleEncoder, head: ProjectionHead | None) -> dict[str, nn.Parameter]:
+    """Name every parameter that trains: the adapters (lora) or all encoder weights (full), then the head."""
+    params = {f"encoder.{n}": p for n, p in encoder.model.named_parameters() if p.requires_grad}
+    if head is not None:
+        params.update({f"head.{n}": p for n, p in head.named_parameters()})
+    return params
+
+
+def evaluate_encoder(
+    encoder: BertStyleEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = 64
+) -> dict[str, float]:
+    """Return dev Spearman/Pearson ×100 of the current weights (eval mode, no cache)."""
+    encoder.model.eval()
+    features = case_features(encoder, data, batch_size=batch_size, cache=None)
+    return evaluate_head(head, features)
+
+
+def prepare(encoder: BertStyleEncoder, config: FinetuneConfig) -> ProjectionHead | None:
+    """Set up what trains: adapters on the encoder (lora) or every weight (full); return the head, if any."""
+    torch.manual_seed(config.seed)
+    if config.kind == "lora":
+        add_lora(encoder.model, config.lora)
+        encoder.model.to(encoder.device)
+    else:
+        for p in encoder.model.parameters():
+            p.requires_grad_(True)
+    if not config.head_on_top:
+        return None
+    hc = HeadConfig(
+        input_dim=encoder.dim,
+        dim=config.head_dim,
+        dropout=config.head_dropout,
+        model_id=encoder.model_id,
+        model_revision=encoder.revision,
+        encoder_pooling=encoder.pooling,
+    )
+    return ProjectionHead(hc).to(encoder.device)
+
+
+def batch_loss(
+    encoder: BertStyleEncoder,
+    head: ProjectionHead | None,
+    data: CstsData,
+    batch: list[list[int]],
+    settings: LossSettings,
+    labels: torch.Tensor,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Return the objective on one batch of pair groups (with gradients) and each term's value.
+
+    labels: (len(data),) scaled labels on the encoder's device.
+    """
+    idx = [i for g in batch for i in g]
+    conds = [data.condition[i] for i in idx]
+    s1 = [data.sentence1[i] for i in idx]
+    vecs = case_forward(encoder, s1 + [data.sentence2[i] for i in idx], conds + conds)
+    positive = case_forward(encoder, s1, conds) if settings.needs_second_pass else None
+    if head is not None:
+        vecs = head(vecs)
+        positive = head(positive) if positive is not None else None
+    first, second = vecs[: len(idx)], vecs[len(idx) :]
+    cos = nn.functional.cosine_similarity(first, second, dim=1)
+    return combined_loss(
+        settings, cos, labels[idx], group_positions(batch), anchor=first, positive=positive, negative=second
+    )
+
+
+def finetune(
+    encoder: BertStyleEncoder,
+    train: CstsData,
+    config: FinetuneConfig,
+    *,
+    dev: CstsData | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
+    eval_batch_size: int = 64,
+    progress: bool = False,
+    on_epoch: EpochCallback | None = None,
+) -> FinetuneResult:
+    """Fine-tune the encoder in place (and a head, with ``head_on_top``); keep the best dev epoch.
+
+    With ``checkpoint_dir``, the state after every epoch is written there; ``resume``
+    continues from it (same config required) instead of starting over.
+    """
+    head = prepare(encoder, config)
+    params = trainable_parameters(encoder, head)
+    encoder_params = [p for n, p in params.items() if n.startswith("encoder.")]
+    param_groups = [{"params": encoder_params, "lr": config.lr}]
+    if head is not None:
+        param_groups.append({"params": list(head.parameters()), "lr": config.head_lr})
+    optim = torch.optim.AdamW(param_groups, weight_decay=config.weight_decay)
+    base_lrs = [g["lr"] for g in optim.param_groups]
+
+    groups = pair_groups(train)
+    lengths = [len(train.sentence1[g[0]]) + len(train.sentence2[g[0]]) for g in groups]
+    per_batch = max(1, config.batch_size // 2)
+    steps_per_epoch = (len(groups) + per_batch - 1) // per_batch
+    total_steps = config.epochs * steps_per_epoch
+    warm = max(1, int(config.warmup * total_steps))
+
+    def lr_factor(step: int) -> float:
+        return min((step + 1) / warm, max(0.0, (total_steps - step) / max(1, total_steps - warm)))
+
+    record = config.record()
+    state, best = TrainingState(config=record), None
+    if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
+        state, best = load_checkpoint(checkpoint_dir, record, params, optim)
+        log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
+    resumed_from = state.epoch
+    settings = config.loss_settings
+    y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
+
+    for epoch in range(state.epoch + 1, config.epochs + 1):
+        # Seeding per epoch makes a resumed run draw the same order and dropout masks.
+        torch.manual_seed(config.seed * 1000 + epoch)
+        batches = length_grouped_batches(groups, lengths, per_batch, random.Random(config.seed * 1000 + epoch))
+        encoder.model.train()
+        if head is not None:
+            head.train()
+        sums: dict[str, float] = {}
+        n_rows = 0
+        start = time.perf_counter()
+        bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{config.epochs}", unit="step", disable=not progress)
+        for batch in batches:
+            loss, terms = batch_loss(encoder, head, train, batch, settings, y_all)
+            factor = lr_factor(state.step)
+            for g, base_lr in zip(optim.param_groups, base_lrs, strict=True):
+                g["lr"] = base_lr * factor
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.max_grad_norm > 0:
+                nn.utils.clip_grad_norm_(list(params.values()), config.max_grad_norm)
+            optim.step()
+            state.step += 1
+            n = sum(len(g) for g in batch)
+            n_rows += n
+            for name, value in {"loss": float(loss.detach()), **terms}.items():
+                sums[name] = sums.get(name, 0.0) + value * n
+            bar.update(1)
+            bar.set_postfix(loss=f"{sums['loss'] / n_rows:.4f}")
+        bar.close()
+        row: dict[str, float] = {"epoch": epoch, **{k: v / max(1, n_rows) for k, v in sums.items()}}
+        row["train_seconds"] = round(time.perf_counter() - start, 1)
+        if dev is not None:
+            scores = evaluate_encoder(encoder, head, dev, batch_size=eval_batch_size)
+            row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})
+        score = row.get("dev_spearman", float(epoch))  # without dev, the last epoch counts as best
+        if score > state.best_score:
+            state.best_score, state.best_epoch = score, epoch
+            best = {k: p.detach().clone() for k, p in params.items()}
+        state.epoch = epoch
+        state.history.append(row)
+        if checkpoint_dir is not None:
+            save_checkpoint(checkpoint_dir, state, params, optim, best)
+        if on_epoch is not None:
+            on_epoch(epoch, row)
+    if best is not None:
+        with torch.no_grad():
+            for name, p in params.items():
+                p.copy_(best[name])
+    encoder.model.eval()
+    for p in encoder.model.parameters():
+        p.requires_grad_(False)
+    return FinetuneResult(
+        head.eval() if head is not None else None, state.history, state.best_epoch, resumed_from=resumed_from
+    )

@@ -1,0 +1,155 @@
+"""Knowledge-graph completion data in the SimKGC conventions (WN18RR-shaped folders).
+
+A folder holds ``entity2text.txt`` (``id \\t name, definition``), ``relation2text.txt``
+(``relation \\t text``), optional ``entities.txt``/``relations.txt`` id lists, and
+``train.tsv``/``dev.tsv``/``test.tsv`` triples (``head \\t relation \\t tail``). Everything
+is mapped to integer rows: entity i is row i of every entity matrix; relation r < R is a
+relation read forwards and r + R the same relation read backwards (``inverse <text>``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from condsearch.errors import CorpusError
+
+SPLITS = ("train", "dev", "test")
+INVERSE_PREFIX = "inverse "
+Answers = dict[tuple[int, int], set[int]]
+
+
+@dataclass(frozen=True)
+class KgData:
+    """Entities, relations and triples of one knowledge graph, as integer rows."""
+
+    entity_ids: list[str]
+    entity_texts: list[str]  # "name: definition", the text each entity is encoded from
+    relations: list[str]  # relation ids as in the files, e.g. "_hypernym"
+    relation_texts: list[str]  # readable text of each relation, e.g. "hypernym"
+    splits: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (n, 3) int64 (head, rel, tail)
+
+    @property
+    def n_entities(self) -> int:
+        return len(self.entity_ids)
+
+    @property
+    def n_relations(self) -> int:
+        return len(self.relations)
+
+    @property
+    def conditions(self) -> list[str]:
+        """Return the 2R condition texts: each relation forwards, then each one inverted."""
+        return list(self.relation_texts) + [INVERSE_PREFIX + t for t in self.relation_texts]
+
+
+def entity_text(name: str, description: str) -> str:
+    """Return SimKGC's entity text ``name: description`` (a description that repeats the
+    name first loses that copy; the name alone when nothing is left)."""
+    name, description = name.strip(), description.strip()
+    if description.startswith(name):
+        description = description[len(name) :].strip()
+    return f"{name}: {description}" if description else name
+
+
+def relation_text(relation: str) -> str:
+    """Return the readable text of a relation id: ``_member_meronym`` -> ``member meronym``."""
+    return relation.replace("_", " ").strip()
+
+
+def _read_tsv(path: Path, n_columns: int) -> list[list[str]]:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"{path}: cannot read ({type(exc).__name__})") from exc
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        parts = line.split("\t")
+        if len(parts) < n_columns:
+            raise CorpusError(f"{path}:{number}: expected {n_columns} tab-separated columns")
+        rows.append(parts[:n_columns])
+    return rows
+
+
+def read_kg(folder: Path | str, splits: Iterable[str] = SPLITS) -> KgData:
+    """Read a WN18RR-shaped folder (see the module docstring)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CorpusError(f"{folder}: no such data folder")
+    texts: dict[str, str] = {}
+    for eid, raw in _read_tsv(folder / "entity2text.txt", 2):
+        name, _, description = raw.partition(", ")
+        texts[eid] = entity_text(name, description)
+    order_file = folder / "entities.txt"
+    entity_ids = [row[0] for row in _read_tsv(order_file, 1)] if order_file.is_file() else list(texts)
+    missing = [e for e in entity_ids if e not in texts]
+    if missing:
+        raise CorpusError(f"{folder}: {len(missing)} entities have no text (e.g. {missing[0]})")
+    rel_text = {rel: text.strip() for rel, text in _read_tsv(folder / "relation2text.txt", 2)}
+    rel_file = folder / "relations.txt"
+    relations = [row[0] for row in _read_tsv(rel_file, 1)] if rel_file.is_file() else list(rel_text)
+    row_of = {e: i for i, e in enumerate(entity_ids)}
+    rel_of = {r: i for i, r in enumerate(relations)}
+    out: dict[str, np.ndarray] = {}
+    for split in splits:
+        path = folder / f"{split}.tsv"
+        triples = np.empty((0, 3), dtype=np.int64)
+        rows = _read_tsv(path, 3)
+        try:
+            triples = np.array([[row_of[h], rel_of[r], row_of[t]] for h, r, t in rows], dtype=np.int64)
+        except KeyError as exc:
+            raise CorpusError(f"{path}: unknown entity or relation {exc.args[0]!r}") from exc
+        out[split] = triples.reshape(-1, 3)
+    return KgData(
+        entity_ids=entity_ids,
+        entity_texts=[texts[e] for e in entity_ids],
+        relations=relations,
+        relation_texts=[rel_text.get(r) or relation_text(r) for r in relations],
+        splits=out,
+    )
+
+
+def with_inverse(triples: np.ndarray, n_relations: int) -> np.ndarray:
+    """Return the triples followed by their inverses (t, r + R, h): (2n, 3) int64."""
+    inverse = np.stack([triples[:, 2], triples[:, 1] + n_relations, triples[:, 0]], axis=1)
+    return np.concatenate([triples, inverse]).astype(np.int64)
+
+
+def known_answers(triple_sets: Iterable[np.ndarray], n_relations: int) -> Answers:
+    """Map (head, relation) to every tail seen in any of the sets, inverses included."""
+    answers: Answers = {}
+    for triples in triple_sets:
+        for h, r, t in with_inverse(triples, n_relations).tolist():
+            answers.setdefault((h, r), set()).add(t)
+    return answers
+
+
+def link_graph(triples: np.ndarray, n_entities: int) -> list[np.ndarray]:
+    """Return each entity's neighbours in the undirected graph of the triples (sorted rows)."""
+    pairs = np.concatenate([triples[:, [0, 2]], triples[:, [2, 0]]])
+    pairs = np.unique(pairs, axis=0)
+    bounds = np.searchsorted(pairs[:, 0], np.arange(n_entities + 1))
+    return [pairs[bounds[i] : bounds[i + 1], 1] for i in range(n_entities)]
+
+
+def n_hop(graph: list[np.ndarray], start: int, hops: int, max_nodes: int = 100_000) -> np.ndarray:
+    """Return the entities within ``hops`` edges of ``start``, itself included (SimKGC's
+    re-ranking set); empty when more than ``max_nodes`` are reached."""
+    seen = {start}
+    frontier = deque([start])
+    for _ in range(hops):
+        for _ in range(len(frontier)):
+            node = frontier.popleft()
+            for nb in graph[node].tolist():
+                if nb not in seen:
+                    seen.add(nb)
+                    frontier.append(nb)
+                    if len(seen) > max_nodes:
+                        return np.empty(0, dtype=np.int64)
+    return np.fromiter(seen, dtype=np.int64, count=len(seen))

@@ -1,0 +1,105 @@
+"""Every benchmark script's --smoke mode runs (tiny model, synthetic data) and writes its JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from condsearch.metrics import cosine_to_mean, isotropy
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+
+def load_script(name: str):
+    """Import benchmarks/<name>.py as a module (the folder is not a package)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def smoke_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    common = load_script("common")
+    return common.write_csts_csv(common.synthetic_csts(64), tmp_path_factory.mktemp("csv") / "smoke.csv")
+
+
+def _run(name: str, argv: list[str], out: Path) -> dict:
+    assert load_script(name).main([*argv, "--json-out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_isotropy_separates_spread_from_crowded_vectors() -> None:
+    rng = np.random.default_rng(0)
+    spread = rng.standard_normal((2000, 8))
+    crowded = np.ones((2000, 8)) + 0.05 * rng.standard_normal((2000, 8))
+    high, low = isotropy(spread), isotropy(crowded)
+    assert 0 < low < high <= 1 and high > 0.9 and low < 0.3
+    assert isotropy(spread, seed=1) == pytest.approx(high, abs=0.05)
+    assert cosine_to_mean(crowded)["mean"] > 0.99 > cosine_to_mean(spread)["mean"]
+
+
+@pytest.mark.parametrize("mode", ["case", "unconditional", "csr"])
+def test_csts_smoke(mode: str, tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--mode", mode, "--model", str(tiny_bert_dir)]
+    if mode != "csr":
+        argv += ["--dims", "8,16"]
+    result = _run("csts", argv, tmp_path / "out.json")
+    assert set(result["dev"]) == {"spearman", "pearson", "n"} and result["config"]["mode"] == mode
+    if mode != "csr":
+        assert [row["dim"] for row in result["dim_sweep"]] == [8, 16]
+    if mode == "case":
+        assert set(result["isotropy"]["i_iso"]) == {"cond", "cond_minus_c"}
+        assert 0 < result["isotropy"]["i_iso"]["cond_minus_c"] <= 1
+
+
+def test_csts_full_mode_needs_files() -> None:
+    with pytest.raises(SystemExit):
+        load_script("csts").parse_args(["--mode", "case"])
+
+
+def test_kgc_smoke_trains_and_ranks(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--save", str(tmp_path / "router"), "--rerank"]
+    result = _run("kgc", argv, tmp_path / "out.json")
+    assert {"mrr", "hit@1", "hit@3", "hit@10", "n", "forward", "backward"} <= set(result)
+    assert result["n"] == result["forward"]["n"] + result["backward"]["n"] > 0
+    assert result["config"]["rerank"] and result["training"]["history"][0]["step"] == 0
+    assert (tmp_path / "router" / "router.safetensors").is_file()
+    # the saved router loads back for evaluation alone
+    again = _run(
+        "kgc", ["--smoke", "--model", str(tiny_bert_dir), "--router", str(tmp_path / "router")], tmp_path / "b"
+    )
+    assert again["config"]["router_checksum"] == result["config"]["router_checksum"]
+
+
+def test_latency_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--dims", "8,16", "--plot", str(tmp_path / "p.png")]
+    result = _run("latency", argv, tmp_path / "out.json")
+    dims = {(row["dim"], row["n"]) for row in result["rows"]}
+    assert dims == {(d, n) for d in (8, 16, 512) for n in (1000, 4000)}
+    row = result["rows"][0]
+    assert {"p50", "p95"} <= set(row["search_ms"]["batch1"]) and row["bytes_per_vector"] == 4 * row["dim"]
+    assert "dev_spearman" in row and "dev_spearman" not in result["rows"][-1]
+    assert result["search_bandwidth_fraction"] > 0 and result["csr_new_condition_speedup"] > 0
+    assert result["encode"]["peer"]["texts_per_s"] > 0
+    assert (tmp_path / "p.png").is_file() or importlib.util.find_spec("matplotlib") is None
+
+
+def test_latency_caps_index_memory(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--dims", "8", "--max-index-gib", "0.005", "--no-peer"]
+    result = _run("latency", argv, tmp_path / "out.json")
+    assert {"dim": 512, "n": 4000, "index_gib": 0.01} in result["skipped"]
+    assert all(r["n"] * r["dim"] * 4 <= 0.005 * 2**30 for r in result["rows"])
+
+
+@pytest.mark.parametrize("name", ["index_throughput", "csr_speedup"])
+def test_throughput_scripts_smoke(name: str, tiny_bert_dir: Path, smoke_csv: Path, tmp_path: Path) -> None:
+    result = _run(name, ["--smoke", "--csv", str(smoke_csv), "--model", str(tiny_bert_dir)], tmp_path / "o.json")
+    assert result["config"]["smoke"] is True

@@ -1,0 +1,242 @@
+"""Knowledge-graph completion: data conventions, exact filtered ranking, SimKGC's loss, encoding."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from condsearch.errors import CorpusError
+from condsearch.index import build_index
+from condsearch.kgc.data import entity_text, known_answers, link_graph, n_hop, read_kg, relation_text, with_inverse
+from condsearch.kgc.ranking import average_metrics, dense_filtered_ranks, filtered_ranks, query_filters, rank_metrics
+from condsearch.kgc.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
+
+
+def write_kg(folder: Path) -> Path:
+    """A six-entity graph with two relations, in WN18RR's file layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = {
+        "e0": "dog, a domesticated animal that barks",
+        "e1": "cat, a small domesticated animal",
+        "e2": "animal, a living organism",
+        "e3": "red, the color of blood",
+        "e4": "blue, the color of the sky",
+        "e5": "color, color",
+    }
+    (folder / "entity2text.txt").write_text("".join(f"{k}\t{v}\n" for k, v in texts.items()))
+    (folder / "entities.txt").write_text("\n".join(texts) + "\n")
+    (folder / "relations.txt").write_text("_hypernym\n_similar_to\n")
+    (folder / "relation2text.txt").write_text("_hypernym\thypernym\n_similar_to\tsimilar to\n")
+    (folder / "train.tsv").write_text("e0\t_hypernym\te2\ne1\t_hypernym\te2\ne3\t_hypernym\te5\ne0\t_similar_to\te1\n")
+    (folder / "dev.tsv").write_text("e4\t_hypernym\te5\n")
+    (folder / "test.tsv").write_text("e3\t_similar_to\te4\n")
+    return folder
+
+
+@pytest.fixture
+def kg(tmp_path: Path):
+    return read_kg(write_kg(tmp_path / "kg"))
+
+
+# -- data --------------------------------------------------------------------------------------
+
+
+def test_entity_and_relation_text_follow_simkgc() -> None:
+    assert entity_text("dog", "a domesticated animal") == "dog: a domesticated animal"
+    assert entity_text("color", "color") == "color"  # a description that only repeats the name
+    assert entity_text("stool", "stool sample taken") == "stool: sample taken"
+    assert relation_text("_member_of_domain_usage") == "member of domain usage"
+
+
+def test_read_kg_maps_rows_and_conditions(kg) -> None:
+    assert kg.n_entities == 6 and kg.n_relations == 2
+    assert kg.entity_texts[0] == "dog: a domesticated animal that barks"
+    assert kg.entity_texts[5] == "color"
+    assert kg.conditions == ["hypernym", "similar to", "inverse hypernym", "inverse similar to"]
+    np.testing.assert_array_equal(kg.splits["train"][0], [0, 0, 2])
+    np.testing.assert_array_equal(kg.splits["test"], [[3, 1, 4]])
+
+
+def test_read_kg_rejects_unknown_entities(tmp_path: Path) -> None:
+    folder = write_kg(tmp_path / "kg")
+    (folder / "dev.tsv").write_text("e9\t_hypernym\te5\n")
+    with pytest.raises(CorpusError, match="unknown entity"):
+        read_kg(folder)
+
+
+def test_inverse_answers_and_graph(kg) -> None:
+    train = kg.splits["train"]
+    both = with_inverse(train, kg.n_relations)
+    assert len(both) == 2 * len(train)
+    np.testing.assert_array_equal(both[len(train)], [2, 2, 0])  # (animal, inverse hypernym, dog)
+    answers = known_answers(kg.splits.values(), kg.n_relations)
+    assert answers[(2, 2)] == {0, 1}
+    assert answers[(5, 2)] == {3, 4}  # dev contributes too
+    graph = link_graph(train, kg.n_entities)
+    assert graph[2].tolist() == [0, 1] and graph[4].tolist() == []
+    assert sorted(n_hop(graph, 0, 1).tolist()) == [0, 1, 2]
+    assert sorted(n_hop(graph, 0, 5).tolist()) == [0, 1, 2]
+    assert n_hop(graph, 0, 1, max_nodes=2).size == 0
+
+
+# -- ranking -----------------------------------------------------------------------------------
+
+
+def test_rank_metrics() -> None:
+    m = rank_metrics(np.array([1, 2, 4, 20]))
+    assert m["mrr"] == pytest.approx(100 * (1 + 0.5 + 0.25 + 0.05) / 4)
+    assert (m["hit@1"], m["hit@3"], m["hit@10"], m["n"]) == (25.0, 50.0, 75.0, 4)
+    avg = average_metrics(m, rank_metrics(np.array([1])))
+    assert avg["hit@1"] == pytest.approx(62.5) and avg["n"] == 5
+
+
+def test_dense_ranks_filter_and_bonus() -> None:
+    scores = np.array([[0.9, 0.8, 0.7, 0.1]])
+    assert dense_filtered_ranks(scores, np.array([2]), [np.empty(0, dtype=np.int64)])[0] == 3
+    assert dense_filtered_ranks(scores, np.array([2]), [np.array([0])])[0] == 2  # a known answer removed
+    ranked = dense_filtered_ranks(scores, np.array([2]), [np.array([0])], [np.array([2])], bonus=0.15)
+    assert ranked[0] == 1  # 0.85 beats 0.8
+
+
+@pytest.mark.parametrize("k", [1, 5, 40, 200])
+@pytest.mark.parametrize("rerank", [False, True])
+def test_faiss_ranks_equal_brute_force(k: int, rerank: bool) -> None:
+    rng = np.random.default_rng(k)
+    ents = rng.standard_normal((150, 16)).astype(np.float32)
+    ents /= np.linalg.norm(ents, axis=1, keepdims=True)
+    queries = ents[rng.integers(0, 150, 60)] + 0.7 * rng.standard_normal((60, 16)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    golds = rng.integers(0, 150, 60)
+    filters = [rng.choice(150, size=rng.integers(0, 20), replace=False) for _ in range(60)]
+    bonus = [rng.choice(150, size=30, replace=False) for _ in range(60)] if rerank else None
+    expected = dense_filtered_ranks(queries @ ents.T, golds, filters, bonus, 0.05)
+    got = filtered_ranks(build_index(ents), ents, queries, golds, filters, bonus_sets=bonus, bonus=0.05, k=k)
+    np.testing.assert_array_equal(got, expected)
+    assert expected.max() > k or k >= 40  # small k exercises the exact fallback
+
+
+def test_query_filters_drop_the_gold(kg) -> None:
+    answers = known_answers(kg.splits.values(), kg.n_relations)
+    out = query_filters(np.array([2]), np.array([2]), np.array([0]), answers)
+    assert out[0].tolist() == [1]
+
+
+# -- loss --------------------------------------------------------------------------------------
+
+
+def test_batch_masks() -> None:
+    batch = np.array([[0, 0, 2], [1, 0, 2], [3, 0, 5], [2, 2, 0]])
+    answers = {(0, 0): {2}, (1, 0): {2}, (3, 0): {5}, (2, 2): {0, 1, 2}}
+    mask, self_mask = batch_masks(batch, answers)
+    assert mask.diagonal().all()
+    assert not mask[0, 1] and not mask[1, 0]  # same tail
+    assert not mask[3, 1] and mask[3, 2]  # tail 2 is a known answer of (2, inverse): masked; 5 is not
+    assert self_mask.tolist() == [True, True, True, False]  # entity 2 answers (2, 2) itself
+
+
+def test_simkgc_loss_matches_hand_computation() -> None:
+    torch.manual_seed(0)
+    hr = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    tails = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    heads = torch.nn.functional.normalize(torch.randn(3, 4), dim=1)
+    log_inv_t = torch.tensor(math.log(20.0))
+    mask = torch.ones(3, 3, dtype=torch.bool)
+    mask[0, 2] = False
+    loss = simkgc_loss(hr, tails, heads, log_inv_t, margin=0.02, mask=mask, self_mask=torch.tensor([1, 1, 0]).bool())
+    logits = (hr @ tails.T - 0.02 * torch.eye(3)) * 20.0
+    logits[0, 2] = -1e4
+    self_col = (hr * heads).sum(1) * 20.0
+    self_col[2] = -1e4
+    full = torch.cat([logits, self_col[:, None]], 1)
+    expected = -torch.log_softmax(full, 1).diagonal().mean() - torch.log_softmax(logits.T, 1).diagonal().mean()
+    torch.testing.assert_close(loss, expected)
+    # perfect separation drives the loss towards zero
+    eye = torch.eye(3, 4)
+    low = simkgc_loss(eye, eye, -eye, log_inv_t, margin=0.0, mask=torch.ones(3, 3, dtype=torch.bool))
+    assert low.item() < 1e-6
+
+
+# -- encoding and training on a tiny backbone ------------------------------------------------------
+
+
+@pytest.fixture
+def csr(tiny_bert_dir: Path, tmp_path: Path):
+    from condsearch.csr import load_csr_encoder
+
+    return load_csr_encoder(str(tiny_bert_dir), router="none", device="cpu", cache_dir=tmp_path / "cache")
+
+
+def test_entity_vectors_are_the_plain_forward_pass(csr, kg) -> None:
+    from transformers import AutoModel
+
+    from condsearch.kgc.encoding import entity_vectors, load_entity_states
+
+    states = load_entity_states(csr, kg.entity_texts)
+    got = entity_vectors(csr, states, chunk=2)  # several length-sorted chunks
+    model = AutoModel.from_pretrained(csr.tokenizer.name_or_path).eval()
+    inputs = csr.tokenizer(kg.entity_texts, padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        hidden = model(**inputs).last_hidden_state
+    m = inputs["attention_mask"].unsqueeze(-1).float()
+    expected = torch.nn.functional.normalize((hidden * m).sum(1) / m.sum(1), dim=1).numpy()
+    np.testing.assert_allclose(got, expected, atol=2e-3)  # states are cached in float16
+
+
+def test_queries_are_routed_in_the_order_given(csr, kg) -> None:
+    from condsearch.kgc.encoding import load_entity_states, query_vectors
+
+    states = load_entity_states(csr, kg.entity_texts)
+    heads, rels = np.array([5, 0, 3]), np.array([1, 0, 3])
+    together = query_vectors(csr, states, heads, rels, kg.conditions)
+    alone = np.vstack([query_vectors(csr, states, heads[i : i + 1], rels[i : i + 1], kg.conditions) for i in range(3)])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+
+
+def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
+    from condsearch.kgc.encoding import evaluate_link_prediction, load_entity_states
+
+    states = load_entity_states(csr, kg.entity_texts)
+    answers = known_answers(kg.splits.values(), kg.n_relations)
+    before = {k: v.detach().clone() for k, v in csr.router.trainable_parameters().items()}
+    scores = []
+    config = KgcTrainConfig(epochs=2, batch_size=4, lr=1e-3, warmup_steps=1)
+
+    def evaluate() -> float:
+        out = evaluate_link_prediction(csr, states, kg, kg.splits["train"], answers, k=3)
+        scores.append(float(out["mrr"]))
+        return scores[-1]
+
+    history = train_kgc(csr, states, kg, config, evaluate=evaluate)
+    assert [row["step"] for row in history] == [0, 2, 4]
+    assert all(math.isfinite(row["loss"]) for row in history[1:])
+    after = csr.router.trainable_parameters()
+    best = max(range(len(scores)), key=scores.__getitem__)
+    changed = any(not torch.equal(before[k], after[k]) for k in before)
+    assert changed == (best > 0)  # the best-on-dev weights are the ones kept
+    graph = link_graph(kg.splits["train"], kg.n_entities)
+    out = evaluate_link_prediction(csr, states, kg, kg.splits["test"], answers, rerank_graph=graph)
+    assert set(out) >= {"mrr", "hit@1", "hit@3", "hit@10", "n", "forward", "backward"}
+    assert out["n"] == 2 and 0 < out["mrr"] <= 100
+
+
+def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
+    from condsearch.csr.weights import save_router
+    from condsearch.kgc.encoding import TAIL_FOLDER, entity_vectors, load_entity_states, load_tail_tower, tail_tower
+
+    states = load_entity_states(csr, kg.entity_texts)
+    tail = tail_tower(csr.router)
+    np.testing.assert_allclose(entity_vectors(csr, states, tail=tail), entity_vectors(csr, states), atol=1e-6)
+    frozen = {n: p.detach().clone() for n, p in tail.named_parameters() if "embeddings" in n}
+    train_kgc(csr, states, kg, KgcTrainConfig(epochs=3, batch_size=4, lr=1e-2, warmup_steps=1), tail=tail)
+    after = entity_vectors(csr, states, tail=tail)
+    assert not np.allclose(after, entity_vectors(csr, states), atol=1e-4)  # the towers moved apart
+    assert all(torch.equal(frozen[n], p) for n, p in tail.named_parameters() if n in frozen)
+    save_router(csr.router, tmp_path / "r", {})
+    save_router(tail, tmp_path / "r" / TAIL_FOLDER, {})
+    again = load_tail_tower(csr.router, tmp_path / "r")
+    assert again is not None and load_tail_tower(csr.router, tmp_path / "nothing") is None
+    np.testing.assert_allclose(entity_vectors(csr, states, tail=again), after, atol=1e-3)  # saved as float16
