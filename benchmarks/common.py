@@ -76,9 +76,14 @@ def versions() -> dict[str, str]:
 
 def run_info(device: str | None = None) -> dict[str, object]:
     """Return where and with what a result was measured."""
-    import faiss
     import torch
 
+    try:
+        import faiss
+
+        faiss_gpus = faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0
+    except ImportError:  # scripts that search nothing run without FAISS
+        faiss_gpus = None
     cuda = torch.cuda.is_available()
     info: dict[str, object] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -86,7 +91,7 @@ def run_info(device: str | None = None) -> dict[str, object]:
         "versions": versions(),
         "device": device or ("cuda" if cuda else "cpu"),
         "gpu": torch.cuda.get_device_name(0) if cuda else None,
-        "faiss_gpus": faiss.get_num_gpus() if hasattr(faiss, "get_num_gpus") else 0,
+        "faiss_gpus": faiss_gpus,
         "machine": {
             "cpu": _cpu_model(),
             "cores": os.cpu_count(),

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import synthetic_csts  # noqa: E402
+from common import git_commit, synthetic_csts  # noqa: E402
 
 from condsearch import __version__  # noqa: E402
 from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
@@ -57,13 +56,7 @@ def _log(msg: str) -> None:
 
 
 def _git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    return git_commit()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

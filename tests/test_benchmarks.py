@@ -103,3 +103,31 @@ def test_latency_caps_index_memory(tiny_bert_dir: Path, tmp_path: Path) -> None:
 def test_throughput_scripts_smoke(name: str, tiny_bert_dir: Path, smoke_csv: Path, tmp_path: Path) -> None:
     result = _run(name, ["--smoke", "--csv", str(smoke_csv), "--model", str(tiny_bert_dir)], tmp_path / "o.json")
     assert result["config"]["smoke"] is True
+
+
+def test_finetune_smoke_records_each_run(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--runs", "lora:mse=1,wacl=0.5,full:quad", "--head-on-top"]
+    argv += ["--dim", "8", "--work-dir", str(tmp_path / "runs")]
+    result = _run("finetune", argv, tmp_path / "out.json")
+    assert [(r["kind"], r["objectives"]) for r in result["rows"]] == [("lora", "mse=1,wacl=0.5"), ("full", "quad")]
+    for row in result["rows"]:
+        assert len(row["dev_spearman_per_epoch"]) == 1 and row["best_epoch"] == 1 and row["train_seconds"] >= 0
+    assert (tmp_path / "runs" / "lora-mse1_wacl0.5" / "adapter.safetensors").is_file()
+    assert (tmp_path / "runs" / "full-quad" / "config.json").is_file()
+
+
+def test_finetune_subset_keeps_both_conditions_of_a_pair(smoke_csv: Path, tmp_path: Path) -> None:
+    from condsearch.csts import read_csts
+
+    sub = read_csts(load_script("finetune").subset_csv(smoke_csv, 5, tmp_path / "sub.csv"))
+    pairs = list(zip(sub.sentence1, sub.sentence2, strict=True))
+    assert len(set(pairs)) == 5 and all(pairs.count(p) == 2 for p in pairs)
+
+
+@pytest.mark.parametrize("arch", [None, "qwen3-0.6b"])
+def test_encode_throughput_smoke(arch: str | None, tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke"] + (["--arch", arch] if arch else ["--model", str(tiny_bert_dir)])
+    result = _run("encode_throughput", argv, tmp_path / "out.json")
+    assert result["pairs_per_s"] > 0 and result["tokens_per_s"] > result["pairs_per_s"]
+    assert 0 < result["fraction_of_bound"] and result["bound_tokens_per_s"] > 0
+    assert result["model"] == (arch or str(tiny_bert_dir))
