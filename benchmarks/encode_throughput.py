@@ -171,7 +171,8 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
 
 def table(r: dict[str, object]) -> str:
     return (
-        "| model | dtype | device | pairs | tokens/pair | pairs/s | tokens/s | matmul TFLOP/s | bound tokens/s | of bound |\n"
+        "| model | dtype | device | pairs | tokens/pair | pairs/s | tokens/s | matmul TFLOP/s "
+        "| bound tokens/s | of bound |\n"
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
         f"| {r['model']} | {r['dtype']} | {r['device']} | {r['n_pairs']} | {r['mean_tokens_per_pair']} "
         f"| {r['pairs_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['matmul_tflops']} | {r['bound_tokens_per_s']:.0f} "

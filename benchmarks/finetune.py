@@ -88,6 +88,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             losses=tuple(parse_loss_spec(losses).items()),
             head_on_top=args.head_on_top,
             head_dim=args.dim,
+            init_head=str(args.init_head) if args.init_head else None,
             lora=LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank),
             seed=args.seed,
         )
@@ -115,6 +116,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
                 "kind": kind,
                 "objectives": losses,
                 "head_on_top": args.head_on_top,
+                "init_head": bool(args.init_head),
                 "dev_spearman": summary.get("dev_spearman"),
                 "best_epoch": summary["best_epoch"],
                 "dev_spearman_per_epoch": [round(float(r["dev_spearman"]), 2) for r in history],
@@ -125,6 +127,12 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             }
         )
     return rows
+
+
+def _head_label(row: dict[str, object]) -> str:
+    if row["init_head"]:
+        return "from " + Path(str(row["config"]["init_head"])).name  # type: ignore[index]
+    return "new" if row["head_on_top"] else "none"
 
 
 def table(rows: list[dict[str, object]], info: dict[str, object]) -> str:
@@ -138,7 +146,7 @@ def table(rows: list[dict[str, object]], info: dict[str, object]) -> str:
     for r in rows:
         per_epoch = " → ".join(f"{s:.2f}" for s in r["dev_spearman_per_epoch"])  # type: ignore[union-attr]
         lines.append(
-            f"| {r['run']} | {r['kind']} | {r['objectives']} | {'yes' if r['head_on_top'] else 'no'} "
+            f"| {r['run']} | {r['kind']} | {r['objectives']} | {_head_label(r)} "
             f"| {float(r['dev_spearman'] or 0):.2f} | {r['best_epoch']} | {per_epoch} | {r['train_seconds']} |"
         )
     return "\n".join(lines) + "\n"
@@ -151,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default="lora:mse,full:mse", help="comma-separated KIND:OBJECTIVES runs")
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--train-pairs", type=int, default=None, help="train on the first N sentence pairs only (CPU budget)")
+    p.add_argument("--train-pairs", type=int, default=None, help="first N sentence pairs only")
     p.add_argument("--lr", type=float, default=None, help="encoder learning rate [default: per kind]")
     p.add_argument("--train-batch-size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=64, help="pairs per forward pass when scoring dev")
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--head-on-top", action="store_true", help="train a projection head jointly")
     p.add_argument("--dim", type=int, default=256, help="head dimension under --head-on-top")
+    p.add_argument("--init-head", type=Path, default=None, help="head folder to start the joint head from")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--work-dir", type=Path, default=None, help="where the runs' adapters and models are kept")
@@ -190,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_batch_size": args.train_batch_size,
             "lora_rank": args.lora_rank,
             "dim": args.dim if args.head_on_top else None,
+            "init_head": str(args.init_head) if args.init_head else None,
             "seed": args.seed,
             "smoke": args.smoke,
             "files": {"train": str(args.train), "dev": str(args.dev)},

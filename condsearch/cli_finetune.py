@@ -57,6 +57,11 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
             help="Also train a --dim projection head jointly (saved beside the adapter or model).",
         ),
         click.option(
+            "--init-head",
+            default=None,
+            help="Under --head-on-top: start the head from this trained head (a folder, 'default' or 'frozen').",
+        ),
+        click.option(
             "--head-lr",
             default=1e-3,
             show_default=True,
@@ -103,12 +108,32 @@ def parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
 
 def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
     """Refuse fine-tuning flags and objectives on the head-only (--finetune none) and csr paths."""
-    if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None:
-        raise click.UsageError("--head-on-top, --resume and --checkpoint-dir need --finetune lora or full")
+    if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None or options["init_head"]:
+        raise click.UsageError("--head-on-top, --init-head, --resume and --checkpoint-dir need --finetune lora or full")
     if mode == "csr" and loss not in CSR_LOSSES:
         raise click.UsageError(f"--mode csr takes --loss {', '.join(CSR_LOSSES)}")
     if mode == "case" and loss != "mse":
         raise click.UsageError("--loss other than mse needs --finetune lora or full (the head alone trains on mse)")
+
+
+def _init_head(spec: str | None, model: str | None) -> str | None:
+    """Resolve --init-head (a folder or a shipped head's name) to a folder path."""
+    if spec is None:
+        return None
+    from condsearch.models import resolve_model
+    from condsearch.pipeline import head_folder
+
+    try:
+        folder = head_folder(spec, resolve_model(model).model_id)
+    except CondsearchError as exc:
+        raise click.UsageError(f"--init-head: {exc}") from exc
+    if folder is None:
+        raise click.UsageError("--init-head none: leave the option out for a fresh head")
+    from condsearch.finetune.adapter import has_adapter
+
+    if has_adapter(folder):
+        raise click.UsageError(f"--init-head {spec}: that head goes with a LoRA adapter; name a frozen-encoder head")
+    return str(folder)
 
 
 def run_finetune(
@@ -162,6 +187,7 @@ def run_finetune(
             head_on_top=options["head_on_top"],
             head_dim=dim,
             head_dropout=dropout,
+            init_head=_init_head(options["init_head"], model),
             lora=lora,
             seed=seed,
         )

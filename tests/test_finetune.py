@@ -347,11 +347,31 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
         (["--head-on-top"], "need --finetune"),
         (["--finetune", "lora", "--pooling", "mean"], "condition-mean"),
         (["--finetune", "lora", "--lora-targets", "nope"], "targets"),
+        (["--init-head", "frozen"], "need --finetune"),
+        (["--finetune", "lora", "--head-on-top", "--init-head", "no/such/head"], "--init-head"),
     ],
 )
 def test_cli_refuses_bad_flag_combinations(train_csv: Path, tmp_path: Path, args: list[str], match: str) -> None:
     result = run("train", train_csv, "--out", tmp_path / "x", *args)
     assert result.exit_code == 2 and match in result.output, result.output
+
+
+def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from condsearch.head import HeadConfig, ProjectionHead, save_head
+
+    enc = _encoder(tiny_bert_dir)
+    torch.manual_seed(3)
+    start = ProjectionHead(HeadConfig(input_dim=enc.dim, dim=8, model_id=enc.model_id)).eval()
+    save_head(start, tmp_path / "start")
+    frozen = start.project(enc.encode_case(TEXTS, COLOUR))
+    head = prepare(enc, _lora(head_on_top=True, head_dim=8, init_head=str(tmp_path / "start")))
+    assert head is not None
+    torch.testing.assert_close(head.linear.weight, start.linear.weight.to(head.linear.weight.device))
+    np.testing.assert_allclose(head.project(enc.encode_case(TEXTS, COLOUR)), frozen, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ModelError, match="set --dim"):
+        prepare(_encoder(tiny_bert_dir), _lora(head_on_top=True, head_dim=4, init_head=str(tmp_path / "start")))
+    with pytest.raises(ValueError, match="head_on_top"):
+        _lora(init_head=str(tmp_path / "start"))
 
 
 def test_csts_benchmark_scores_an_adapter_folder(tiny_bert_dir: Path, tmp_path: Path) -> None:

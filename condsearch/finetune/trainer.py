@@ -22,9 +22,10 @@ from tqdm.auto import tqdm
 
 from condsearch.csts import CstsData, scale_labels
 from condsearch.encoders.bert import BertStyleEncoder
+from condsearch.errors import ModelError
 from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.finetune.lora import LoraConfig, add_lora
-from condsearch.head import HeadConfig, ProjectionHead
+from condsearch.head import HeadConfig, ProjectionHead, load_head
 from condsearch.losses import LossSettings, combined_loss, group_positions, pair_groups
 from condsearch.training import case_features, evaluate_head
 
@@ -56,6 +57,7 @@ class FinetuneConfig:
     head_on_top: bool = False
     head_dim: int = 256
     head_dropout: float = 0.15
+    init_head: str | None = None  # a trained head folder to start the jointly trained head from
     lora: LoraConfig = field(default_factory=LoraConfig)
     seed: int = 0
 
@@ -64,6 +66,8 @@ class FinetuneConfig:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}")
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError("epochs must be >= 1 and batch_size >= 2")
+        if self.init_head is not None and not self.head_on_top:
+            raise ValueError("init_head needs head_on_top")
 
     @property
     def loss_settings(self) -> LossSettings:
@@ -153,7 +157,17 @@ def prepare(encoder: BertStyleEncoder, config: FinetuneConfig) -> ProjectionHead
         model_revision=encoder.revision,
         encoder_pooling=encoder.pooling,
     )
-    return ProjectionHead(hc).to(encoder.device)
+    head = ProjectionHead(hc)
+    if config.init_head is not None:
+        # Adapters start as the identity, so encoder + this head start where the frozen pair was.
+        start = load_head(Path(config.init_head))
+        if (start.config.input_dim, start.config.dim) != (hc.input_dim, hc.dim):
+            raise ModelError(
+                f"--init-head {config.init_head} maps {start.config.input_dim}->{start.config.dim}, "
+                f"not {hc.input_dim}->{hc.dim} (set --dim to match)"
+            )
+        head.load_state_dict(start.state_dict())
+    return head.to(encoder.device)
 
 
 def batch_loss(
