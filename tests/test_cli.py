@@ -876,3 +876,11 @@ def test_every_option_has_help(name: str) -> None:
     command = main.commands[name]
     missing = [p.opts[-1] for p in command.params if isinstance(p, click.Option) and not (p.help or "").strip()]
     assert missing == [], f"{name}: {missing}"
+
+
+def test_readme_cli_reference_is_current() -> None:
+    from condsearch.docs import END, START, render_cli_reference
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = readme.partition(START)[2].partition(END)[0]
+    assert block.strip() == render_cli_reference().strip(), "README is stale: run python -m condsearch.docs README.md"
