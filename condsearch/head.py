@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -15,12 +12,17 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
 
 HEAD_FORMAT_VERSION = 1
 WEIGHTS_FILE = "head.safetensors"
 CONFIG_FILE = "head.json"
-DEFAULT_HEAD_DIR = Path(__file__).parent / "assets" / "minilm-case-head"
+ASSETS_DIR = Path(__file__).parent / "assets"
+#: what ``--head default`` (and auto, for the default model) loads: the best shipped for it on C-STS dev
+DEFAULT_HEAD_DIR = ASSETS_DIR / "minilm-case-head"
+#: the head trained on the frozen default model: ``--head frozen``
+FROZEN_HEAD_DIR = ASSETS_DIR / "minilm-case-head"
 
 
 @dataclass(frozen=True)
@@ -54,25 +56,16 @@ class ProjectionHead(nn.Module):
         """Project (n, input_dim) float32 vectors in eval mode: (n, dim) float32."""
         was_training = self.training
         self.eval()
-        out = self(torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)))
+        x = torch.from_numpy(np.ascontiguousarray(vectors, dtype=np.float32)).to(self.linear.weight.device)
+        out = self(x)
         self.train(was_training)
-        return out.numpy()
+        return out.cpu().numpy()
 
 
 def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | None = None) -> str:
     """Write the head's weights and config into ``directory`` atomically; return the checksum."""
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-    tmp.chmod(0o755)
-    try:
+    with replacing_dir(directory) as tmp:
         write_head_files(head, tmp, extra)
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return head_checksum(directory)
 
 

@@ -14,7 +14,7 @@ from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
 from condsearch.finetune.adapter import adapter_checksum, has_adapter
-from condsearch.head import DEFAULT_HEAD_DIR, ProjectionHead, head_checksum, load_head
+from condsearch.head import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, ProjectionHead, head_checksum, load_head
 from condsearch.head import WEIGHTS_FILE as HEAD_WEIGHTS
 from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
 from condsearch.models import DEFAULT_MODEL, resolve_model
@@ -25,6 +25,9 @@ log = logging.getLogger(__name__)
 HEAD_AUTO = "auto"
 HEAD_NONE = "none"
 HEAD_DEFAULT = "default"
+HEAD_FROZEN = "frozen"
+#: what ships for the default model, by --head name
+SHIPPED_HEADS = {HEAD_DEFAULT: DEFAULT_HEAD_DIR, HEAD_FROZEN: FROZEN_HEAD_DIR}
 MODE_CASE = "case"
 MODE_CSR = "csr"
 MODES = (MODE_CASE, MODE_CSR)
@@ -36,7 +39,7 @@ class Vectorizer:
 
     encoder: ConditionalEncoder
     head: ProjectionHead | None
-    head_name: str  # "none", "default" or the head folder's absolute path
+    head_name: str  # "none", a shipped head's name or the head folder's absolute path
     head_checksum: str
     mode: str = MODE_CASE
 
@@ -63,9 +66,10 @@ def head_folder(spec: str | None, model_id: str) -> Path | None:
         spec = HEAD_DEFAULT if model_id == DEFAULT_MODEL else HEAD_NONE
     if spec == HEAD_NONE:
         return None
-    folder = DEFAULT_HEAD_DIR if spec == HEAD_DEFAULT else Path(spec).expanduser().resolve()
+    folder = SHIPPED_HEADS.get(spec) or Path(spec).expanduser().resolve()
     if not folder.is_dir():
-        raise ModelError(f"head {spec!r}: no such folder (use a head folder, 'default' or 'none')")
+        names = ", ".join(repr(n) for n in SHIPPED_HEADS)
+        raise ModelError(f"head {spec!r}: no such folder (use a head folder, {names} or 'none')")
     return folder
 
 
@@ -79,7 +83,7 @@ def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | N
     folder = head_folder(spec, encoder.model_id)
     if folder is None:
         return None, HEAD_NONE, ""
-    name = HEAD_DEFAULT if folder == DEFAULT_HEAD_DIR.resolve() else str(folder)
+    name = next((n for n, f in SHIPPED_HEADS.items() if folder == f.resolve()), str(folder))
     adapter = has_adapter(folder)
     head, checksum = None, ""
     if not adapter or (folder / HEAD_WEIGHTS).is_file():

@@ -269,6 +269,18 @@ def test_resume_continues_at_the_next_epoch(tiny_bert_dir: Path, tmp_path: Path)
     # another config is refused rather than mixed in
     with pytest.raises(ModelError, match="other settings"):
         finetune(_encoder(tiny_bert_dir), data, _lora(lr=1e-3), checkpoint_dir=tmp_path / "b", resume=True)
+    # and so are other training rows under the same settings
+    with pytest.raises(ModelError, match="other settings"):
+        finetune(_encoder(tiny_bert_dir), data.head(6), config, checkpoint_dir=tmp_path / "b", resume=True)
+
+
+def test_quad_alone_skips_a_batch_without_both_conditions(tiny_bert_dir: Path) -> None:
+    # two sentence pairs, each under one condition only: no (high, low) group for quad to compare
+    single = CstsData(
+        ["a girl in red", "two men"], ["a woman in red", "a boy"], [COLOUR, SPORT], np.array([5, 4], np.float32)
+    )
+    result = finetune(_encoder(tiny_bert_dir), single, _lora(losses=(("quad", 1.0),), epochs=1))
+    assert [int(r["epoch"]) for r in result.history] == [1] and result.history[0]["loss"] == 0
 
 
 # --- command line --------------------------------------------------------------------------

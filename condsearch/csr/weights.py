@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from condsearch.atomic import replacing_dir
 from condsearch.csr.router import Router
 from condsearch.errors import ModelError
 
@@ -24,20 +22,11 @@ DEFAULT_ROUTER_DIR = Path(__file__).parent.parent / "assets" / "minilm-csr-route
 def save_router(router: Router, directory: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> str:
     """Write the router's trainable parameters and metadata atomically; return the checksum."""
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-    tmp.chmod(0o755)
-    try:
+    with replacing_dir(directory) as tmp:
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in router.trainable_parameters().items()}
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         info = {"format_version": ROUTER_FORMAT_VERSION, "layer": router.layer, **meta}
         (tmp / CONFIG_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return router_checksum(directory)
 
 

@@ -11,9 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import load_file, save_file
 
+from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
 from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state
 from condsearch.head import ProjectionHead, write_head_files
@@ -92,10 +90,7 @@ def save_adapter(
         for p in params.values():
             p.copy_(p.to(dtype).to(p.dtype))
     directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
-    tmp.chmod(0o755)
-    try:
+    with replacing_dir(directory) as tmp:
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in params.items()}
         save_file(state, str(tmp / ADAPTER_FILE), metadata={"format": "pt"})
         meta = {
@@ -111,12 +106,6 @@ def save_adapter(
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
         if head is not None:
             write_head_files(head, tmp, extra)
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
     return adapter_checksum(directory)
 
 

@@ -10,15 +10,13 @@ AdamW's per-parameter step counts). Each save replaces the folder atomically.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from condsearch.atomic import recover_dir, replacing_dir
 from condsearch.errors import ModelError
 
 CHECKPOINT_FORMAT_VERSION = 1
@@ -53,9 +51,7 @@ def save_checkpoint(
 ) -> None:
     """Write the training state after an epoch into folder (replaced atomically)."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
-    try:
+    with replacing_dir(folder) as tmp:
         save_file(_tensors(params), str(tmp / TRAINABLE_FILE))
         if best is not None:
             save_file(_tensors(best), str(tmp / BEST_FILE))
@@ -80,16 +76,11 @@ def save_checkpoint(
             "optimizer_steps": steps,
         }
         (tmp / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
 
 def has_checkpoint(folder: Path) -> bool:
-    """Return whether folder holds a checkpoint."""
+    """Return whether folder holds a checkpoint (restoring the previous one if a save was cut off)."""
+    recover_dir(Path(folder))
     return (Path(folder) / STATE_FILE).is_file()
 
 

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from condsearch.atomic import replacing_dir
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
 from condsearch.head import write_head_files
@@ -106,7 +104,7 @@ def _summary(
     if result.resumed_from:
         summary["resumed_after_epoch"] = result.resumed_from
     if dev_csv is not None and result.history:
-        best = next(r for r in result.history if int(r["epoch"]) == result.best_epoch)
+        best = next((r for r in result.history if int(r["epoch"]) == result.best_epoch), {})
         summary.update({"dev_csv": Path(dev_csv).name, "dev_spearman": best.get("dev_spearman")})
     if result.head is not None:
         summary["dim"] = result.head.config.dim
@@ -116,24 +114,16 @@ def _summary(
 def _save_full(encoder: BertStyleEncoder, result: FinetuneResult, out: Path, extra: dict[str, object]) -> None:
     """Write a loadable model folder (weights, tokenizer, token limit) and the head, atomically."""
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    tmp.chmod(0o755)
     try:
-        encoder.model.save_pretrained(str(tmp))
-        encoder.tokenizer.save_pretrained(str(tmp))
-        (tmp / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": encoder.max_length}) + "\n")
-        (tmp / FULL_SUMMARY_FILE).write_text(json.dumps(extra["training"], indent=2) + "\n")
-        if result.head is not None:
-            # the head answers to the model folder's own identity, which --model OUT resolves to
-            head = result.head
-            head.config = replace(head.config, model_id=str(out.resolve()), model_revision="")
-            write_head_files(head, tmp, extra)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        with replacing_dir(out) as tmp:
+            encoder.model.save_pretrained(str(tmp))
+            encoder.tokenizer.save_pretrained(str(tmp))
+            (tmp / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": encoder.max_length}) + "\n")
+            (tmp / FULL_SUMMARY_FILE).write_text(json.dumps(extra["training"], indent=2) + "\n")
+            if result.head is not None:
+                # the head answers to the model folder's own identity, which --model OUT resolves to
+                head = result.head
+                head.config = replace(head.config, model_id=str(out.resolve()), model_revision="")
+                write_head_files(head, tmp, extra)
     except OSError as exc:
         raise CondsearchError(f"{out}: cannot write the model folder ({exc.strerror or type(exc).__name__})") from exc
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)

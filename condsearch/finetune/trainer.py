@@ -9,6 +9,8 @@ Spearman is kept. Each epoch ends with a checkpoint that ``resume`` continues fr
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 import time
@@ -197,6 +199,14 @@ def batch_loss(
     )
 
 
+def _digest(data: CstsData) -> str:
+    """Return a short fingerprint of a C-STS set's rows."""
+    h = hashlib.sha256()
+    for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
+        h.update(json.dumps(row).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
 def finetune(
     encoder: BertStyleEncoder,
     train: CstsData,
@@ -233,7 +243,12 @@ def finetune(
     def lr_factor(step: int) -> float:
         return min((step + 1) / warm, max(0.0, (total_steps - step) / max(1, total_steps - warm)))
 
-    record = config.record()
+    # what a resumed run must share with the checkpoint: the settings, the model and the data
+    record = {
+        **config.record(),
+        "model": f"{encoder.model_id}@{encoder.revision}",
+        "train": _digest(train),
+    }
     state, best = TrainingState(config=record), None
     if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
         state, best = load_checkpoint(checkpoint_dir, record, params, optim)
@@ -259,10 +274,11 @@ def finetune(
             for g, base_lr in zip(optim.param_groups, base_lrs, strict=True):
                 g["lr"] = base_lr * factor
             optim.zero_grad(set_to_none=True)
-            loss.backward()
-            if config.max_grad_norm > 0:
-                nn.utils.clip_grad_norm_(list(params.values()), config.max_grad_norm)
-            optim.step()
+            if loss.requires_grad:  # quad/wacl alone have nothing to learn from a batch with no (high, low) group
+                loss.backward()
+                if config.max_grad_norm > 0:
+                    nn.utils.clip_grad_norm_(list(params.values()), config.max_grad_norm)
+                optim.step()
             state.step += 1
             n = sum(len(g) for g in batch)
             n_rows += n
