@@ -150,7 +150,11 @@ def test_adapter_save_load_round_trip(tiny_bert_dir: Path, tmp_path: Path) -> No
     trained = _trained_adapter(tiny_bert_dir, tmp_path / "ad")
     assert has_adapter(tmp_path / "ad")
     loaded = _encoder(tiny_bert_dir, adapter=tmp_path / "ad")
-    np.testing.assert_array_equal(loaded.encode_case(TEXTS, COLOUR), trained.encode_case(TEXTS, COLOUR))
+    # loading merges the adapter into the base weights: the same function up to rounding, no LoRA layers left
+    assert not any(isinstance(m, LoraLinear) for m in loaded.model.modules())
+    np.testing.assert_allclose(
+        loaded.encode_case(TEXTS, COLOUR), trained.encode_case(TEXTS, COLOUR), rtol=1e-4, atol=1e-4
+    )
     plain = _encoder(tiny_bert_dir).encode_case(TEXTS, COLOUR)
     assert not np.allclose(plain, loaded.encode_case(TEXTS, COLOUR))  # the adapter matters
     digest = hashlib.sha256((tmp_path / "ad" / ADAPTER_FILE).read_bytes()).hexdigest()

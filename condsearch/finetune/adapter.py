@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
-from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state
+from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state, merge_lora
 from condsearch.head import ProjectionHead, write_head_files
 
 if TYPE_CHECKING:
@@ -132,6 +132,7 @@ def apply_adapter(encoder: BertStyleEncoder, folder: Path) -> None:
     try:
         add_lora(encoder.model, lora_config_of(meta))
         load_lora_state(encoder.model, state)
+        merge_lora(encoder.model)  # loaded adapters only serve inference: no extra cost per layer
     except ValueError as exc:
         raise ModelError(f"{folder}: {exc}") from exc
     encoder.model.to(encoder.device, encoder.dtype).eval()

@@ -103,6 +103,21 @@ def add_lora(model: nn.Module, config: LoraConfig) -> list[str]:
     return names
 
 
+def merge_lora(model: nn.Module) -> int:
+    """Fold every adapter into its base weight (W + scaling · B A) and unwrap it; return how many.
+
+    For inference: the merged model computes the same function with the base model's cost.
+    """
+    wrapped = [(name, m) for name, m in model.named_modules() if isinstance(m, LoraLinear)]
+    for name, module in wrapped:
+        with torch.no_grad():
+            delta = (module.lora_b.float() @ module.lora_a.float()) * module.scaling
+            module.base.weight += delta.to(module.base.weight.dtype)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, module.base)
+    return len(wrapped)
+
+
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Return the adapter tensors keyed ``<module>.lora_a`` / ``<module>.lora_b`` (no base weights)."""
     state = {}
