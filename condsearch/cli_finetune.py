@@ -71,10 +71,10 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
         click.option("--quad-margin", default=1.0, show_default=True, type=float, help="Margin of the quad loss."),
         click.option(
             "--bcl-temperature",
-            default=0.05,
+            default=5.0,
             show_default=True,
             type=click.FloatRange(min=0, min_open=True),
-            help="Temperature of the bcl loss.",
+            help="Temperature of the bcl loss (cos/τ; CCL's tuned values are 3-10).",
         ),
         click.option(
             "--bcl-sigma",

@@ -18,6 +18,9 @@ from condsearch.csts import CstsData
 
 #: objective names accepted by :func:`parse_loss_spec`
 LOSS_NAMES = ("mse", "quad", "wacl", "bcl")
+#: BCL's default temperature: CCL's tuned values (its Table 2) lie between 3 and 10 for cos/τ. A
+#: SimCSE-style 0.05 lets the contrastive term swamp the regression (benchmarks/README.md).
+BCL_TEMPERATURE = 5.0
 
 
 def pair_groups(data: CstsData) -> list[list[int]]:
@@ -67,7 +70,7 @@ def bcl_loss(
     negative: torch.Tensor,
     labels: torch.Tensor,
     *,
-    temperature: float = 0.05,
+    temperature: float = BCL_TEMPERATURE,
     sigma: float = 0.5,
 ) -> torch.Tensor:
     """Balanced contrastive loss (CCL eqs. 10-11), averaged over the batch.
@@ -95,7 +98,7 @@ class LossSettings:
 
     weights: Mapping[str, float]
     margin: float = 1.0  # quad
-    temperature: float = 0.05  # bcl
+    temperature: float = BCL_TEMPERATURE
     sigma: float = 0.5  # bcl
 
     @property

@@ -28,7 +28,7 @@ from condsearch.errors import ModelError
 from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.finetune.lora import LoraConfig, add_lora
 from condsearch.head import HeadConfig, ProjectionHead, load_head
-from condsearch.losses import LossSettings, combined_loss, group_positions, pair_groups
+from condsearch.losses import BCL_TEMPERATURE, LossSettings, combined_loss, group_positions, pair_groups
 from condsearch.training import case_features, evaluate_head
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ class FinetuneConfig:
     max_grad_norm: float = 1.0
     losses: tuple[tuple[str, float], ...] = (("mse", 1.0),)
     margin: float = 1.0
-    bcl_temperature: float = 0.05
+    bcl_temperature: float = BCL_TEMPERATURE
     bcl_sigma: float = 0.5
     head_on_top: bool = False
     head_dim: int = 256
