@@ -333,6 +333,7 @@ def plot(result: dict[str, object], path: Path) -> bool:
     ax1.plot(dims, [heads[str(d)]["dev"]["spearman"] for d in dims], "o-")  # type: ignore[index]
     ax1.set(xscale="log", xlabel="head dimension", ylabel="dev Spearman ×100", title="C-STS dev, CASE head")
     ax1.set_xticks(dims, [str(d) for d in dims])
+    ax1.minorticks_off()  # the log axis' own minor labels would overprint the dims
     for n in sorted({r["n"] for r in rows}):  # type: ignore[union-attr]
         sel = sorted((r for r in rows if r["n"] == n), key=lambda r: r["dim"])  # type: ignore[union-attr]
         ax2.plot([r["dim"] for r in sel], [r["search_ms"]["batch1"]["p50"] for r in sel], "o-", label=f"n={n:,}")

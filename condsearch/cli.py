@@ -78,8 +78,9 @@ def main(verbose: bool) -> None:
     default="auto",
     show_default=True,
     help=(
-        "Head folder (a head, a LoRA adapter from train --finetune lora, or both), 'default' (shipped for the "
-        "default model) or 'none'; 'auto' picks the shipped one for the default model, else none."
+        "Head folder (a head, a LoRA adapter from train --finetune lora, or both), 'default' (the default "
+        "model's shipped LoRA adapter + head), 'frozen' (its shipped head on the frozen encoder) or 'none'; "
+        "'auto' picks 'default' for the default model, else none."
     ),
 )
 @click.option(

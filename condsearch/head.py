@@ -19,8 +19,8 @@ HEAD_FORMAT_VERSION = 1
 WEIGHTS_FILE = "head.safetensors"
 CONFIG_FILE = "head.json"
 ASSETS_DIR = Path(__file__).parent / "assets"
-#: what ``--head default`` (and auto, for the default model) loads: the best shipped for it on C-STS dev
-DEFAULT_HEAD_DIR = ASSETS_DIR / "minilm-case-head"
+#: ``--head default`` (what auto picks for the default model): its LoRA adapter + head fine-tuned on C-STS
+DEFAULT_HEAD_DIR = ASSETS_DIR / "minilm-case-lora"
 #: the head trained on the frozen default model: ``--head frozen``
 FROZEN_HEAD_DIR = ASSETS_DIR / "minilm-case-head"
 

@@ -595,21 +595,19 @@ def test_head_folder_that_is_not_a_head(tiny_bert_dir: Path, corpus_file: Path, 
     )
 
 
-def test_default_head_on_another_model(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("head", "match"),
+    [("default", "trained for sentence-transformers/all-MiniLM-L6-v2"), ("frozen", "384-d inputs")],
+)
+def test_shipped_heads_on_another_model(
+    head: str, match: str, tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path
+) -> None:
+    # the default carries a LoRA adapter (refused for another model), frozen only a head (wrong width)
     assert_clean_error(
         run(
-            "index",
-            corpus_file,
-            "-c",
-            COLOUR,
-            "--model",
-            tiny_bert_dir,
-            "--head",
-            "default",
-            "--index-dir",
-            tmp_path / "i",
+            "index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--head", head, "--index-dir", tmp_path / "i"
         ),
-        match="384-d inputs",
+        match=match,
     )
 
 

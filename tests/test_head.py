@@ -13,6 +13,7 @@ from condsearch.errors import ModelError
 from condsearch.head import (
     CONFIG_FILE,
     DEFAULT_HEAD_DIR,
+    FROZEN_HEAD_DIR,
     WEIGHTS_FILE,
     HeadConfig,
     ProjectionHead,
@@ -118,8 +119,9 @@ def test_load_bad_config(tmp_path: Path, text: str) -> None:
         load_head(tmp_path / "h")
 
 
-def test_shipped_default_head_loads() -> None:
-    head = load_head(DEFAULT_HEAD_DIR)
+@pytest.mark.parametrize("folder", [DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR])
+def test_shipped_heads_load(folder: Path) -> None:
+    head = load_head(folder)
     assert head.config.input_dim == 384
     assert head.config.model_id == "sentence-transformers/all-MiniLM-L6-v2"
     assert head.project(np.zeros((1, 384), dtype=np.float32)).shape == (1, head.config.dim)

@@ -1,10 +1,11 @@
-"""The real default model (all-MiniLM-L6-v2 from the bundled package) with its shipped head."""
+"""The real default model (all-MiniLM-L6-v2 from the bundled package) with its shipped adapter and heads."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -17,7 +18,7 @@ SPORT = "the sport being played"
 QUERY = "A girl in an orange dress serves the ball"
 
 # Scores are per sentence (exact search), so the corpus only decides which sentences compete.
-# The shipped head is only moderately condition-aware (C-STS dev Spearman ~54): distractors such as
+# The shipped default is only moderately condition-aware (C-STS dev Spearman ~59): distractors such as
 # "A little girl wearing an orange dress eats ice cream" (wins under sport) or "A man in a purple
 # jacket plays golf" (wins under colour) are left out, so this checks the pipeline, not the ceiling.
 ORANGE = [
@@ -100,3 +101,20 @@ def test_colour_condition_ranks_orange_dress_first(default_indexes: Path) -> Non
 def test_sport_condition_ranks_tennis_first(default_indexes: Path) -> None:
     top = _top(default_indexes, SPORT)
     assert top[0] in TENNIS, top
+
+
+def test_default_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path) -> None:
+    from condsearch.finetune.adapter import adapter_checksum
+    from condsearch.head import DEFAULT_HEAD_DIR
+    from condsearch.pipeline import load_vectorizer
+
+    tuned, frozen = load_vectorizer(None, "default", device="cpu"), load_vectorizer(None, "frozen", device="cpu")
+    assert tuned.head_name == "default" and frozen.head_name == "frozen" and tuned.dim == frozen.dim == 256
+    assert tuned.encoder.describe()["adapter_checksum"] == adapter_checksum(DEFAULT_HEAD_DIR)
+    assert "adapter_checksum" not in frozen.encoder.describe()
+    texts = ORANGE[:2] + TENNIS[:2]
+    a, b = tuned.vectors(texts, COLOUR), frozen.vectors(texts, COLOUR)
+    assert not np.allclose(a, b, atol=1e-3)  # the adapter changes the vectors
+    for vecs in (a, b):  # and both still put the two orange dresses closest under the colour condition
+        sims = vecs @ vecs.T
+        assert sims[0, 1] > max(sims[0, 2], sims[0, 3]), sims
