@@ -37,7 +37,7 @@ from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.errors import CondsearchError  # noqa: E402
 from condsearch.metrics import cosine_to_mean, isotropy  # noqa: E402
-from condsearch.pipeline import head_folder, resolve_head  # noqa: E402
+from condsearch.pipeline import SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
 from condsearch.training import (  # noqa: E402
     PairFeatures,
     TrainConfig,
@@ -48,7 +48,7 @@ from condsearch.training import (  # noqa: E402
 )
 
 SMOKE_ROWS = 48
-HEAD_CHOICES = ("auto", "default", "train", "none")
+HEAD_CHOICES = ("auto", *SHIPPED_HEADS, "train", "none")
 
 
 def _log(msg: str) -> None:
@@ -70,8 +70,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--head",
         default="auto",
         help=(
-            "auto, default, train, none, or a folder written by condsearch train (a head, a LoRA adapter from "
-            "--finetune lora, or both); auto: the shipped one for the default model in case mode, else train"
+            "auto, default, frozen, train, none, or a folder written by condsearch train (a head, a LoRA adapter "
+            "from --finetune lora, or both); auto: the shipped default for the default model in case mode, else train"
         ),
     )
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
