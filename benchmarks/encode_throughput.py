@@ -175,7 +175,7 @@ def table(r: dict[str, object]) -> str:
         "| bound tokens/s | of bound |\n"
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
         f"| {r['model']} | {r['dtype']} | {r['device']} | {r['n_pairs']} | {r['mean_tokens_per_pair']} "
-        f"| {r['pairs_per_s']:.0f} | {r['tokens_per_s']:.0f} | {r['matmul_tflops']} | {r['bound_tokens_per_s']:.0f} "
+        f"| {r['pairs_per_s']:.3g} | {r['tokens_per_s']:.0f} | {r['matmul_tflops']} | {r['bound_tokens_per_s']:.0f} "
         f"| {100 * float(r['fraction_of_bound']):.1f}% |\n"  # type: ignore[arg-type]
     )
 
