@@ -55,10 +55,6 @@ def _log(msg: str) -> None:
     print(f"[csts] {msg}", file=sys.stderr, flush=True)
 
 
-def _git_commit() -> str:
-    return git_commit()
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--train", type=Path, default=None, help="C-STS CSV to train heads on (required but in --smoke)")
@@ -204,7 +200,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "torch": torch.__version__,
         "device": str(getattr(encoder, "device", "cpu")),
         "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
     }
     return result
 
@@ -271,7 +267,7 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
         "torch": torch.__version__,
         "device": str(encoder.device),
         "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
     }
     return result
 
