@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,13 +22,14 @@ from condsearch.cli_options import (
     router_options,
     trust_option,
 )
-from condsearch.errors import CondsearchError
+from condsearch.errors import CondsearchError, first_line
+from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(exc: CondsearchError) -> click.ClickException:
-    return click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    return click.ClickException(first_line(exc))
 
 
 def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fast --help
@@ -49,6 +51,16 @@ def main(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="condsearch: %(message)s", stream=sys.stderr
     )
+    _quiet_transformers()
+
+
+def _quiet_transformers() -> None:
+    # transformers costs about a second to import: commands that never load a model (list,
+    # serve's startup, --help) must not pay for it, so it is told by environment when not yet loaded.
+    if "transformers" not in sys.modules:
+        os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        return
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
@@ -113,6 +125,8 @@ def index_cmd(
     prompt_template: str | None,
     unconditional_template: str | None,
     dtype: str,
+    bidirectional_layers: int | None,
+    preset: str | None,
     mode: str,
     router: str,
     router_layer: int | None,
@@ -129,6 +143,8 @@ def index_cmd(
     from condsearch.corpus import read_corpus
     from condsearch.pipeline import check_condition, index_corpus, load_csr_vectorizer, load_vectorizer
 
+    if mode == "csr" and (bidirectional_layers is not None or preset is not None):
+        raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
     try:
         for c in conditions:
             check_condition(c)
@@ -156,6 +172,8 @@ def index_cmd(
                 prompt_template=prompt_template,
                 unconditional_template=unconditional_template,
                 dtype=dtype,
+                bidirectional_layers=bidirectional_layers,
+                preset=preset,
             )
         store = _store(index_dir)
         start = time.perf_counter()
@@ -214,7 +232,9 @@ def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
 @main.command("query", context_settings=CONTEXT)
 @click.argument("texts", nargs=-1)
 @click.option("-c", "--condition", required=True, help="Condition whose index to search.")
-@click.option("-k", "k", default=10, show_default=True, type=int, help="Results per query.")
+@click.option(
+    "-k", "k", default=ServeConfig.k, show_default=True, type=int, help="Results per query (all rows if fewer)."
+)
 @click.option(
     "-f",
     "--file",
@@ -244,6 +264,7 @@ def query_cmd(
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
     from condsearch.pipeline import check_condition, query_index, vectorizer_for
+    from condsearch.serve.answers import capped_k, k_notice, query_answer
 
     queries = _read_queries(texts, query_file)
     if k <= 0:
@@ -252,20 +273,18 @@ def query_cmd(
         store = _store(index_dir)
         stored = store.load(store.find(check_condition(condition), corpus_name))
         vec = vectorizer_for(stored.manifest, model, head, device=device, trust_remote_code=trust_remote_code)
-        result = query_index(stored, vec, queries, k)
+        notice = k_notice(k, stored.manifest.n_vectors)
+        if notice:
+            click.echo(f"condsearch: {notice}", err=True)
+        result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors))
     except CondsearchError as exc:
         raise _fail(exc) from exc
     for qi, q in enumerate(queries):
-        rows = [
-            {"rank": r + 1, "id": stored.ids[i], "score": round(float(s), 6), "text": stored.texts[i]}
-            for r, (s, i) in enumerate(zip(result.scores[qi], result.ids[qi], strict=True))
-            if i >= 0
-        ]
+        answer = query_answer(q, stored.manifest.condition, result.scores[qi], result.ids[qi], stored.ids, stored.texts)
         if as_json:
-            click.echo(
-                json.dumps({"query": q, "condition": stored.manifest.condition, "results": rows}, ensure_ascii=False)
-            )
+            click.echo(json.dumps(answer, ensure_ascii=False))
             continue
+        rows = answer["results"]
         click.echo(f"query: {q}\ncondition: {stored.manifest.condition}")
         for row in rows:
             click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
@@ -278,35 +297,17 @@ def query_cmd(
 @index_dir_option
 def list_cmd(as_json: bool, index_dir: Path) -> None:
     """List the stored indexes: condition, rows, model, head, dimension."""
+    from condsearch.serve.answers import index_summary
     from condsearch.store import Manifest
 
     entries = _store(index_dir).manifests()
     if not entries and not as_json:
         click.echo(f"no indexes in {index_dir}", err=True)
     for name, m in entries:
-        if not isinstance(m, Manifest):
-            if as_json:
-                click.echo(json.dumps({"index": name, "error": str(m)}))
-            else:
-                click.echo(f"{name}: unreadable ({m})")
-            continue
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "index": name,
-                        "condition": m.condition,
-                        "corpus": m.corpus_name,
-                        "mode": m.mode,
-                        "rows": m.n_vectors,
-                        "model": m.model_id,
-                        "head": m.head,
-                        "dim": m.dim,
-                        "factory": m.factory,
-                    },
-                    ensure_ascii=False,
-                )
-            )
+            click.echo(json.dumps(index_summary(name, m), ensure_ascii=False))
+        elif not isinstance(m, Manifest):
+            click.echo(f"{name}: unreadable ({m})")
         else:
             click.echo(
                 f"{m.condition!r}  corpus={m.corpus_name}  mode={m.mode}  rows={m.n_vectors}  model={m.model_id}  "
@@ -357,7 +358,7 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
     show_default=True,
     help=(
         "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL eq. 10), "
-        "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
+        "cmse (CCL's C-MSE: mse in a contrastive projection's space, where bcl then compares too), weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
         "mse, wacl or mse+wacl, the head alone mse."
     ),
 )
@@ -409,6 +410,8 @@ def train_cmd(
     prompt_template: str | None,
     unconditional_template: str | None,
     dtype: str,
+    bidirectional_layers: int | None,
+    preset: str | None,
     device: str | None,
     trust_remote_code: bool,
     **finetune: Any,
@@ -441,11 +444,18 @@ def train_cmd(
             device=device,
             trust_remote_code=trust_remote_code,
             as_json=as_json,
-            encoder_flags={**encoder_flags, "unconditional_template": unconditional_template},
+            encoder_flags={
+                **encoder_flags,
+                "unconditional_template": unconditional_template,
+                "bidirectional_layers": bidirectional_layers,
+                "preset": preset,
+            },
             options=finetune,
         )
         return
     check_head_only(mode, loss, finetune)
+    if mode == "csr" and (bidirectional_layers is not None or preset is not None):
+        raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
 
     def report(epoch: int, value: float, dev: dict[str, float] | None) -> None:
         extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""
@@ -504,6 +514,8 @@ def train_cmd(
             prompt_template=prompt_template,
             unconditional_template=unconditional_template,
             dtype=dtype,
+            bidirectional_layers=bidirectional_layers,
+            preset=preset,
         )
     except CondsearchError as exc:
         raise _fail(exc) from exc
@@ -527,6 +539,76 @@ def demo_corpus_cmd(out: Path) -> None:
     except OSError as exc:
         raise click.ClickException(f"{out}: cannot write ({exc.strerror or type(exc).__name__})") from exc
     click.echo(f"wrote {n} rows to {out}")
+
+
+@main.command("serve", context_settings=CONTEXT)
+@click.option("--host", default=ServeConfig.host, show_default=True, help="Address to listen on (loopback only).")
+@click.option("--port", default=ServeConfig.port, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
+@click.option(
+    "--api-key",
+    envvar=API_KEY_ENV,
+    default=None,
+    help=f"Require this key on every request (header X-API-Key or a Bearer token); prefer env {API_KEY_ENV}.",
+)
+@click.option(
+    "--max-batch",
+    default=ServeConfig.max_batch,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Queries encoded together at most (requests that arrive together share one forward pass).",
+)
+@click.option(
+    "--batch-window-ms",
+    default=ServeConfig.batch_window_ms,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="How long a batch waits for more requests after its first.",
+)
+@click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
+@index_dir_option
+@device_option
+@trust_option
+def serve_cmd(
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_batch: int,
+    batch_window_ms: float,
+    preload: bool,
+    index_dir: Path,
+    device: str | None,
+    trust_remote_code: bool,
+) -> None:
+    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs.
+
+    Each model is loaded once and shared by the indexes built with it; indexes load on first use
+    and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
+    """
+    try:
+        from condsearch.serve.server import run_server
+    except ImportError as exc:
+        raise click.ClickException(f"serve needs {exc.name}: pip install 'condsearch[serve]'") from exc
+    if not is_loopback(host):
+        click.echo(
+            f"condsearch: warning: listening on {host}: other machines can query this server"
+            + ("" if api_key else f"; set --api-key or {API_KEY_ENV}"),
+            err=True,
+        )
+    config = ServeConfig(
+        index_dir=index_dir,
+        host=host,
+        port=port,
+        api_key=api_key or None,
+        device=device,
+        trust_remote_code=trust_remote_code,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        preload=preload,
+    )
+    try:
+        run_server(config)
+    except CondsearchError as exc:
+        raise _fail(exc) from exc
 
 
 if __name__ == "__main__":

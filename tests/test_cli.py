@@ -625,8 +625,12 @@ def test_non_positive_k_is_usage_error(indexed: Path, k: int) -> None:
     assert_clean_error(query(indexed, "q", "-c", COLOUR, "-k", k), code=2, match="positive")
 
 
-def test_k_larger_than_corpus(indexed: Path) -> None:
-    assert_clean_error(query(indexed, "q", "-c", COLOUR, "-k", 9), match="larger than the index (8 rows)")
+def test_k_larger_than_corpus_returns_every_row_with_a_notice(indexed: Path) -> None:
+    # as sentence-transformers' semantic_search does (and the server, which marks it in its JSON)
+    result = ok(query(indexed, "q", "-c", COLOUR, "-k", 9, "--json"))
+    [row] = json_lines(result.stdout)
+    assert len(row["results"]) == len(SENTENCES)
+    assert "k=9 is larger than the index (8 rows); returning all 8" in result.stderr
 
 
 def test_k_not_a_number_is_usage_error(indexed: Path) -> None:

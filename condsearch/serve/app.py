@@ -1,0 +1,239 @@
+"""The HTTP API as a FastAPI app: POST /query, GET /indexes, GET /health, OpenAPI docs at /docs.
+
+:func:`create_app` builds the app around a :class:`~condsearch.serve.engine.Resident`; it opens
+no socket (``condsearch.serve.server`` runs it under uvicorn). Every error answers
+``{"error": "one line"}`` with a 4xx or 5xx status, and none stops the server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from condsearch import __version__
+from condsearch.errors import CondsearchError
+from condsearch.index import SearchResult
+from condsearch.serve.answers import capped_k, index_summary, query_answer
+from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.config import API_KEY_HEADER, ServeConfig
+from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
+
+log = logging.getLogger(__name__)
+
+
+class QueryRequest(BaseModel):
+    """One query (``query``) or several (``queries``) under a condition."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: str | None = Field(None, description="One query text; or give `queries`.")
+    queries: list[str] | None = Field(None, description="Several query texts, answered in order.")
+    condition: str = Field(description="The condition whose index to search.")
+    k: int = Field(ServeConfig.k, ge=1, description="Results per query; more than the index holds returns every row.")
+    corpus: str | None = Field(None, description="Corpus name, when several corpora share the condition.")
+
+    @model_validator(mode="after")
+    def _one_kind_of_query(self) -> QueryRequest:
+        if (self.query is None) == (self.queries is None):
+            raise ValueError('give exactly one of "query" or "queries"')
+        texts = [self.query] if self.query is not None else self.queries or []
+        if not texts:
+            raise ValueError('"queries" is empty')
+        if any(not t.strip() for t in texts):
+            raise ValueError("a query is empty")
+        self.condition = self.condition.strip()
+        if not self.condition:
+            raise ValueError("the condition is empty")
+        return self
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.query] if self.query is not None else list(self.queries or [])
+
+
+class Hit(BaseModel):
+    rank: int
+    id: str | int
+    score: float
+    text: str
+
+
+class QueryAnswer(BaseModel):
+    """The same object `condsearch query --json` prints for one query."""
+
+    query: str
+    condition: str
+    results: list[Hit]
+
+
+class QueryResponse(BaseModel):
+    index: str = Field(description="The index directory answered from.")
+    corpus: str
+    k: int = Field(description="Results per query returned (at most the index's rows).")
+    k_requested: int
+    k_capped: bool = Field(description="True when k was larger than the index, so every row is returned.")
+    rows: int = Field(description="Rows in the index.")
+    results: list[QueryAnswer]
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class RequestError(Exception):
+    """A request the server refuses with a status and a one-line reason."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.extra = status, extra
+
+
+def _error(status: int, message: str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": message.splitlines()[0] if message else "error", **extra}, status_code=status)
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
+    errors = exc.errors()
+    first = errors[0] if errors else {}
+    if first.get("type") == "json_invalid":
+        return 400, "malformed JSON body"
+    loc = [str(p) for p in first.get("loc", ()) if p != "body"]
+    msg = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if first.get("type") == "missing" and not loc:
+        return 422, "the body must be a JSON object with a query and a condition"
+    if first.get("type") == "model_attributes_type":
+        return 422, "the body must be a JSON object"
+    return 422, f"{'.'.join(loc)}: {msg}" if loc else msg
+
+
+def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
+    """Return the app answering from resident; config supplies limits, batching and the API key."""
+    batcher: MicroBatcher[QueryJob, SearchResult] = MicroBatcher(
+        resident.answer_batch,
+        max_batch=config.max_batch,
+        window_s=config.batch_window_ms / 1000,
+        size=lambda job: len(job.queries),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        batcher.close()
+
+    app = FastAPI(
+        title="condsearch",
+        version=__version__,
+        description="Conditional semantic search: rank an index's rows for queries under its condition.",
+        lifespan=lifespan,
+    )
+    app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
+
+    if config.api_key:
+        expected = config.api_key.encode()
+
+        @app.middleware("http")
+        async def require_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            given = request.headers.get(API_KEY_HEADER) or ""
+            auth = request.headers.get("authorization") or ""
+            if not given and auth.lower().startswith("bearer "):
+                given = auth[7:].strip()
+            if not hmac.compare_digest(given.encode(), expected):
+                response = _error(401, f"missing or wrong API key (send it as {API_KEY_HEADER} or a Bearer token)")
+                response.headers["WWW-Authenticate"] = "Bearer"
+                return response
+            return await call_next(request)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(*_validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestError)
+    async def _refused(_: Request, exc: RequestError) -> JSONResponse:
+        return _error(exc.status, str(exc), **exc.extra)
+
+    @app.exception_handler(UnknownCondition)
+    async def _unknown(_: Request, exc: UnknownCondition) -> JSONResponse:
+        return _error(404, str(exc), conditions=exc.conditions)
+
+    @app.exception_handler(AmbiguousCondition)
+    async def _ambiguous(_: Request, exc: AmbiguousCondition) -> JSONResponse:
+        return _error(409, str(exc), corpora=exc.corpora)
+
+    @app.exception_handler(CondsearchError)
+    async def _unservable(_: Request, exc: CondsearchError) -> JSONResponse:
+        # a damaged index, a model that changed since indexing: the server's state, not the request
+        return _error(500, str(exc))
+
+    @app.exception_handler(Exception)
+    async def _crash(_: Request, exc: Exception) -> JSONResponse:
+        log.error("unexpected error", exc_info=exc)
+        return _error(500, f"internal error ({type(exc).__name__})")
+
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 500, 503)
+    }
+
+    @app.post("/query", response_model=QueryResponse, responses=errors)
+    async def query(body: QueryRequest) -> JSONResponse:
+        """Rank the index of `condition` for each query; one answer per query, in order."""
+        texts = body.texts
+        if len(texts) > config.max_queries:
+            raise RequestError(422, f"at most {config.max_queries} queries per request, got {len(texts)}")
+        entry = await run_in_threadpool(resident.get, body.condition, body.corpus)
+        rows = entry.manifest.n_vectors
+        k = capped_k(body.k, rows)
+        future = batcher.submit(QueryJob(entry, tuple(texts), k))
+        try:
+            found = await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
+        except asyncio.TimeoutError as exc:
+            raise RequestError(503, "the server is too busy; try again") from exc
+        stored = entry.stored
+        answers = [
+            query_answer(q, stored.manifest.condition, found.scores[i], found.ids[i], stored.ids, stored.texts)
+            for i, q in enumerate(texts)
+        ]
+        return JSONResponse(
+            {
+                "index": stored.name,
+                "corpus": stored.manifest.corpus_name,
+                "k": k,
+                "k_requested": body.k,
+                "k_capped": body.k > rows,
+                "rows": rows,
+                "results": answers,
+            }
+        )
+
+    @app.get("/indexes")
+    def indexes() -> dict[str, list[dict[str, Any]]]:
+        """List the stored indexes, as `condsearch list --json` does."""
+        return {"indexes": [index_summary(name, m) for name, m in resident.listing(fresh=True)]}
+
+    @app.get("/health")
+    def health() -> dict[str, Any]:
+        """Say the server is up, and what it holds."""
+        stats = batcher.stats
+        return {
+            "status": "ok",
+            "version": __version__,
+            "indexes_loaded": resident.n_indexes,
+            "models_loaded": resident.n_models,
+            "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
+        }
+
+    return app

@@ -1,0 +1,49 @@
+"""The server's settings: one frozen dataclass, the single home of every default the CLI shows."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+API_KEY_ENV = "CONDSEARCH_API_KEY"
+#: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
+API_KEY_HEADER = "X-API-Key"
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """How `condsearch serve` listens, batches and answers."""
+
+    index_dir: Path = Path("indexes")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    #: required on every request when set (401 otherwise)
+    api_key: str | None = None
+    #: torch device for the models (None: CUDA when present, as everywhere else)
+    device: str | None = None
+    trust_remote_code: bool = False
+    #: default k when a request names none
+    k: int = 10
+    #: queries one request may carry
+    max_queries: int = 256
+    #: how long the batcher waits for more requests after the first one arrives (milliseconds)
+    batch_window_ms: float = 2.0
+    #: queries encoded together at most (one forward pass per model and condition)
+    max_batch: int = 64
+    #: how often the store listing is re-read to notice replaced, added or removed indexes (seconds)
+    reload_interval_s: float = 0.5
+    #: a request waiting longer than this for its batch gets a 503
+    request_timeout_s: float = 120.0
+    #: load every index and its model at startup instead of on first use
+    preload: bool = False
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether host names only this machine (127.0.0.0/8, ::1 or localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

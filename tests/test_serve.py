@@ -1,0 +1,186 @@
+"""`condsearch serve` end to end: the real server (uvicorn on a free loopback port), a real HTTP client.
+
+The tiny BERT stands in for the default model; indexes are built and replaced by the CLI itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+
+from condsearch.cli import main
+from condsearch.serve.config import ServeConfig
+from condsearch.serve.server import BackgroundServer, build_app
+from tests.conftest import SENTENCES
+
+COLOUR = "color of the dress"
+SPORT = "the sport being played"
+NEW_SENTENCES = ["A cat sleeps on a red car.", "A horse runs on the beach.", "A dog catches a ball in the park."]
+
+
+def run(*args: object) -> Result:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+    return result
+
+
+def index(corpus: Path, index_dir: Path, model: Path, *conditions: str) -> None:
+    flags = [x for c in conditions for x in ("-c", c)]
+    run("index", corpus, *flags, "--model", model, "--head", "none", "--index-dir", index_dir)
+
+
+def cli_answers(index_dir: Path, condition: str, k: int, *queries: str) -> list[dict]:
+    out = run("query", *queries, "-c", condition, "-k", k, "--json", "--index-dir", index_dir).stdout
+    return [json.loads(line) for line in out.splitlines()]
+
+
+@pytest.fixture
+def index_dir(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "indexes"
+    index(corpus_file, folder, tiny_bert_dir, COLOUR, SPORT)
+    return folder
+
+
+def serve(index_dir: Path, **settings: object) -> BackgroundServer:
+    config = ServeConfig(index_dir=index_dir, reload_interval_s=0.05, device="cpu", **settings)  # type: ignore[arg-type]
+    return BackgroundServer(build_app(config))
+
+
+@pytest.fixture
+def client(index_dir: Path) -> Iterator[httpx.Client]:
+    with serve(index_dir) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        yield http
+
+
+def post(http: httpx.Client, **body: object) -> httpx.Response:
+    return http.post("/query", json=body)
+
+
+def test_serve_query_replace_and_bad_requests(
+    index_dir: Path, client: httpx.Client, tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    # 1. answers equal `condsearch query --json`, one per query, in order
+    queries = [SENTENCES[2], SENTENCES[6]]
+    response = post(client, queries=queries, condition=COLOUR, k=3)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["results"] == cli_answers(index_dir, COLOUR, 3, *queries)
+    assert (body["k"], body["k_requested"], body["k_capped"], body["rows"]) == (3, 3, False, len(SENTENCES))
+    assert [a["results"][0]["id"] for a in body["results"]] == ["s2", "s6"]
+    one = post(client, query=SENTENCES[1], condition=SPORT, k=2).json()
+    assert one["results"] == cli_answers(index_dir, SPORT, 2, SENTENCES[1])
+
+    # 2. the index is replaced underneath the running server: the new rows come back, no restart
+    (tmp_path / "new").mkdir()
+    new_corpus = tmp_path / "new" / "corpus.parquet"  # the same corpus name, so it replaces the index
+    pq.write_table(pa.table({"id": ["n0", "n1", "n2"], "text": NEW_SENTENCES}), new_corpus)
+    index(new_corpus, index_dir, tiny_bert_dir, COLOUR)
+    deadline = time.monotonic() + 20
+    while True:
+        got = post(client, query=NEW_SENTENCES[1], condition=COLOUR, k=3).json()
+        if got["rows"] == 3:
+            break
+        assert got["rows"] == len(SENTENCES)  # the old index, whole, until the new one is in
+        assert time.monotonic() < deadline, "the replaced index was never served"
+        time.sleep(0.05)
+    assert got["results"][0]["results"][0]["id"] == "n1"
+    assert {h["id"] for h in got["results"][0]["results"]} == {"n0", "n1", "n2"}
+    assert got["results"] == cli_answers(index_dir, COLOUR, 3, NEW_SENTENCES[1])
+    assert client.get("/health").json()["models_loaded"] == 1  # the model was not reloaded with the index
+
+    # 3. bad requests: each a 4xx with a one-line error, and the server keeps answering
+    bad = [
+        (client.post("/query", content=b"{not json", headers={"content-type": "application/json"}), 400),
+        (client.post("/query", content=b"", headers={"content-type": "application/json"}), 422),
+        (client.post("/query", json=["a list"]), 422),
+        (post(client, condition=COLOUR), 422),  # no query
+        (post(client, query="q"), 422),  # no condition
+        (post(client, query="q", queries=["q"], condition=COLOUR), 422),
+        (post(client, query="   ", condition=COLOUR), 422),
+        (post(client, queries=[], condition=COLOUR), 422),
+        (post(client, queries=["ok", ""], condition=COLOUR), 422),
+        (post(client, query="q", condition="  "), 422),
+        (post(client, query="q", condition=COLOUR, k=0), 422),
+        (post(client, query="q", condition=COLOUR, k=-2), 422),
+        (post(client, query="q", condition=COLOUR, k="many"), 422),
+        (post(client, query="q", condition=COLOUR, colour="red"), 422),  # unknown field
+        (post(client, query="q", condition=COLOUR, corpus="nope"), 404),
+        (post(client, query="q", condition="the mood"), 404),
+        (client.get("/no-such-endpoint"), 404),
+        (client.get("/query"), 405),
+    ]
+    for response, status in bad:
+        assert response.status_code == status, (response.request.content, response.text)
+        error = response.json()["error"]
+        assert isinstance(error, str) and error and "\n" not in error
+    unknown = post(client, query="q", condition="the mood").json()
+    assert unknown["conditions"] == sorted([COLOUR, SPORT]) and "indexed:" in unknown["error"]
+    assert client.get("/health").json()["status"] == "ok"
+    assert post(client, query=SENTENCES[3], condition=SPORT, k=1).json()["results"][0]["results"][0]["id"] == "s3"
+
+
+def test_k_larger_than_the_index_returns_every_row(client: httpx.Client) -> None:
+    body = post(client, query=SENTENCES[0], condition=COLOUR, k=50).json()
+    assert (body["k"], body["k_requested"], body["k_capped"], body["rows"]) == (8, 50, True, 8)
+    assert len(body["results"][0]["results"]) == len(SENTENCES)
+
+
+def test_indexes_health_and_docs(index_dir: Path, client: httpx.Client) -> None:
+    listed = [json.loads(line) for line in run("list", "--json", "--index-dir", index_dir).stdout.splitlines()]
+    assert client.get("/indexes").json() == {"indexes": listed}
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["indexes_loaded"] == 0  # loaded lazily, on first use
+    post(client, query="q", condition=COLOUR)
+    post(client, query="q", condition=SPORT)
+    health = client.get("/health").json()
+    assert (health["indexes_loaded"], health["models_loaded"]) == (2, 1)  # one model shared by both
+    assert client.get("/docs").status_code == 200
+    assert "/query" in client.get("/openapi.json").json()["paths"]
+
+
+def test_concurrent_requests_are_answered_together(index_dir: Path) -> None:
+    with serve(index_dir, batch_window_ms=20.0) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        post(http, query="warm up", condition=COLOUR)  # loads the model before the burst
+
+        def ask(i: int) -> dict:
+            response = http.post("/query", json={"query": SENTENCES[i % 8], "condition": COLOUR, "k": 1})
+            assert response.status_code == 200, response.text
+            return response.json()
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(ask, range(24)))
+        assert [a["results"][0]["results"][0]["id"] for a in answers] == [f"s{i % 8}" for i in range(24)]
+        batches = http.get("/health").json()["batches"]
+    assert batches["requests"] == 25 and batches["n"] < 25 and batches["largest"] > 1
+
+
+def test_api_key_is_required_on_every_request(index_dir: Path) -> None:
+    with serve(index_dir, api_key="s3cret") as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for path in ("/health", "/indexes", "/docs"):
+            assert http.get(path).status_code == 401
+        denied = http.post("/query", json={"query": "q", "condition": COLOUR}, headers={"X-API-Key": "wrong"})
+        assert denied.status_code == 401 and "API key" in denied.json()["error"]
+        assert http.get("/health", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert http.get("/health", headers={"X-API-Key": "s3cret"}).status_code == 200
+        ok = http.post("/query", json={"query": "q", "condition": COLOUR}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["k_requested"] == ServeConfig.k
+
+
+def test_damaged_index_is_a_500_and_the_server_survives(index_dir: Path, client: httpx.Client) -> None:
+    from condsearch.store import INDEX_FILE, IndexStore
+
+    store = IndexStore(index_dir)
+    victim = index_dir / store.find(SPORT) / INDEX_FILE
+    victim.write_bytes(victim.read_bytes()[:-8] + b"garbage!")
+    response = post(client, query="q", condition=SPORT)
+    assert response.status_code == 500 and "checksum" in response.json()["error"]
+    assert post(client, query="q", condition=COLOUR).status_code == 200

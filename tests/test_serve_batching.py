@@ -1,0 +1,188 @@
+"""The micro-batcher and the batch answerer: requests that arrive together share one forward pass."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from condsearch.corpus import read_corpus
+from condsearch.index import exact_search
+from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, vectorizer_key
+from condsearch.store import IndexStore
+from tests.conftest import SENTENCES, HashEncoder
+
+COLOUR = "color of the dress"
+SPORT = "the sport being played"
+
+
+def test_concurrent_submits_share_batches() -> None:
+    calls: list[list[int]] = []
+    release = threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        release.wait(5)  # the first batch blocks, so the others pile up behind it
+        return [i * 10 for i in items]
+
+    with MicroBatcher(run, max_batch=64, window_s=0.01) as batcher:
+        futures = [batcher.submit(0)]
+        time.sleep(0.05)  # the worker is now inside the first batch
+        with ThreadPoolExecutor(16) as pool:
+            futures += list(pool.map(batcher.submit, range(1, 33)))
+        release.set()
+        assert [f.result(5) for f in futures] == [i * 10 for i in range(33)]
+    assert len(calls) < 33 / 4, calls  # 32 queued requests ran in a few batches, not one by one
+    assert calls[0] == [0] and sorted(i for c in calls[1:] for i in c) == list(range(1, 33))
+    assert batcher.stats.n_batches == len(calls) and batcher.stats.n_items == 33
+
+
+def test_max_batch_caps_the_weight_of_a_batch() -> None:
+    calls: list[list[int]] = []
+    gate = threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        gate.wait(5)
+        calls.append(list(items))
+        return items
+
+    with MicroBatcher(run, max_batch=5, window_s=0.01, size=lambda n: n) as batcher:
+        futures = [batcher.submit(n) for n in (1, 2, 2, 3, 1, 9, 1)]
+        gate.set()
+        assert [f.result(5) for f in futures] == [1, 2, 2, 3, 1, 9, 1]
+    assert all(sum(c) <= 5 or len(c) == 1 for c in calls), calls  # an item heavier than max runs alone
+    assert [n for c in calls for n in c] == [1, 2, 2, 3, 1, 9, 1]  # order kept
+
+
+def test_a_lone_request_waits_only_the_window() -> None:
+    with MicroBatcher(lambda items: items, max_batch=8, window_s=0.005) as batcher:
+        start = time.perf_counter()
+        assert batcher.submit("x").result(5) == "x"
+        assert time.perf_counter() - start < 1.0
+
+
+def test_errors_reach_only_their_callers_and_the_worker_survives() -> None:
+    def run(items: list[int]) -> list[object]:
+        if -1 in items:
+            raise RuntimeError("the whole batch failed")
+        return [ValueError(f"bad {i}") if i % 2 else i for i in items]
+
+    with MicroBatcher(run, max_batch=8, window_s=0.0) as batcher:
+        assert batcher.submit(2).result(5) == 2
+        with pytest.raises(ValueError, match="bad 3"):
+            batcher.submit(3).result(5)
+        with pytest.raises(RuntimeError, match="whole batch"):
+            batcher.submit(-1).result(5)
+        assert batcher.submit(4).result(5) == 4
+
+
+def test_close_answers_what_was_queued() -> None:
+    batcher = MicroBatcher(lambda items: [i + 1 for i in items], max_batch=2, window_s=0.0)
+    futures = [batcher.submit(i) for i in range(5)]
+    batcher.close()
+    assert [f.result(5) for f in futures] == [1, 2, 3, 4, 5]
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit(9)
+
+
+@pytest.mark.parametrize("kwargs", [{"max_batch": 0}, {"window_s": -1.0}])
+def test_bad_settings(kwargs: dict) -> None:
+    with pytest.raises(ValueError):
+        MicroBatcher(lambda items: items, **kwargs)
+
+
+# ---------------------------------------------------------------- Resident.answer_batch
+
+
+@pytest.fixture
+def resident(tmp_path: Path, corpus_file: Path) -> tuple[Resident, HashEncoder, list[int]]:
+    """Two conditions indexed with the hash encoder; loads counts vectorizer loads."""
+    encoder = HashEncoder()
+    vec = Vectorizer(encoder, None, "none", "")
+    store = IndexStore(tmp_path / "idx")
+    index_corpus(read_corpus(corpus_file), [COLOUR, SPORT], vec, store, corpus_name="corpus")
+    loads: list[int] = []
+
+    def load(_manifest: object) -> Vectorizer:
+        loads.append(1)
+        return vec
+
+    return Resident(store, load, reload_interval_s=0.0), encoder, loads
+
+
+def test_one_forward_pass_per_condition_for_a_batch(resident) -> None:
+    res, encoder, loads = resident
+    colour, sport = res.get(COLOUR), res.get(SPORT)
+    assert len(loads) == 1 and res.n_models == 1 and res.n_indexes == 2  # one model shared by both indexes
+    assert colour.model_key == sport.model_key == vectorizer_key(colour.manifest)
+    jobs = [
+        QueryJob(colour, (SENTENCES[0],), 3),
+        QueryJob(colour, (SENTENCES[1], SENTENCES[2]), 2),
+        QueryJob(sport, (SENTENCES[3],), 8),
+        QueryJob(colour, (SENTENCES[4],), 1),
+    ]
+    encoder.batches.clear()
+    answers = res.answer_batch(jobs)
+    conditional = [b for b in encoder.batches if all(s is not None for _, s in b)]
+    assert len(conditional) == 2  # four requests, two conditions: two forward passes
+    assert sorted(len(b) for b in conditional) == [1, 4]
+    for job, found in zip(jobs, answers, strict=True):
+        assert not isinstance(found, BaseException)
+        assert found.ids.shape == (len(job.queries), job.k)
+        # each request gets what it would get alone: the exact top k under its own condition
+        alone = res.answer_batch([job])[0]
+        np.testing.assert_array_equal(found.ids, alone.ids)
+        np.testing.assert_allclose(found.scores, alone.scores, rtol=1e-5, atol=1e-6)
+        for qi, q in enumerate(job.queries):
+            assert found.ids[qi, 0] == SENTENCES.index(q)  # a corpus sentence finds itself
+
+
+def test_batch_matches_exact_search(resident) -> None:
+    res, encoder, _ = resident
+    entry = res.get(COLOUR)
+    queries = tuple(SENTENCES[:5])
+    [found] = res.answer_batch([QueryJob(entry, queries, 4)])
+    corpus = np.stack([entry.stored.index.reconstruct(i) for i in range(len(SENTENCES))])
+    vec = res.vectorizer(entry.model_key)
+    expected = exact_search(corpus, vec.vectors(list(queries), COLOUR), 4)
+    np.testing.assert_array_equal(found.ids, expected.ids)
+
+
+def test_a_failing_group_fails_only_its_requests(resident, monkeypatch: pytest.MonkeyPatch) -> None:
+    res, encoder, _ = resident
+    colour, sport = res.get(COLOUR), res.get(SPORT)
+    real = encoder.embed_batch
+
+    def flaky(pairs):  # noqa: ANN001, ANN202
+        if any(c == SPORT for c, _ in pairs):
+            raise RuntimeError("out of memory")
+        return real(pairs)
+
+    monkeypatch.setattr(encoder, "embed_batch", flaky)
+    ok, failed = res.answer_batch([QueryJob(colour, ("a",), 1), QueryJob(sport, ("a",), 1)])
+    assert not isinstance(ok, BaseException) and isinstance(failed, RuntimeError)
+
+
+def test_unknown_condition_lists_what_is_indexed(resident) -> None:
+    res, _, _ = resident
+    with pytest.raises(UnknownCondition, match="no index for condition 'the mood'") as info:
+        res.get("the mood")
+    assert info.value.conditions == sorted([COLOUR, SPORT])
+
+
+def test_replaced_index_is_reloaded_and_the_model_kept(resident, write_corpus, tmp_path: Path) -> None:
+    res, encoder, loads = resident
+    before = res.get(COLOUR)
+    assert res.get(COLOUR) is before  # unchanged: the resident copy, no reload
+    vec = res.vectorizer(before.model_key)
+    new = write_corpus({"id": ["n0", "n1"], "text": ["A new sentence.", "Another one."]}, name="corpus.parquet")
+    index_corpus(read_corpus(new), [COLOUR], vec, res.store, corpus_name="corpus")
+    after = res.get(COLOUR)
+    assert after is not before and after.stored.ids == ["n0", "n1"]
+    assert len(loads) == 1  # the model stayed loaded
