@@ -358,7 +358,8 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
     show_default=True,
     help=(
         "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL eq. 10), "
-        "cmse (CCL's C-MSE: mse in a contrastive projection's space, where bcl then compares too), weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
+        "cmse (CCL's C-MSE: mse in a contrastive projection's space, where bcl then compares too), "
+        "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
         "mse, wacl or mse+wacl, the head alone mse."
     ),
 )

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from condsearch.errors import CondsearchError
+from condsearch.errors import CondsearchError, first_line
 
 FINETUNE_CHOICES = ("none", "lora", "full")
 _TARGETS = "query,key,value,attn_out,ffn_in,ffn_out"
@@ -116,6 +116,18 @@ def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
         raise click.UsageError("--loss other than mse needs --finetune lora or full (the head alone trains on mse)")
 
 
+def _family(model: str | None) -> str | None:
+    """Return the family of --model from its config (None when it cannot be read here; loading reports why)."""
+    from condsearch.encoders import model_config
+    from condsearch.encoders.family import detect_family
+    from condsearch.models import resolve_model
+
+    try:
+        return detect_family(model_config(resolve_model(model)))
+    except CondsearchError:
+        return None
+
+
 def _init_head(spec: str | None, model: str | None) -> str | None:
     """Resolve --init-head (a folder or a shipped head's name) to a folder path."""
     if spec is None:
@@ -162,10 +174,15 @@ def run_finetune(
     from condsearch.finetune.run import finetune_and_save
     from condsearch.finetune.trainer import DEFAULT_LR, FinetuneConfig
 
-    if encoder_flags["pooling"] not in ("auto", "condition-mean") or encoder_flags["dtype"] != "auto":
-        raise click.UsageError("--finetune trains BERT-style encoders in float32 with condition-mean pooling")
-    if encoder_flags["prompt_template"] is not None or encoder_flags["unconditional_template"] is not None:
-        raise click.UsageError("--finetune encodes text pairs; prompt templates do not apply")
+    if encoder_flags["dtype"] != "auto":
+        raise click.UsageError("--finetune trains in float32; leave --dtype at auto")
+    if _family(model) != "decoder":
+        if encoder_flags["pooling"] not in ("auto", "condition-mean"):
+            raise click.UsageError("--finetune trains BERT-style encoders with condition-mean pooling")
+        if any(encoder_flags.get(k) for k in ("prompt_template", "unconditional_template", "preset")):
+            raise click.UsageError("--finetune encodes text pairs; prompt templates and presets apply to decoders")
+    settings = {k: encoder_flags.get(k) for k in ("pooling", "prompt_template", "unconditional_template")}
+    settings |= {k: encoder_flags.get(k) for k in ("bidirectional_layers", "preset")}
     kind = options["finetune"]
     try:
         lora = LoraConfig(
@@ -212,9 +229,10 @@ def run_finetune(
             resume=options["resume"],
             eval_batch_size=batch_size,
             on_epoch=report,
+            encoder_settings=settings,
         )
     except CondsearchError as exc:
-        raise click.ClickException(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
+        raise click.ClickException(first_line(exc)) from exc
     if as_json:
         click.echo(json.dumps(summary))
         return

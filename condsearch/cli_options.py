@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 index_dir_option = click.option(
     "--index-dir",
@@ -29,9 +30,14 @@ def _newlines(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return None if value is None else value.replace("\\n", "\n")
 
 
+def _unless_default(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    # A value left at its default is passed as None, so that a preset or an adapter may set it.
+    return None if ctx.get_parameter_source(str(param.name)) is ParameterSource.DEFAULT else value
+
+
 def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Add --pooling, --prompt-template, --unconditional-template and --dtype to a command."""
-    from condsearch.encoders.family import DTYPES, POOLINGS
+    """Add --pooling, --prompt-template, --unconditional-template, --dtype, --bidirectional-layers and --preset."""
+    from condsearch.encoders.family import DTYPES, POOLINGS, PRESETS, DecoderAttention
 
     options = [
         click.option(
@@ -41,7 +47,8 @@ def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
             show_default=True,
             help=(
                 "Last token (Qwen3-Embedding, gte-Qwen2), mean of all tokens (e5/SFR-Mistral) or the "
-                "condition's tokens (condition-mean, BERT-style); auto picks by model family."
+                "condition's tokens (condition-mean, BERT-style); auto picks by model family. prompt-last: "
+                "the prompt's own last token, no end-of-text token appended (BeLLM)."
             ),
         ),
         click.option(
@@ -65,6 +72,27 @@ def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
             default="auto",
             show_default=True,
             help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, else float32.",
+        ),
+        click.option(
+            "--bidirectional-layers",
+            type=click.IntRange(min=0),
+            default=DecoderAttention.bidirectional_layers,
+            show_default=True,
+            callback=_unless_default,
+            help=(
+                "Decoder embedders: the top N layers attend in both directions, the rest stay causal (BeLLM: 1). "
+                "Left unset, --preset or the LoRA adapter in --head decides; a config with is_causal: false "
+                "makes every layer bidirectional."
+            ),
+        ),
+        click.option(
+            "--preset",
+            type=click.Choice(tuple(PRESETS)),
+            default=None,
+            help=(
+                "Paper settings for the flags left unset. bellm: BeLLM's C-STS prompt, the last layer "
+                "bidirectional, mean pooling (as BeLLM's released training ran)."
+            ),
         ),
     ]
     for option in reversed(options):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.errors import CorpusError
+from condsearch.errors import CorpusError, first_line
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def read_corpus(path: Path | str, text_column: str = "text", id_column: str | No
     try:
         table = pq.read_table(path)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"{path}: not a readable parquet file ({_first_line(exc)})") from exc
+        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
     columns = table.column_names
     if text_column not in columns:
         raise CorpusError(f"{path}: no column {text_column!r}; columns are {', '.join(columns)}")
@@ -82,8 +82,3 @@ def _first_duplicate(ids: list[str | int]) -> str | int:
             return i
         seen.add(i)
     raise AssertionError("no duplicate")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -17,7 +17,7 @@ from torch import nn
 from condsearch.csts import CstsData
 
 #: objective names accepted by :func:`parse_loss_spec`
-LOSS_NAMES = ("mse", "quad", "wacl", "bcl")
+LOSS_NAMES = ("mse", "quad", "wacl", "bcl", "cmse")
 #: BCL's default temperature: CCL's tuned values (its Table 2) lie between 3 and 10 for cos/τ. A
 #: SimCSE-style 0.05 lets the contrastive term swamp the regression (benchmarks/README.md).
 BCL_TEMPERATURE = 5.0
@@ -92,6 +92,25 @@ def bcl_loss(
     return (torch.logsumexp(logits, dim=1) - pos).mean()
 
 
+def cmse_loss(first: torch.Tensor, second: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Conditional MSE of CCL (its eq. 3, term l_C-MSE): the label regression in the contrastive space.
+
+    CCL trains two similarity regressions side by side: l_MSE on the cosine of the
+    conditional embeddings h1, h2 themselves, and l_C-MSE on the cosine of the same two
+    embeddings after the projection g that its BCL compares in (eq. 10: cos(g(f(s, c)), ...)).
+    The paper defines it in words only ("[the two MSE terms] constrain similarity scores in
+    the embedding and contrastive learning spaces, respectively"), so this computes
+
+        mean_i (cos(g(h1_i), g(h2_i)) - y_i)^2
+
+    first, second: (n, d) g(h1), g(h2), already projected by the caller; labels: (n,) in [0, 1].
+    The gradient raises the contrastive-space cosine of a pair scored below its label and
+    lowers it above.
+    """
+    cos = nn.functional.cosine_similarity(first, second, dim=-1)
+    return nn.functional.mse_loss(cos, labels)
+
+
 @dataclass(frozen=True)
 class LossSettings:
     """Weights of the objectives and their own hyper-parameters."""
@@ -105,6 +124,11 @@ class LossSettings:
     def needs_second_pass(self) -> bool:
         """BCL's positives are a second dropout pass over the first sentences."""
         return self.weights.get("bcl", 0.0) != 0.0
+
+    @property
+    def needs_projection(self) -> bool:
+        """C-MSE lives in a contrastive space: a projection g trained beside the model (and BCL moves there too)."""
+        return self.weights.get("cmse", 0.0) != 0.0
 
 
 def parse_loss_spec(spec: str) -> dict[str, float]:
@@ -143,12 +167,14 @@ def combined_loss(
     anchor: torch.Tensor | None = None,
     positive: torch.Tensor | None = None,
     negative: torch.Tensor | None = None,
+    contrastive: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the weighted sum of the objectives and each term's value.
 
     cos: (n,) cosine of each row's two sentences; labels: (n,) in [0, 1]; positions: the
     (high, low) rows of each group (:func:`group_positions`). ``anchor``, ``positive`` and
-    ``negative`` (n, d) are needed for BCL only.
+    ``negative`` (n, d) are needed for BCL only; ``contrastive``, each row's two sentences
+    in the contrastive space (g(h1), g(h2)), for C-MSE only.
     """
     terms: dict[str, torch.Tensor] = {}
     w = settings.weights
@@ -168,5 +194,9 @@ def combined_loss(
         terms["bcl"] = bcl_loss(
             anchor, positive, negative, labels, temperature=settings.temperature, sigma=settings.sigma
         )
+    if w.get("cmse"):
+        if contrastive is None:
+            raise ValueError("cmse needs the contrastive-space vectors")
+        terms["cmse"] = cmse_loss(*contrastive, labels)
     total = sum((w[name] * value for name, value in terms.items()), torch.zeros((), device=cos.device))
     return total, {name: float(value.detach()) for name, value in terms.items()}

@@ -116,8 +116,13 @@ def load_vectorizer(
     prompt_template: str | None = None,
     unconditional_template: str | None = None,
     dtype: str = "auto",
+    bidirectional_layers: int | None = None,
+    preset: str | None = None,
 ) -> Vectorizer:
-    """Load the encoder and head that --model and --head name (with the head folder's adapter, if any)."""
+    """Load the encoder and head that --model and --head name (with the head folder's adapter, if any).
+
+    ``bidirectional_layers`` and ``preset`` are :func:`condsearch.encoders.load_encoder`'s.
+    """
     model_id = resolve_model(model).model_id if head in (None, HEAD_AUTO) else ""
     folder = head_folder(head, model_id)
     encoder = load_encoder(
@@ -130,6 +135,8 @@ def load_vectorizer(
         unconditional_template=unconditional_template,
         dtype=dtype,
         adapter=folder if folder is not None and has_adapter(folder) else None,
+        bidirectional_layers=bidirectional_layers,
+        preset=preset,
     )
     h, name, checksum = resolve_head(head, encoder)
     return Vectorizer(encoder, h, name, checksum)

@@ -96,6 +96,9 @@ def make_decoder(folder: Path, kind: str, seed: int = 0) -> Path:
     elif kind == "mistral":  # e5/SFR-Mistral: BOS prefix, no pad token
         n = _save_bpe_tokenizer(folder, ["<unk>", "<s>", "</s>"], prefix="<s>", bos_token="<s>", eos_token="</s>")
         config = transformers.MistralConfig(vocab_size=n, sliding_window=None, **shape)
+    elif kind == "llama":  # LLaMA-2 (BeLLM's backbone): BOS prefix, nothing appended, no pad token
+        n = _save_bpe_tokenizer(folder, ["<unk>", "<s>", "</s>"], prefix="<s>", bos_token="<s>", eos_token="</s>")
+        config = transformers.LlamaConfig(vocab_size=n, **shape)
     else:
         raise ValueError(kind)
     torch.manual_seed(seed)

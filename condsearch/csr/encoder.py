@@ -62,7 +62,7 @@ class CsrEncoder:
             self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
             model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, KeyError) as exc:
-            raise ModelError(f"cannot load model {source.model_id!r}: {str(exc).strip().splitlines()[0]}") from exc
+            raise ModelError.cannot_load(source.model_id, exc) from exc
         folder = resolve_router(router, source.model_id)
         if folder is not None and layer is None:
             layer = int(read_router_config(folder)["layer"])  # type: ignore[arg-type]

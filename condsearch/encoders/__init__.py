@@ -8,7 +8,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
-from condsearch.encoders.family import DTYPES, POOLINGS, PromptTemplates, default_pooling, detect_family, templates_with
+from condsearch.encoders.family import (
+    DTYPES,
+    POOLINGS,
+    PRESETS,
+    DecoderAttention,
+    PromptTemplates,
+    default_pooling,
+    detect_family,
+    templates_with,
+)
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, read_config, resolve_model
 
@@ -51,7 +60,23 @@ def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
             options[key] = described[key]
     if described.get("dtype") in DTYPES:
         options["dtype"] = described["dtype"]
+    # absent from records of causal decoders (and of everything before it existed): 0
+    layers = described.get("bidirectional_layers", DecoderAttention.bidirectional_layers)
+    if described.get("family") == "decoder" and isinstance(layers, int):
+        options["bidirectional_layers"] = layers
     return options
+
+
+def _adapter_settings(folder: Path) -> dict[str, Any]:
+    """Return the encoder settings a LoRA adapter was trained with (pooling, prompts, bidirectional layers)."""
+    from condsearch.finetune.adapter import read_adapter_config
+
+    meta = read_adapter_config(folder)
+    recorded = meta.get("encoder")
+    settings = dict(recorded) if isinstance(recorded, dict) else {}
+    if isinstance(meta.get("encoder_pooling"), str):
+        settings.setdefault("pooling", meta["encoder_pooling"])
+    return settings
 
 
 def load_encoder(
@@ -65,12 +90,17 @@ def load_encoder(
     unconditional_template: str | None = None,
     dtype: str = "auto",
     adapter: Path | None = None,
+    bidirectional_layers: int | None = None,
+    preset: str | None = None,
 ) -> Encoder:
     """Resolve a model name or folder and return the encoder for its family.
 
     ``device`` may list several devices (``cuda:0,cuda:1``): each gets a replica of the
     model and every batch is split between them. ``adapter`` is a folder holding a LoRA
-    adapter (BERT-style encoders with condition-mean pooling only).
+    adapter (BERT-style encoders with condition-mean pooling, or decoder embedders).
+    ``bidirectional_layers`` (decoders): how many top layers attend both ways [default:
+    the preset's, the adapter's, else :class:`DecoderAttention`'s]. ``preset`` (a
+    :data:`PRESETS` name) supplies the pooling, prompts and bidirectional layers left unset.
     """
     import torch
 
@@ -80,6 +110,31 @@ def load_encoder(
     from condsearch.encoders.parallel import ReplicatedEncoder
     from condsearch.encoders.runtime import parse_devices, resolve_dtype
 
+    if preset is not None or adapter is not None:
+        if preset is not None and preset not in PRESETS:
+            raise ModelError(f"unknown preset {preset!r} (choose from {', '.join(PRESETS)})")
+        # what is left unset comes from the preset, else from what the adapter was trained with
+        given: dict[str, Any] = {}
+        if preset is not None:
+            chosen_preset = PRESETS[preset]
+            given = {
+                "pooling": chosen_preset.pooling,
+                "prompt_template": chosen_preset.templates.conditional,
+                "unconditional_template": chosen_preset.templates.unconditional,
+                "bidirectional_layers": chosen_preset.attention.bidirectional_layers,
+            }
+        trained = _adapter_settings(adapter) if adapter is not None else {}
+        if pooling == "auto":
+            pooling = given.get("pooling") or trained.get("pooling") or "auto"
+        prompt_template = prompt_template or given.get("prompt_template") or trained.get("prompt_template")
+        unconditional_template = (
+            unconditional_template or given.get("unconditional_template") or trained.get("unconditional_template")
+        )
+        if bidirectional_layers is None:
+            bidirectional_layers = given.get("bidirectional_layers", trained.get("bidirectional_layers"))
+    n_bidirectional = DecoderAttention(
+        DecoderAttention.bidirectional_layers if bidirectional_layers is None else bidirectional_layers
+    ).bidirectional_layers
     if pooling not in POOLINGS:
         raise ModelError(f"unknown pooling {pooling!r} (choose from {', '.join(POOLINGS)})")
     if dtype not in DTYPES:
@@ -90,8 +145,10 @@ def load_encoder(
     chosen = default_pooling(family, config) if pooling == "auto" else pooling
     devices = parse_devices(device)
     custom = prompt_template is not None or unconditional_template is not None
-    if adapter is not None and (family == "nvembed" or chosen != "condition-mean"):
-        raise ModelError("LoRA adapters apply to BERT-style encoders with condition-mean pooling only")
+    if adapter is not None and (family == "nvembed" or (family == "bert" and chosen != "condition-mean")):
+        raise ModelError("LoRA adapters apply to BERT-style encoders with condition-mean pooling, or to decoders")
+    if n_bidirectional and family != "decoder":
+        raise ModelError("--bidirectional-layers applies to decoder embedders; this model attends both ways already")
     build: Callable[[torch.device], Encoder]
     if family == "nvembed":
         if pooling != "auto":
@@ -135,17 +192,23 @@ def load_encoder(
         def build(dev: torch.device) -> Encoder:
             # BERT-style models stay in float32 under auto, as they always were.
             resolved = torch.float32 if family == "bert" and dtype == "auto" else resolve_dtype(dtype, dev)
-            return PromptEncoder(
+            encoder = PromptEncoder(
                 source,
                 config,
                 family=family,
-                pooling="last" if chosen == "last" else "mean",
+                pooling=chosen if chosen in ("last", "prompt-last") else "mean",
                 templates=templates,
                 device=dev,
                 dtype=resolved,
                 max_length=max_length,
                 trust_remote_code=trust_remote_code,
+                bidirectional_layers=n_bidirectional,
             )
+            if adapter is not None:
+                from condsearch.finetune.adapter import apply_adapter
+
+                apply_adapter(encoder, adapter)
+            return encoder
 
     replicas = [build(dev) for dev in devices]
     return replicas[0] if len(replicas) == 1 else ReplicatedEncoder(replicas)
@@ -153,6 +216,7 @@ def load_encoder(
 
 __all__ = [
     "BertStyleEncoder",
+    "DecoderAttention",
     "EncodeStats",
     "Encoder",
     "Pair",

@@ -76,8 +76,7 @@ class BertStyleEncoder(Encoder):
             self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
             model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
         except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"cannot load model {source.model_id!r}: {first}") from exc
+            raise ModelError.cannot_load(source.model_id, exc) from exc
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelError(f"{source.model_id}: a fast tokenizer (tokenizer.json) is required")
         self.device = pick_device(device)

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from condsearch.encoders.base import Encoder, Pair
+from condsearch.encoders.bidirectional import config_is_bidirectional, decoder_layers, make_bidirectional
 from condsearch.encoders.family import Family, PromptTemplates
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_fastest
@@ -36,29 +37,62 @@ def default_max_length(tokenizer_limit: int, config: Mapping[str, object]) -> in
     return min(limits)
 
 
+def _end_ids(tokenizer: PreTrainedTokenizerBase) -> tuple[int | None, int | None]:
+    """Return (the end-of-text id last-token pooling uses, the end id the tokenizer appends itself or None)."""
+    eos_id = tokenizer.eos_token_id
+    eod = tokenizer.get_vocab().get(_QWEN_EOD, eos_id)
+    if eod is None:
+        return None, None
+    probe = tokenizer("x")["input_ids"]
+    appended = probe[-1] if probe and probe[-1] in {eod, eos_id} else None
+    return int(eod), appended
+
+
 def eos_to_append(tokenizer: PreTrainedTokenizerBase) -> int | None:
     """Return the id to end each input with for last-token pooling, or None when the tokenizer already does.
 
     Qwen3-Embedding pools ``<|endoftext|>``; other models pool their EOS token.
     """
-    eos_id = tokenizer.eos_token_id
-    eod = tokenizer.get_vocab().get(_QWEN_EOD, eos_id)
-    if eod is None:
-        return None
-    probe = tokenizer("x")["input_ids"]
-    if probe and probe[-1] in {eod, eos_id}:
-        return None
-    return int(eod)
+    eod, appended = _end_ids(tokenizer)
+    return None if appended is not None else eod
+
+
+def appended_end(tokenizer: PreTrainedTokenizerBase) -> int | None:
+    """Return the end-of-text id the tokenizer appends to every input itself (Qwen3-Embedding's), or None."""
+    return _end_ids(tokenizer)[1]
+
+
+def resolve_bidirectional(config: Mapping[str, object], n_layers: int, requested: int, model_id: str) -> int:
+    """Return how many top layers attend both ways: ``requested``, or all of them when the config says so.
+
+    Raises ModelError when requested exceeds the layers, or contradicts an ``is_causal: false`` config.
+    """
+    if config_is_bidirectional(config):
+        if requested not in (0, n_layers):
+            raise ModelError(
+                f"{model_id} attends both ways in every layer (is_causal: false in its config); "
+                f"--bidirectional-layers must be 0 or {n_layers}"
+            )
+        return n_layers
+    if requested > n_layers:
+        raise ModelError(f"--bidirectional-layers {requested}: {model_id} has {n_layers} layers")
+    return requested
 
 
 class PromptEncoder(Encoder):
     """Encode each pair as one prompt (SPEC §2.1) and pool the final hidden states.
 
     ``last`` pooling takes the final real token (the appended end-of-text token), ``mean``
-    averages every real token, instruction included, as the reference code does. Decoders
-    are padded on the left with position ids counted from each row's first real token, so a
-    text gives the same vector alone or in a padded batch.
+    averages every real token, instruction included, as the reference code does;
+    ``prompt-last`` takes the prompt's own last token with no end-of-text token after it
+    (BeLLM's representative-word position). Decoders are padded on the left with position
+    ids counted from each row's first real token, so a text gives the same vector alone or
+    in a padded batch. With ``bidirectional_layers`` N > 0 the top N layers of a decoder
+    attend in both directions (:mod:`condsearch.encoders.bidirectional`).
     """
+
+    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.finetune.adapter)
+    adapter_checksum = ""
 
     def __init__(
         self,
@@ -66,12 +100,13 @@ class PromptEncoder(Encoder):
         config: Mapping[str, object],
         *,
         family: Family,
-        pooling: Literal["last", "mean"],
+        pooling: Literal["last", "mean", "prompt-last"],
         templates: PromptTemplates,
         device: torch.device,
         dtype: torch.dtype,
         max_length: int | None = None,
         trust_remote_code: bool = False,
+        bidirectional_layers: int = 0,
     ) -> None:
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
@@ -84,9 +119,16 @@ class PromptEncoder(Encoder):
                 AutoModel.from_pretrained, source.location, device, dtype, trust_remote_code=trust_remote_code
             )
         except (OSError, ValueError, KeyError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"cannot load model {source.model_id!r}: {first}") from exc
+            raise ModelError.cannot_load(source.model_id, exc) from exc
         self.model = model.to(device).eval()
+        if family == "decoder":
+            n_layers = len(decoder_layers(self.model))
+            self.bidirectional_layers = resolve_bidirectional(config, n_layers, bidirectional_layers, source.model_id)
+            make_bidirectional(self.model, self.bidirectional_layers)
+        elif bidirectional_layers:
+            raise ModelError("--bidirectional-layers applies to decoder embedders; this one attends both ways already")
+        else:
+            self.bidirectional_layers = 0
         self.device = device
         self.dtype = dtype
         self.model_id = source.model_id
@@ -98,13 +140,15 @@ class PromptEncoder(Encoder):
         self.max_length = max_length or default_max_length(int(self.tokenizer.model_max_length or 0), config)
         self.padding_side = "left" if family == "decoder" else "right"
         self.eos_id = eos_to_append(self.tokenizer) if pooling == "last" else None
+        # prompt-last pools the prompt's own last token, so an end token the tokenizer adds comes off.
+        self.strip_id = appended_end(self.tokenizer) if pooling == "prompt-last" else None
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
         self._accepts = set(inspect.signature(self.model.forward).parameters)
         self._backoff = OomBackoff()
 
     def describe(self) -> dict[str, object]:
-        return {
+        info: dict[str, object] = {
             **super().describe(),
             "family": self.family,
             "pooling": self.pooling,
@@ -113,6 +157,11 @@ class PromptEncoder(Encoder):
             "max_length": self.max_length,
             "dtype": dtype_name(self.dtype),
         }
+        if self.bidirectional_layers:  # causal records nothing, so existing caches and manifests still match
+            info["bidirectional_layers"] = self.bidirectional_layers
+        if self.adapter_checksum:
+            info["adapter_checksum"] = self.adapter_checksum
+        return info
 
     def render(self, pairs: Sequence[Pair]) -> list[str]:
         """Return the prompt text of each pair."""
@@ -133,6 +182,8 @@ class PromptEncoder(Encoder):
                 rows[i] = row
         if self.eos_id is not None:
             rows = [[*row, self.eos_id] for row in rows]
+        if self.strip_id is not None:
+            rows = [row[:-1] if len(row) > 1 and row[-1] == self.strip_id else row for row in rows]
         return rows
 
     def collate(self, rows: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
@@ -157,10 +208,20 @@ class PromptEncoder(Encoder):
     def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         return self._backoff.run(self._forward, self.tokenize(pairs))
 
-    @torch.inference_mode()
-    def _forward(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+    def forward_pairs(self, pairs: Sequence[Pair]) -> torch.Tensor:
+        """Return pooled f(c; I(s)) as a float32 tensor on the model's device: (len(pairs), dim).
+
+        Differentiable (fine-tuning uses it); dropout follows the model's train/eval mode.
+        """
+        return self._pooled(self.tokenize(pairs))
+
+    def _pooled(self, rows: Sequence[Sequence[int]]) -> torch.Tensor:
         batch = {k: v.to(self.device) for k, v in self.collate(rows).items()}
         extra = {"use_cache": False} if "use_cache" in self._accepts else {}
         hidden = self.model(**batch, **extra)[0].float()
-        pool = last_token_pool if self.pooling == "last" else mean_pool
-        return pool(hidden, batch["attention_mask"]).cpu().numpy().astype(np.float32, copy=False)
+        pool = mean_pool if self.pooling == "mean" else last_token_pool
+        return pool(hidden, batch["attention_mask"])
+
+    @torch.inference_mode()
+    def _forward(self, rows: Sequence[Sequence[int]]) -> np.ndarray:
+        return self._pooled(rows).cpu().numpy().astype(np.float32, copy=False)

@@ -11,7 +11,7 @@ from typing import Literal, get_args
 from condsearch.errors import ModelError
 
 Family = Literal["decoder", "nvembed", "bert"]
-Pooling = Literal["auto", "last", "mean", "condition-mean"]
+Pooling = Literal["auto", "last", "mean", "condition-mean", "prompt-last"]
 DType = Literal["auto", "float32", "float16", "bfloat16"]
 POOLINGS: tuple[str, ...] = get_args(Pooling)
 DTYPES: tuple[str, ...] = get_args(DType)
@@ -26,6 +26,12 @@ CASE_UNCONDITIONAL = "Instruct : Retrieve semantically similar texts Query : {co
 # NV-Embed takes an instruction and a text; the text is always the condition.
 NV_INSTRUCTION = "Retrieve semantically similar texts to a given {condition}, under the given: {sentence}"
 NV_UNCONDITIONAL = "Retrieve semantically similar texts"
+# BeLLM's C-STS prompt (its section 5.1): the model is asked for one word that summarises the
+# sentence in the condition's context, and the state that would predict that word is the
+# embedding. The unconditional form, the same prompt with the sentence left out, is our own:
+# BeLLM subtracts nothing.
+BELLM_PROMPT = 'Given the context {condition}, summarize the sentence {sentence} in one word:"'
+BELLM_UNCONDITIONAL = 'Given the context {condition}, summarize the sentence in one word:"'
 
 _NVEMBED_TYPES = {"nvembed"}
 _BERT_TYPES = {
@@ -129,6 +135,42 @@ class PromptTemplates:
         """Return a short hash of both templates."""
         text = f"{self.conditional}\x00{self.unconditional}"
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class DecoderAttention:
+    """Which layers of a decoder embedder attend in both directions.
+
+    The top ``bidirectional_layers`` layers see the whole input (BeLLM turns the last one,
+    N = 1); the layers below stay causal. A model whose config says ``is_causal: false``
+    (gte-Qwen2) attends both ways in every layer whatever this says.
+    """
+
+    bidirectional_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.bidirectional_layers < 0:
+            raise ModelError("--bidirectional-layers must be 0 or more")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named set of encoder settings from a paper: pooling, prompts and bidirectional layers."""
+
+    pooling: Pooling
+    templates: PromptTemplates
+    attention: DecoderAttention
+
+
+#: ``--preset`` choices. bellm: BeLLM's C-STS prompt, the last layer bidirectional, and the mean
+#: of the final states, as BeLLM's released training ran (``--pooling_strategy avg``). The paper's
+#: text pools the state at the prompt's last token (``prompt-last``), but with only the top
+#: layer bidirectional that state is exactly the causal model's: the last token already attends
+#: to every token, and the layers below are unchanged. Only pooling over the other tokens lets
+#: the backward dependency reach the vector.
+PRESETS: dict[str, Preset] = {
+    "bellm": Preset("mean", PromptTemplates(BELLM_PROMPT, BELLM_UNCONDITIONAL), DecoderAttention(1)),
+}
 
 
 def default_templates(family: Family) -> PromptTemplates:

@@ -66,8 +66,7 @@ class NVEmbedEncoder(Encoder):
         try:
             model = load_remote_model(source.location, dtype)
         except (OSError, ValueError, KeyError, ImportError, AttributeError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ModelError(f"cannot load model {source.model_id!r}: {first}") from exc
+            raise ModelError.cannot_load(source.model_id, exc) from exc
         if not callable(getattr(model, "encode", None)) or getattr(model, "tokenizer", None) is None:
             raise ModelError(f"{source.model_id}: the model has no encode() and tokenizer as NV-Embed does")
         self.model = model.to(device).eval()

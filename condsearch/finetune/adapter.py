@@ -25,12 +25,21 @@ from condsearch.head import ProjectionHead, write_head_files
 
 if TYPE_CHECKING:
     from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.encoders.decoder import PromptEncoder
 
 log = logging.getLogger(__name__)
 
 ADAPTER_FORMAT_VERSION = 1
 ADAPTER_FILE = "adapter.safetensors"
 ADAPTER_CONFIG = "adapter.json"
+# What else a decoder's adapter depends on besides pooling: its prompts and attention (bidirectional layers).
+_ENCODER_SETTINGS = ("prompt_template", "unconditional_template", "bidirectional_layers")
+
+
+def encoder_settings(encoder: BertStyleEncoder | PromptEncoder) -> dict[str, object]:
+    """Return the settings of encoder's describe() that an adapter trained on it depends on ({} for BERT-style)."""
+    described = encoder.describe()
+    return {key: described[key] for key in _ENCODER_SETTINGS if key in described}
 
 
 def has_adapter(folder: Path) -> bool:
@@ -72,7 +81,7 @@ def lora_config_of(meta: dict[str, object]) -> LoraConfig:
 
 
 def save_adapter(
-    encoder: BertStyleEncoder,
+    encoder: BertStyleEncoder | PromptEncoder,
     config: LoraConfig,
     directory: Path,
     *,
@@ -101,6 +110,7 @@ def save_adapter(
             "model_revision": encoder.revision,
             "encoder_pooling": encoder.pooling,
             "max_length": encoder.max_length,
+            **({"encoder": encoder_settings(encoder)} if encoder_settings(encoder) else {}),
             **(extra or {}),
         }
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
@@ -109,7 +119,7 @@ def save_adapter(
     return adapter_checksum(directory)
 
 
-def apply_adapter(encoder: BertStyleEncoder, folder: Path) -> None:
+def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> None:
     """Wrap the encoder's projections with the folder's adapter and load its weights (in place)."""
     folder = Path(folder)
     meta = read_adapter_config(folder)
@@ -125,6 +135,15 @@ def apply_adapter(encoder: BertStyleEncoder, folder: Path) -> None:
         )
     if meta.get("encoder_pooling") and meta["encoder_pooling"] != encoder.pooling:
         raise ModelError(f"adapter {folder} was trained on {meta['encoder_pooling']} pooling, not {encoder.pooling}")
+    recorded = meta.get("encoder")
+    trained: dict[str, object] = recorded if isinstance(recorded, dict) else {}
+    now = encoder_settings(encoder)
+    unset = {"bidirectional_layers": 0}  # absent means causal
+    for key in _ENCODER_SETTINGS:
+        was, is_ = trained.get(key, unset.get(key)), now.get(key, unset.get(key))
+        if was != is_:
+            name = key.replace("_", " ")
+            raise ModelError(f"adapter {folder} was trained with {name} {was!r}, not {is_!r}")
     try:
         state = load_file(str(folder / ADAPTER_FILE))
     except Exception as exc:  # safetensors raises several types for damaged files

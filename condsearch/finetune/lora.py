@@ -1,4 +1,4 @@
-"""Low-rank adapters (LoRA) for the linear projections of BERT-style encoders.
+"""Low-rank adapters (LoRA) for the linear projections of BERT-style encoders and decoder LLMs.
 
 Each wrapped ``nn.Linear`` computes ``W x + b + (alpha / rank) * B A dropout(x)`` with the
 base weights frozen, ``A`` (rank, in) initialised like a linear layer and ``B`` (out, rank)
@@ -15,14 +15,15 @@ import torch
 from torch import nn
 
 # Projection kinds, matched on module names of BERT, RoBERTa, XLM-R, E5 and SimCSE
-# (``attention.self.query``, ``intermediate.dense``, ...) and DistilBERT (``q_lin``, ``ffn.lin1``).
+# (``attention.self.query``, ``intermediate.dense``, ...), DistilBERT (``q_lin``, ``ffn.lin1``)
+# and LLaMA-style decoders: Qwen2/3, Mistral, LLaMA (``self_attn.q_proj``, ``mlp.gate_proj``, ...).
 TARGET_PATTERNS = {
-    "query": r"\.(query|q_lin)$",
-    "key": r"\.(key|k_lin)$",
-    "value": r"\.(value|v_lin)$",
-    "attn_out": r"(attention\.output\.dense|attention\.out_lin)$",
-    "ffn_in": r"(intermediate\.dense|ffn\.lin1)$",
-    "ffn_out": r"((?<!attention\.)output\.dense|ffn\.lin2)$",
+    "query": r"\.(query|q_lin|q_proj)$",
+    "key": r"\.(key|k_lin|k_proj)$",
+    "value": r"\.(value|v_lin|v_proj)$",
+    "attn_out": r"(attention\.output\.dense|attention\.out_lin|self_attn\.o_proj)$",
+    "ffn_in": r"(intermediate\.dense|ffn\.lin1|mlp\.gate_proj|mlp\.up_proj)$",
+    "ffn_out": r"((?<!attention\.)output\.dense|ffn\.lin2|mlp\.down_proj)$",
 }
 ALL_TARGETS = tuple(TARGET_PATTERNS)
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from condsearch.atomic import replacing_dir
 from condsearch.errors import CondsearchError, ModelError
@@ -14,7 +15,7 @@ from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneR
 from condsearch.head import write_head_files
 
 if TYPE_CHECKING:
-    from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.finetune.trainer import TrainableEncoder
 
 FULL_SUMMARY_FILE = "finetune.json"
 
@@ -43,24 +44,37 @@ def finetune_and_save(
     eval_batch_size: int = 64,
     progress: bool = True,
     on_epoch: EpochCallback | None = None,
+    encoder_settings: Mapping[str, Any] | None = None,
 ) -> dict[str, object]:
     """Fine-tune the model on train_csv (epoch chosen on dev_csv), save into out; return a summary.
 
     lora writes ``adapter.safetensors`` + ``adapter.json`` (and the head, with head_on_top)
     for ``--head OUT``; full writes a whole model folder for ``--model OUT``.
+    ``encoder_settings`` (pooling, prompt_template, unconditional_template,
+    bidirectional_layers, preset) go to :func:`condsearch.encoders.load_encoder`: a BERT-style
+    model trains with condition-mean pooling, a decoder embedder (LoRA only) with its prompts,
+    in float32 either way.
     """
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
     from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.encoders.decoder import PromptEncoder
     from condsearch.finetune.adapter import save_adapter
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
+    settings = {"pooling": "auto", **(encoder_settings or {})}
     encoder = load_encoder(
-        model, device=device, max_length=max_length, trust_remote_code=trust_remote_code, pooling="condition-mean"
+        model, device=device, max_length=max_length, trust_remote_code=trust_remote_code, dtype="float32", **settings
     )
-    if not isinstance(encoder, BertStyleEncoder):
-        raise ModelError("fine-tuning needs one device and a BERT-style encoder (condition-mean pooling)")
+    decoder = isinstance(encoder, PromptEncoder) and encoder.family == "decoder"
+    if not (isinstance(encoder, BertStyleEncoder) or decoder):
+        raise ModelError(
+            "fine-tuning needs one device and a BERT-style encoder (condition-mean pooling) or a decoder embedder"
+        )
+    if decoder and config.kind != "lora":
+        # a full copy of an LLM would also lose its bidirectional layers, which live outside the weights
+        raise ModelError("decoder embedders fine-tune with --finetune lora")
     checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     result = finetune(
         encoder,
@@ -111,7 +125,7 @@ def _summary(
     return summary
 
 
-def _save_full(encoder: BertStyleEncoder, result: FinetuneResult, out: Path, extra: dict[str, object]) -> None:
+def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, extra: dict[str, object]) -> None:
     """Write a loadable model folder (weights, tokenizer, token limit) and the head, atomically."""
     out = Path(out)
     try:

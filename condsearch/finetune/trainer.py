@@ -1,8 +1,9 @@
-"""Fine-tuning a BERT-style CASE encoder on C-STS: LoRA adapters or all weights.
+"""Fine-tuning a CASE encoder on C-STS: LoRA adapters or all weights.
 
 The CASE vector ``f(c; I(s)) - f(c; I(∅))`` is computed with gradients through the
-encoder's condition-segment pooling (``BertStyleEncoder.forward_pairs``), optionally
-followed by a projection head trained jointly. Batches hold whole sentence pairs (both of a
+encoder's pooling (``forward_pairs`` of a BERT-style encoder's condition segment, or of a
+decoder embedder's prompt, bidirectional top layers included), optionally followed by a
+projection head trained jointly. Batches hold whole sentence pairs (both of a
 pair's conditions, :func:`condsearch.losses.pair_groups`); the epoch with the best dev
 Spearman is kept. Each epoch ends with a checkpoint that ``resume`` continues from.
 """
@@ -24,7 +25,9 @@ from tqdm.auto import tqdm
 
 from condsearch.csts import CstsData, scale_labels
 from condsearch.encoders.bert import BertStyleEncoder
+from condsearch.encoders.decoder import PromptEncoder
 from condsearch.errors import ModelError
+from condsearch.finetune.adapter import encoder_settings
 from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.finetune.lora import LoraConfig, add_lora
 from condsearch.head import HeadConfig, ProjectionHead, load_head
@@ -38,6 +41,28 @@ KINDS = ("lora", "full")
 DEFAULT_LR = {"lora": 3e-4, "full": 3e-5}
 
 EpochCallback = Callable[[int, dict[str, float]], None]
+#: what fine-tuning trains: a BERT-style encoder (condition-mean) or a decoder embedder (prompted)
+TrainableEncoder = BertStyleEncoder | PromptEncoder
+
+
+class ContrastiveProjection(nn.Module):
+    """The projection g into CCL's contrastive space: ``tanh(W x + b)``, d -> d, for training only.
+
+    CCL names g (its eq. 10) without giving its form; this is SimCSE's training-time MLP
+    (the shape of BERT's pooler), our choice. It starts as the identity map before the tanh
+    (W = I, b = 0), so C-MSE starts close to MSE on squashed vectors rather than on noise.
+    Trained beside the model and dropped afterwards: what is indexed never passes through it.
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+        with torch.no_grad():
+            self.linear.weight.copy_(torch.eye(dim))
+            self.linear.bias.zero_()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.linear(x))
 
 
 @dataclass(frozen=True)
@@ -95,7 +120,7 @@ class FinetuneResult:
     resumed_from: int = 0
 
 
-def case_forward(encoder: BertStyleEncoder, sentences: Sequence[str], conditions: Sequence[str]) -> torch.Tensor:
+def case_forward(encoder: TrainableEncoder, sentences: Sequence[str], conditions: Sequence[str]) -> torch.Tensor:
     """Return CASE vectors f(c; I(s)) - f(c; I(∅)) with gradients: (n, dim) float32."""
     distinct = list(dict.fromkeys(conditions))
     row = {c: i for i, c in enumerate(distinct)}
@@ -123,16 +148,20 @@ def length_grouped_batches(
     return batches
 
 
-def trainable_parameters(encoder: BertStyleEncoder, head: ProjectionHead | None) -> dict[str, nn.Parameter]:
-    """Name every parameter that trains: the adapters (lora) or all encoder weights (full), then the head."""
+def trainable_parameters(
+    encoder: TrainableEncoder, head: ProjectionHead | None, contrastive: ContrastiveProjection | None = None
+) -> dict[str, nn.Parameter]:
+    """Name every parameter that trains: the adapters (lora) or all encoder weights (full), the head, then g."""
     params = {f"encoder.{n}": p for n, p in encoder.model.named_parameters() if p.requires_grad}
     if head is not None:
         params.update({f"head.{n}": p for n, p in head.named_parameters()})
+    if contrastive is not None:
+        params.update({f"contrastive.{n}": p for n, p in contrastive.named_parameters()})
     return params
 
 
 def evaluate_encoder(
-    encoder: BertStyleEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = 64
+    encoder: TrainableEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = 64
 ) -> dict[str, float]:
     """Return dev Spearman/Pearson ×100 of the current weights (eval mode, no cache)."""
     encoder.model.eval()
@@ -140,7 +169,7 @@ def evaluate_encoder(
     return evaluate_head(head, features)
 
 
-def prepare(encoder: BertStyleEncoder, config: FinetuneConfig) -> ProjectionHead | None:
+def prepare(encoder: TrainableEncoder, config: FinetuneConfig) -> ProjectionHead | None:
     """Set up what trains: adapters on the encoder (lora) or every weight (full); return the head, if any."""
     torch.manual_seed(config.seed)
     if config.kind == "lora":
@@ -173,16 +202,19 @@ def prepare(encoder: BertStyleEncoder, config: FinetuneConfig) -> ProjectionHead
 
 
 def batch_loss(
-    encoder: BertStyleEncoder,
+    encoder: TrainableEncoder,
     head: ProjectionHead | None,
     data: CstsData,
     batch: list[list[int]],
     settings: LossSettings,
     labels: torch.Tensor,
+    contrastive: ContrastiveProjection | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the objective on one batch of pair groups (with gradients) and each term's value.
 
-    labels: (len(data),) scaled labels on the encoder's device.
+    labels: (len(data),) scaled labels on the encoder's device. With ``contrastive`` (g),
+    C-MSE and BCL compare in g's space, as CCL does; without it BCL compares the vectors
+    themselves.
     """
     idx = [i for g in batch for i in g]
     conds = [data.condition[i] for i in idx]
@@ -194,8 +226,20 @@ def batch_loss(
         positive = head(positive) if positive is not None else None
     first, second = vecs[: len(idx)], vecs[len(idx) :]
     cos = nn.functional.cosine_similarity(first, second, dim=1)
+    anchor, negative, pair = first, second, None
+    if contrastive is not None:
+        anchor, negative = contrastive(first), contrastive(second)
+        positive = contrastive(positive) if positive is not None else None
+        pair = (anchor, negative)
     return combined_loss(
-        settings, cos, labels[idx], group_positions(batch), anchor=first, positive=positive, negative=second
+        settings,
+        cos,
+        labels[idx],
+        group_positions(batch),
+        anchor=anchor,
+        positive=positive,
+        negative=negative,
+        contrastive=pair,
     )
 
 
@@ -208,7 +252,7 @@ def _digest(data: CstsData) -> str:
 
 
 def finetune(
-    encoder: BertStyleEncoder,
+    encoder: TrainableEncoder,
     train: CstsData,
     config: FinetuneConfig,
     *,
@@ -225,11 +269,17 @@ def finetune(
     continues from it (same config required) instead of starting over.
     """
     head = prepare(encoder, config)
-    params = trainable_parameters(encoder, head)
+    settings = config.loss_settings
+    contrastive = None
+    if settings.needs_projection:
+        contrastive = ContrastiveProjection(head.config.dim if head is not None else encoder.dim).to(encoder.device)
+    params = trainable_parameters(encoder, head, contrastive)
     encoder_params = [p for n, p in params.items() if n.startswith("encoder.")]
     param_groups = [{"params": encoder_params, "lr": config.lr}]
     if head is not None:
         param_groups.append({"params": list(head.parameters()), "lr": config.head_lr})
+    if contrastive is not None:  # new like a head, so it learns at the head's rate
+        param_groups.append({"params": list(contrastive.parameters()), "lr": config.head_lr})
     optim = torch.optim.AdamW(param_groups, weight_decay=config.weight_decay)
     base_lrs = [g["lr"] for g in optim.param_groups]
 
@@ -247,6 +297,7 @@ def finetune(
     record = {
         **config.record(),
         "model": f"{encoder.model_id}@{encoder.revision}",
+        **({"encoder": encoder_settings(encoder)} if encoder_settings(encoder) else {}),
         "train": _digest(train),
     }
     state, best = TrainingState(config=record), None
@@ -254,7 +305,6 @@ def finetune(
         state, best = load_checkpoint(checkpoint_dir, record, params, optim)
         log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
     resumed_from = state.epoch
-    settings = config.loss_settings
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
 
     for epoch in range(state.epoch + 1, config.epochs + 1):
@@ -264,12 +314,14 @@ def finetune(
         encoder.model.train()
         if head is not None:
             head.train()
+        if contrastive is not None:
+            contrastive.train()
         sums: dict[str, float] = {}
         n_rows = 0
         start = time.perf_counter()
         bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{config.epochs}", unit="step", disable=not progress)
         for batch in batches:
-            loss, terms = batch_loss(encoder, head, train, batch, settings, y_all)
+            loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
             factor = lr_factor(state.step)
             for g, base_lr in zip(optim.param_groups, base_lrs, strict=True):
                 g["lr"] = base_lr * factor

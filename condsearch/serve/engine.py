@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from condsearch.errors import CondsearchError, StoreError
+from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import SearchResult, search, to_search_device
 from condsearch.pipeline import Vectorizer, vectorizer_for
 from condsearch.store import IndexStore, Manifest, StoredIndex
@@ -166,7 +166,7 @@ class Resident:
                 stored = self.store.load(name)  # checks the files against the manifest: never half an index
             except StoreError as exc:
                 if current is not None:  # caught mid-replacement: keep answering from the previous one
-                    log.warning("%s: keeping the loaded copy (%s)", name, str(exc).splitlines()[0])
+                    log.warning("%s: keeping the loaded copy (%s)", name, first_line(exc))
                     return current
                 raise
             key = vectorizer_key(stored.manifest)
@@ -186,7 +186,7 @@ class Resident:
                 try:
                     self.get(m.condition, m.corpus_name)
                 except CondsearchError as exc:
-                    log.warning("cannot preload %r: %s", m.condition, str(exc).splitlines()[0])
+                    log.warning("cannot preload %r: %s", m.condition, first_line(exc))
 
     def vectorizer(self, key: str) -> Vectorizer:
         """Return the loaded model an index refers to."""

@@ -1,0 +1,56 @@
+"""Error messages: the first line of an exception, whatever its message looks like."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from condsearch.errors import ModelError
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (OSError(), "OSError"),
+        (ValueError(""), "ValueError"),
+        (KeyError(), "KeyError"),
+        (RuntimeError("   \n  "), "RuntimeError"),
+        (RuntimeError("first\nsecond"), "first"),
+        (RuntimeError("\n\n  real message  \nmore"), "real message"),
+    ],
+)
+def test_first_line(exc: BaseException, expected: str) -> None:
+    from condsearch.errors import first_line
+
+    assert first_line(exc) == expected
+
+
+@pytest.mark.parametrize("loader", ["AutoTokenizer", "AutoModel"])
+def test_csr_encoder_load_error_with_empty_message(
+    tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch, loader: str
+) -> None:
+    import transformers
+
+    from condsearch.csr.encoder import CsrEncoder
+    from condsearch.models import resolve_model
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise OSError()  # an empty message: no first line to take
+
+    monkeypatch.setattr(getattr(transformers, loader), "from_pretrained", fail)
+    with pytest.raises(ModelError, match="OSError"):
+        CsrEncoder(resolve_model(str(tiny_bert_dir)))
+
+
+def test_encoder_load_error_with_empty_message(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    from condsearch.encoders import load_encoder
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise ValueError()
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
+    with pytest.raises(ModelError, match="ValueError"):
+        load_encoder(str(tiny_bert_dir))
