@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--plot", type=Path, default=None, help="PNG of Spearman and latency against dimension")
     p.add_argument("--smoke", action="store_true", help="tiny sizes and data, seconds")
     args = p.parse_args(argv)
+    if args.plot is not None and not has_matplotlib():
+        # checked before hours of measuring: a plot that was asked for and not made is a failure
+        p.exit(2, "latency.py: --plot needs matplotlib (pip install 'condsearch[plot]')\n")
     if args.train is None and not args.smoke and (DATA / "train.csv").is_file():
         args.train, args.dev = DATA / "train.csv", DATA / "dev.csv"
     if not args.smoke and (args.train is None or args.dev is None):
@@ -317,15 +320,22 @@ def markdown(result: dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, object], path: Path) -> bool:
-    """Draw Spearman and search latency against dimension; False when matplotlib is missing."""
+def has_matplotlib() -> bool:
+    """Return whether matplotlib can be imported."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib  # noqa: F401
     except ImportError:
         return False
+    return True
+
+
+def plot(result: dict[str, object], path: Path) -> None:
+    """Draw Spearman and search latency against dimension into a PNG (needs matplotlib)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     rows = result["rows"]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
     heads = result["heads"]
@@ -343,7 +353,6 @@ def plot(result: dict[str, object], path: Path) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -353,10 +362,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run(args, Path(tmp))
     write_outputs(result, markdown(result), args.json_out, args.md_out)
     if args.plot is not None:
-        if plot(result, args.plot):
-            _log(f"plot written to {args.plot}")
-        else:
-            _log("matplotlib is not installed (pip install 'condsearch[plot]'): no plot")
+        plot(result, args.plot)
+        _log(f"plot written to {args.plot}")
     return 0
 
 
