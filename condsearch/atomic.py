@@ -1,4 +1,8 @@
-"""Replace a folder by a freshly written one, so that a crash leaves the old copy or the new, never a mix."""
+"""Replace a folder by a freshly written one, so that a crash leaves the old copy or the new, never a mix.
+
+Only a condsearch artifact (or an empty folder) is ever replaced: ``--out ~/projects`` must not
+delete someone's projects after a long training run.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,83 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from condsearch.errors import CondsearchError
+
+#: The file that marks a folder as each kind of artifact, checked in this order: a full model
+#: folder and an adapter folder may hold a head beside them, so the head comes last. They are the
+#: writers' own constants (tests/test_data_safety.py checks that they agree); they are spelled out
+#: here because importing the writers would import torch.
+ARTIFACT_MARKERS: dict[str, str] = {
+    "checkpoint": "checkpoint.json",  # condsearch.finetune.checkpoint.STATE_FILE
+    "router": "router.json",  # condsearch.csr.weights.CONFIG_FILE
+    "model": "finetune.json",  # condsearch.finetune.run.FULL_SUMMARY_FILE (a fine-tuned model folder)
+    "adapter": "adapter.json",  # condsearch.finetune.adapter.ADAPTER_CONFIG
+    "head": "head.json",  # condsearch.head.CONFIG_FILE
+}
+
+
+class OutputDirError(CondsearchError):
+    """A folder that condsearch was asked to write into is not its to replace, or cannot be written."""
+
 
 def _previous(directory: Path) -> Path:
     return directory.with_name(f".{directory.name}.previous")
+
+
+def _absolute(directory: Path | str) -> Path:
+    # abspath, not resolve(): "." and "a/.." get their real names, but a symlink stays the link
+    path = Path(os.path.abspath(directory))
+    if not path.name:
+        raise OutputDirError(f"{path}: refusing to replace a filesystem root")
+    return path
+
+
+def artifact_kind(folder: Path | str) -> str | None:
+    """Return which kind of condsearch artifact folder holds (a key of ARTIFACT_MARKERS), or None."""
+    folder = Path(folder)
+    for kind, marker in ARTIFACT_MARKERS.items():
+        if (folder / marker).is_file():
+            return kind
+    return None
+
+
+def check_replaceable(directory: Path | str, kind: str | None = None) -> None:
+    """Raise OutputDirError unless directory is absent, empty, or a condsearch artifact (of kind, when given)."""
+    directory = _absolute(directory)
+    if kind is not None and kind not in ARTIFACT_MARKERS:
+        raise ValueError(f"unknown artifact kind {kind!r}")
+    if not directory.exists():
+        return
+    if not directory.is_dir():
+        raise OutputDirError(f"{directory}: exists and is not a folder; refusing to replace it")
+    found = artifact_kind(directory)
+    if found is None:
+        if any(directory.iterdir()):
+            raise OutputDirError(
+                f"{directory}: not empty and not a condsearch artifact; refusing to replace it (name a new folder)"
+            )
+    elif kind is not None and found != kind:
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise OutputDirError(f"{directory}: holds a condsearch {found}, not {article} {kind}; refusing to replace it")
+
+
+def check_writable(directory: Path | str) -> None:
+    """Raise OutputDirError unless a folder can be created beside directory (where replacing_dir writes)."""
+    directory = _absolute(directory)
+    existing = directory.parent
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent  # the folders in between are created as the last ones are
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=f".{directory.name}-probe-", dir=existing))
+    except OSError as exc:
+        raise OutputDirError(f"{directory}: cannot write there ({exc.strerror or type(exc).__name__})") from exc
+
+
+def check_output_dir(directory: Path | str, kind: str) -> None:
+    """Check, before any long work, that directory may be replaced by a kind artifact and can be written."""
+    recover_dir(_absolute(directory))
+    check_replaceable(directory, kind)
+    check_writable(directory)
 
 
 def recover_dir(directory: Path) -> None:
@@ -23,20 +101,23 @@ def recover_dir(directory: Path) -> None:
 
 
 @contextmanager
-def replacing_dir(directory: Path) -> Iterator[Path]:
+def replacing_dir(directory: Path, kind: str | None = None) -> Iterator[Path]:
     """Yield an empty folder beside directory to write into; when the block succeeds it becomes directory.
 
     The previous copy is renamed aside before the new one moves in and deleted only after, so
     at every moment either directory is whole or :func:`recover_dir` can restore it. A block
-    that raises leaves directory untouched.
+    that raises leaves directory untouched. A directory that is neither empty nor a condsearch
+    artifact (of ``kind``, when given) is refused with OutputDirError before anything is written.
     """
-    directory = Path(directory)
+    directory = _absolute(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     recover_dir(directory)
+    check_replaceable(directory, kind)
     tmp = Path(tempfile.mkdtemp(prefix=f".{directory.name}-", dir=directory.parent))
     tmp.chmod(0o755)
     try:
         yield tmp
+        check_replaceable(directory, kind)  # again: the block may have run for hours
         previous = _previous(directory)
         if directory.exists():
             shutil.rmtree(previous, ignore_errors=True)

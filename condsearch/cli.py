@@ -32,6 +32,19 @@ def _fail(exc: CondsearchError) -> click.ClickException:
     return click.ClickException(first_line(exc))
 
 
+def _check_out_dirs(out: Path, mode: str, finetune: dict[str, Any]) -> None:
+    """Refuse, before any training, an --out or --checkpoint-dir that is not ours to replace or cannot be written."""
+    from condsearch.atomic import check_output_dir
+
+    kind = {"lora": "adapter", "full": "model"}.get(finetune["finetune"], "router" if mode == "csr" else "head")
+    try:
+        check_output_dir(out, kind)
+        if finetune.get("checkpoint_dir") is not None:
+            check_output_dir(finetune["checkpoint_dir"], "checkpoint")
+    except CondsearchError as exc:
+        raise _fail(exc) from exc
+
+
 def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fast --help
     from condsearch.store import IndexStore
 
@@ -424,6 +437,7 @@ def train_cmd(
     too (3 epochs, checkpointed after each; --resume continues). --mode csr fine-tunes the router query
     and the layers from the router layer up, leaving lower layers frozen so sentence caches stay valid.
     """
+    _check_out_dirs(out, mode, finetune)
     if finetune["finetune"] != "none":
         if mode != "case":
             raise click.UsageError("--finetune applies to --mode case")

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.atomic import recover_dir, replacing_dir
+from condsearch.atomic import ARTIFACT_MARKERS, recover_dir, replacing_dir
 
 
 def _write(folder: Path, text: str) -> None:
     (folder / "a.txt").write_text(text)
     (folder / "b.txt").write_text(text)
+    (folder / ARTIFACT_MARKERS["head"]).write_text("{}")  # only a condsearch artifact is replaced
 
 
 def test_replaces_whole_and_leaves_no_temporaries(tmp_path: Path) -> None:

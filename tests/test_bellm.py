@@ -350,6 +350,6 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     with pytest.raises(ModelError, match="bidirectional layers 1, not 0"):
         load_vectorizer(model, str(out), device="cpu", bidirectional_layers=0)
     # full fine-tuning of a decoder is refused (LoRA only)
-    full = [a if a != "lora" else "full" for a in train]
+    full = [{"lora": "full", str(out): str(tmp_path / "bellm-full")}.get(a, a) for a in train]
     result = runner.invoke(main, full)
     assert result.exit_code == 1 and "--finetune lora" in result.output
