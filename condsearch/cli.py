@@ -32,6 +32,19 @@ def _fail(exc: CondsearchError) -> click.ClickException:
     return click.ClickException(first_line(exc))
 
 
+class _Commands(click.Group):
+    """The command group; an OSError (permission denied, disk full) on any path ends as one line, not a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise  # click ends quietly when stdout's reader goes away
+        except OSError as exc:
+            where = f"{exc.filename}: " if exc.filename is not None and exc.strerror else ""
+            raise click.ClickException(where + (exc.strerror or first_line(exc))) from exc
+
+
 def _check_out_dirs(out: Path, mode: str, finetune: dict[str, Any]) -> None:
     """Refuse, before any training, an --out or --checkpoint-dir that is not ours to replace or cannot be written."""
     from condsearch.atomic import check_output_dir
@@ -51,7 +64,7 @@ def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fas
     return IndexStore(index_dir)
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=_Commands, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="condsearch")
 @click.option("-v", "--verbose", is_flag=True, help="Log more detail to stderr.")
 def main(verbose: bool) -> None:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from condsearch import __version__
 from condsearch.corpus import file_checksum
-from condsearch.errors import StoreError
+from condsearch.errors import StoreError, first_line
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -86,11 +86,21 @@ class IndexStore:
         if index.ntotal != len(ids) or len(ids) != len(texts):
             raise ValueError("index, ids and texts differ in length")
         name = index_name(manifest.corpus_name, manifest.condition)
+        try:
+            self._write(name, manifest, index, ids, texts)
+        except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
+            reason = exc.strerror or first_line(exc)
+            raise StoreError(f"{self.root}: cannot write the index of {manifest.condition!r} ({reason})") from exc
+        return name
+
+    def _write(self, name: str, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=self.root))
         tmp.chmod(0o755)  # mkdtemp makes 0700; an index is as readable as any other file
         try:
-            faiss.write_index(index, str(tmp / INDEX_FILE))
+            with open(tmp / INDEX_FILE, "wb") as fh:
+                # through Python's file, so that a full disk is an OSError rather than faiss's RuntimeError
+                faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
             pq.write_table(pa.table({"id": ids, "text": texts}), tmp / ROWS_FILE)
             final = Manifest(
                 **{
@@ -106,7 +116,6 @@ class IndexStore:
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
-        return name
 
     def _swap_in(self, tmp: Path, target: Path) -> None:
         # A directory cannot be replaced by one rename: move the old one aside first.

@@ -177,3 +177,59 @@ def test_train_replaces_its_own_head(tiny_bert_dir: Path, tmp_path: Path) -> Non
     for _ in range(2):
         ok(run("train", csv, "--out", out, "--dim", 4, "--epochs", 1, "--model", tiny_bert_dir))
     assert artifact_kind(out) == "head" and sorted(os.listdir(tmp_path)) == ["head", "t.csv"]
+
+
+# ----------------------------------------------------------------- write failures: one line, non-zero exit
+
+
+def _blocked(tmp_path: Path) -> Path:
+    """A path below a regular file: writing there fails with a real OSError, even as root."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    return blocker / "below"
+
+
+def test_index_into_an_unwritable_folder_is_one_line(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+    args = ("index", corpus_file, "-c", "colour", "--model", tiny_bert_dir, "--head", "none")
+    assert_clean_error(run(*args, "--index-dir", _blocked(tmp_path)), match="cannot write the index")
+
+
+def test_index_on_a_full_disk_is_one_line(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyarrow.parquet as pq
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", full)
+    args = ("index", corpus_file, "-c", "colour", "--model", tiny_bert_dir, "--head", "none")
+    assert_clean_error(run(*args, "--index-dir", tmp_path / "ix"), match="No space left on device")
+    assert not (tmp_path / "ix").exists() or not any((tmp_path / "ix").iterdir())
+
+
+def test_train_with_an_unwritable_cache_is_one_line(
+    tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    csv = tmp_path / "t.csv"
+    csv.write_text(CSV)
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(_blocked(tmp_path)))
+    result = run("train", csv, "--out", tmp_path / "head", "--dim", 4, "--epochs", 1, "--model", tiny_bert_dir)
+    assert_clean_error(result, match="a-file")
+
+
+def test_train_denied_writing_the_head_is_one_line(
+    tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import condsearch.head
+
+    def denied(tensors: object, path: str, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(condsearch.head, "save_file", denied)
+    csv = tmp_path / "t.csv"
+    csv.write_text(CSV)
+    result = run("train", csv, "--out", tmp_path / "head", "--dim", 4, "--epochs", 1, "--model", tiny_bert_dir)
+    message = assert_clean_error(result, match="Permission denied")
+    assert message.endswith("head.safetensors: Permission denied")
+    assert not (tmp_path / "head").exists()

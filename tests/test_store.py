@@ -166,7 +166,7 @@ def test_failed_write_keeps_previous_index(tmp_path: Path, monkeypatch: pytest.M
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(faiss if target == "write_index" else pq, target, boom)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match="cannot write the index of 'colour' \\(No space left on device\\)"):
         _write(store, n=7, seed=1, prefix="new")
     monkeypatch.undo()
     assert _visible(tmp_path) == [name]
