@@ -78,18 +78,29 @@ def resolve_model(name: str | None) -> ModelSource:
 
 
 def _hub_revision(name: str) -> str:
-    """Return the commit of a hub model already in the local cache, or 'main'."""
+    """Return the commit that a hub model resolves to, fetching its config.json first if it is not cached.
+
+    Recording "main" for a model not yet downloaded would make every later resolution (which
+    finds the commit in the cache) refuse what was built with it; the config is what loading
+    fetches first anyway. "main" is left only when the hub cannot be reached, and then loading
+    the model fails and says why.
+    """
     try:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
         cached = try_to_load_from_cache(name, "config.json")
-    except Exception:  # noqa: BLE001 - a cache probe must never fail resolution
+        commit = _snapshot_commit(cached) if isinstance(cached, str) else None
+        return commit or _snapshot_commit(hf_hub_download(name, "config.json")) or "main"
+    except Exception:  # noqa: BLE001 - offline, unknown or gated repo, no huggingface_hub: loading says why
         return "main"
-    if isinstance(cached, str):
-        parts = Path(cached).parts
-        if "snapshots" in parts:
-            return parts[parts.index("snapshots") + 1]
-    return "main"
+
+
+def _snapshot_commit(path: str) -> str | None:
+    """Return the commit of a file in the hub cache (``…/snapshots/<commit>/…``), or None."""
+    parts = Path(path).parts
+    if "snapshots" in parts[:-1]:
+        return parts[parts.index("snapshots") + 1]
+    return None
 
 
 def read_config(source: ModelSource) -> dict[str, object]:
