@@ -118,10 +118,11 @@ def load_vectorizer(
     dtype: str = "auto",
     bidirectional_layers: int | None = None,
     preset: str | None = None,
+    inference: bool = False,
 ) -> Vectorizer:
     """Load the encoder and head that --model and --head name (with the head folder's adapter, if any).
 
-    ``bidirectional_layers`` and ``preset`` are :func:`condsearch.encoders.load_encoder`'s.
+    ``bidirectional_layers``, ``preset`` and ``inference`` are :func:`condsearch.encoders.load_encoder`'s.
     """
     model_id = resolve_model(model).model_id if head in (None, HEAD_AUTO) else ""
     folder = head_folder(head, model_id)
@@ -137,6 +138,7 @@ def load_vectorizer(
         adapter=folder if folder is not None and has_adapter(folder) else None,
         bidirectional_layers=bidirectional_layers,
         preset=preset,
+        inference=inference,
     )
     h, name, checksum = resolve_head(head, encoder)
     return Vectorizer(encoder, h, name, checksum)
@@ -247,6 +249,7 @@ def vectorizer_for(
         head or manifest.head,
         device=device,
         trust_remote_code=trust_remote_code,
+        inference=True,
         **encoder_options(manifest.encoder),
     )
     recorded, loaded = manifest.encoder.get("adapter_checksum"), vec.encoder.describe().get("adapter_checksum")

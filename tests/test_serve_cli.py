@@ -87,3 +87,17 @@ def test_list_and_help_load_no_model_library(tmp_path: Path) -> None:
         code = f"from condsearch.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit:\n    pass"
         loaded = _modules_after(code)
         assert loaded & {"torch", "transformers", "fastapi", "uvicorn"} == set(), argv
+
+
+def test_a_repeated_one_shot_query_loads_no_transformers(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path
+) -> None:
+    folder = str(tmp_path / "indexes")
+    flags = ["--model", str(tiny_bert_dir), "--head", "none", "--index-dir", folder]
+    assert CliRunner().invoke(main, ["index", str(corpus_file), "-c", "colour", *flags]).exit_code == 0
+    argv = ["query", "a girl in a red dress", "-c", "colour", "-k", "2", "--index-dir", folder]
+    code = (
+        f"from condsearch.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit as exc:\n    assert not exc.code"
+    )
+    _modules_after(code)  # the first query caches the inference copy of the model
+    assert "transformers" not in _modules_after(code)

@@ -92,6 +92,7 @@ def load_encoder(
     adapter: Path | None = None,
     bidirectional_layers: int | None = None,
     preset: str | None = None,
+    inference: bool = False,
 ) -> Encoder:
     """Resolve a model name or folder and return the encoder for its family.
 
@@ -101,13 +102,12 @@ def load_encoder(
     ``bidirectional_layers`` (decoders): how many top layers attend both ways [default:
     the preset's, the adapter's, else :class:`DecoderAttention`'s]. ``preset`` (a
     :data:`PRESETS` name) supplies the pooling, prompts and bidirectional layers left unset.
+    ``inference``: the encoder only encodes (no training); a plain BERT then loads from a cached
+    copy with its adapter merged, without importing transformers (see :mod:`.bert_inference`).
     """
     import torch
 
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.decoder import PromptEncoder
-    from condsearch.encoders.nvembed import NVEmbedEncoder
-    from condsearch.encoders.parallel import ReplicatedEncoder
     from condsearch.encoders.runtime import parse_devices, resolve_dtype
 
     if preset is not None or adapter is not None:
@@ -156,6 +156,8 @@ def load_encoder(
         templates = templates_with(family, prompt_template, unconditional_template)
 
         def build(dev: torch.device) -> Encoder:
+            from condsearch.encoders.nvembed import NVEmbedEncoder
+
             return NVEmbedEncoder(
                 source,
                 config,
@@ -173,6 +175,13 @@ def load_encoder(
             raise ModelError("prompt templates need --pooling last or mean; condition-mean encodes the text pair")
 
         def build(dev: torch.device) -> Encoder:
+            if inference and dtype in ("auto", "float32"):
+                from condsearch.encoders import bert_inference
+
+                if bert_inference.supports(config):
+                    return bert_inference.load_for_inference(
+                        source, device=str(dev), max_length=max_length, adapter=adapter
+                    )
             encoder = BertStyleEncoder(
                 source,
                 device=str(dev),
@@ -190,6 +199,8 @@ def load_encoder(
         templates = templates_with(family, prompt_template, unconditional_template)
 
         def build(dev: torch.device) -> Encoder:
+            from condsearch.encoders.decoder import PromptEncoder
+
             # BERT-style models stay in float32 under auto, as they always were.
             resolved = torch.float32 if family == "bert" and dtype == "auto" else resolve_dtype(dtype, dev)
             encoder = PromptEncoder(
@@ -211,7 +222,11 @@ def load_encoder(
             return encoder
 
     replicas = [build(dev) for dev in devices]
-    return replicas[0] if len(replicas) == 1 else ReplicatedEncoder(replicas)
+    if len(replicas) == 1:
+        return replicas[0]
+    from condsearch.encoders.parallel import ReplicatedEncoder
+
+    return ReplicatedEncoder(replicas)
 
 
 __all__ = [

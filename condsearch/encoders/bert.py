@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,15 +69,20 @@ class BertStyleEncoder(Encoder):
         max_length: int | None = None,
         trust_remote_code: bool = False,
         dtype: torch.dtype | None = None,
+        loaded: tuple[Any, torch.nn.Module] | None = None,
     ) -> None:
+        """``loaded``: (tokenizer, model) read already, e.g. by condsearch.encoders.bert_inference."""
         super().__init__()
-        from transformers import AutoModel, AutoTokenizer
+        if loaded is not None:
+            self.tokenizer, model = loaded
+        else:
+            from transformers import AutoModel, AutoTokenizer
 
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-            model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelError.cannot_load(source.model_id, exc) from exc
+            try:
+                self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+                model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            except (OSError, ValueError, KeyError) as exc:
+                raise ModelError.cannot_load(source.model_id, exc) from exc
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelError(f"{source.model_id}: a fast tokenizer (tokenizer.json) is required")
         self.device = pick_device(device)

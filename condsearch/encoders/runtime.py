@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import logging
 from collections.abc import Callable, Sequence
@@ -9,7 +10,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-import transformers
 
 from condsearch.errors import ModelError
 
@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 # transformers renamed from_pretrained's ``torch_dtype`` to ``dtype`` in 4.56.
-_DTYPE_KW = "dtype" if tuple(int(p) for p in transformers.__version__.split(".")[:2]) >= (4, 56) else "torch_dtype"
+# (read from the installed metadata: importing transformers costs a second that most commands do not need)
+_TRANSFORMERS = tuple(int(p) for p in importlib.metadata.version("transformers").split(".")[:2])
+_DTYPE_KW = "dtype" if _TRANSFORMERS >= (4, 56) else "torch_dtype"
 
 
 def parse_devices(spec: str | None) -> list[torch.device]:

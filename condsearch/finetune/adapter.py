@@ -119,8 +119,8 @@ def save_adapter(
     return adapter_checksum(directory)
 
 
-def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> None:
-    """Wrap the encoder's projections with the folder's adapter and load its weights (in place)."""
+def check_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> dict[str, object]:
+    """Return the folder's adapter.json after checking that its adapter was trained on this encoder."""
     folder = Path(folder)
     meta = read_adapter_config(folder)
     if meta.get("model_id") and meta["model_id"] != encoder.model_id:
@@ -144,6 +144,13 @@ def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> No
         if was != is_:
             name = key.replace("_", " ")
             raise ModelError(f"adapter {folder} was trained with {name} {was!r}, not {is_!r}")
+    return meta
+
+
+def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> None:
+    """Wrap the encoder's projections with the folder's adapter and load its weights (in place)."""
+    folder = Path(folder)
+    meta = check_adapter(encoder, folder)
     try:
         state = load_file(str(folder / ADAPTER_FILE))
     except Exception as exc:  # safetensors raises several types for damaged files
