@@ -2,7 +2,7 @@
 """Fine-tuning the CASE encoder on C-STS: dev Spearman per fine-tuning kind and objective.
 
 Each run named in --runs (``KIND:OBJECTIVES``, e.g. ``lora:mse``, ``full:mse+wacl``,
-``lora:mse=1,bcl=0.5``) fine-tunes the default model from scratch with
+``lora:mse=1,bcl=0.5``, ``lora:mse+cmse``) fine-tunes the default model (or --model) from scratch with
 :func:`condsearch.finetune.run.finetune_and_save` — the code behind
 ``condsearch train --finetune`` — keeps the epoch with the best dev Spearman, and records
 dev Spearman per epoch and the training time. The saved adapters or model folders stay in
@@ -11,6 +11,12 @@ dev Spearman per epoch and the training time. The saved adapters or model folder
     python benchmarks/finetune.py --train $D/train.csv --dev $D/dev.csv \\
         --runs lora:mse,lora:quad,lora:mse+wacl,lora:mse+bcl,full:mse --head-on-top \\
         --json-out benchmarks/results/finetune.json --md-out benchmarks/results/finetune.md
+
+A decoder embedder trains with LoRA on its prompts; ``--bidirectional-layers 1`` (or
+``--preset bellm``) makes its top layer attend both ways, BeLLM's recipe:
+
+    python benchmarks/finetune.py --train $D/train.csv --dev $D/dev.csv --model Qwen/Qwen3-Embedding-0.6B \\
+        --runs lora:mse --bidirectional-layers 1 --device cuda --json-out qwen3_bidir1.json
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from common import log, quiet_transformers, run_info, synthetic_csts, write_csts_csv, write_outputs  # noqa: E402
 
 from condsearch.csts import CstsData  # noqa: E402
+from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
 from condsearch.finetune.lora import LoraConfig  # noqa: E402
 from condsearch.finetune.run import finetune_and_save  # noqa: E402
 from condsearch.finetune.trainer import DEFAULT_LR, FinetuneConfig  # noqa: E402
@@ -76,6 +83,12 @@ def run_name(kind: str, losses: str) -> str:
     return f"{kind}-" + losses.replace("+", "_").replace(",", "_").replace("=", "")
 
 
+def encoder_settings(args: argparse.Namespace) -> dict[str, object]:
+    """Return the decoder settings given on the command line (those left unset are absent)."""
+    given = {"bidirectional_layers": args.bidirectional_layers, "preset": args.preset, "pooling": args.pooling}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: Path) -> list[dict[str, object]]:
     rows: list[dict[str, object]] = []
     for kind, losses in parse_runs(args.runs):
@@ -103,6 +116,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             device=args.device,
             checkpoint_dir=work_dir / "checkpoints" / name,
             eval_batch_size=args.batch_size,
+            encoder_settings=encoder_settings(args),
             progress=not args.smoke,
             on_epoch=lambda epoch, row, name=name: log(
                 "finetune", f"{name} epoch {epoch}: loss {row['loss']:.4f}, dev {row.get('dev_spearman', 0):.2f}"
@@ -117,6 +131,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
                 "objectives": losses,
                 "head_on_top": args.head_on_top,
                 "init_head": bool(args.init_head),
+                "encoder": encoder_settings(args),
                 "dev_spearman": summary.get("dev_spearman"),
                 "best_epoch": summary["best_epoch"],
                 "dev_spearman_per_epoch": [round(float(r["dev_spearman"]), 2) for r in history],
@@ -137,8 +152,10 @@ def _head_label(row: dict[str, object]) -> str:
 
 def table(rows: list[dict[str, object]], info: dict[str, object]) -> str:
     device = info.get("gpu") or info["machine"]["cpu"]  # type: ignore[index]
+    settings = rows[0]["encoder"] if rows else {}
+    what = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in settings.items())  # type: ignore[union-attr]
     lines = [
-        f"C-STS dev Spearman×100 after fine-tuning ({device})",
+        f"C-STS dev Spearman×100 after fine-tuning ({device}{'; ' + what if what else ''})",
         "",
         "| run | kind | objectives | head | dev Spearman | best epoch | per epoch | train s |",
         "|---|---|---|---|---:|---:|---|---:|",
@@ -158,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dev", type=Path, default=None, help="C-STS dev CSV: the epoch is chosen and scored here")
     p.add_argument("--runs", default="lora:mse,full:mse", help="comma-separated KIND:OBJECTIVES runs")
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
+    p.add_argument("--bidirectional-layers", type=int, default=None, help="decoders: top layers attending both ways")
+    p.add_argument("--preset", choices=sorted(PRESETS), default=None, help="decoders: paper settings (bellm)")
+    p.add_argument("--pooling", choices=POOLINGS, default=None, help="pooling [default: the model family's]")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--train-pairs", type=int, default=None, help="first N sentence pairs only")
     p.add_argument("--lr", type=float, default=None, help="encoder learning rate [default: per kind]")
@@ -194,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         "best": max(rows, key=lambda r: float(r["dev_spearman"] or 0))["run"] if rows else None,
         "config": {
             "model": args.model,
+            "encoder": encoder_settings(args),
             "epochs": args.epochs,
             "train_pairs": args.train_pairs,
             "train_batch_size": args.train_batch_size,

@@ -252,7 +252,16 @@ def vectorizer_for(
         inference=True,
         **encoder_options(manifest.encoder),
     )
-    recorded, loaded = manifest.encoder.get("adapter_checksum"), vec.encoder.describe().get("adapter_checksum")
+    described = vec.encoder.describe()
+    # An is_causal: false config attends both ways whatever is asked, so an index built before that
+    # was honoured (recording no bidirectional layers) cannot be rebuilt: refuse, never mix spaces.
+    built, rebuilt = manifest.encoder.get("bidirectional_layers", 0), described.get("bidirectional_layers", 0)
+    if built != rebuilt:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {built} bidirectional top layer(s), but "
+            f"{manifest.model_id} now loads with {rebuilt}; re-index"
+        )
+    recorded, loaded = manifest.encoder.get("adapter_checksum"), described.get("adapter_checksum")
     if recorded != loaded:
         raise StoreError(
             f"index for {manifest.condition!r} was built with LoRA adapter sha256 {str(recorded or '-')[:12]}, "

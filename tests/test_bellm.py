@@ -353,3 +353,88 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     full = [{"lora": "full", str(out): str(tmp_path / "bellm-full")}.get(a, a) for a in train]
     result = runner.invoke(main, full)
     assert result.exit_code == 1 and "--finetune lora" in result.output
+
+
+def test_query_refuses_an_index_its_model_no_longer_rebuilds(decoder_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from condsearch.cli import main
+    from condsearch.store import MANIFEST, IndexStore
+
+    runner = CliRunner()
+    index_dir = tmp_path / "ix"
+    model = str(decoder_dirs["qwen2-bidirectional"])
+    args = ["index", str(_corpus(tmp_path)), "-c", COLOUR, "--model", model, "--head", "none", "--device", "cpu"]
+    result = runner.invoke(main, [*args, "--index-dir", str(index_dir), "--json"])
+    assert result.exit_code == 0, result.output
+    name = json.loads(result.stdout.strip().splitlines()[-1])["index"]
+    assert IndexStore(index_dir).read_manifest(name).encoder["bidirectional_layers"] == 2  # is_causal: false
+    query = ["query", "a red dress", "-c", COLOUR, "--index-dir", str(index_dir), "--device", "cpu"]
+    assert runner.invoke(main, query).exit_code == 0
+    # an index of this model built causal (as before is_causal: false was honoured) records no layers
+    path = index_dir / name / MANIFEST
+    manifest = json.loads(path.read_text())
+    del manifest["encoder"]["bidirectional_layers"]
+    path.write_text(json.dumps(manifest))
+    result = runner.invoke(main, query)
+    assert result.exit_code == 1
+    assert "built with 0 bidirectional top layer(s)" in result.output and "re-index" in result.output
+
+
+# ----------------------------------------------------------------- the fine-tuning benchmark on a decoder
+
+
+def test_finetune_benchmark_trains_a_decoder_with_a_bidirectional_top_layer(
+    decoder_dirs: dict[str, Path], tmp_path: Path
+) -> None:
+    from condsearch.finetune.adapter import read_adapter_config
+    from tests.test_benchmarks import load_script
+
+    argv = ["--smoke", "--model", str(decoder_dirs["qwen3"]), "--runs", "lora:mse,lora:mse+cmse", "--lora-rank", "2"]
+    argv += ["--bidirectional-layers", "1", "--work-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    argv += ["--json-out", str(tmp_path / "out.json"), "--md-out", str(tmp_path / "out.md")]
+    assert load_script("finetune").main(argv) == 0
+    result = json.loads((tmp_path / "out.json").read_text())
+    assert result["config"]["encoder"] == {"bidirectional_layers": 1}
+    assert [r["objectives"] for r in result["rows"]] == ["mse", "mse+cmse"]
+    for row in result["rows"]:
+        assert np.isfinite(row["dev_spearman"]) and row["encoder"] == {"bidirectional_layers": 1}
+        assert read_adapter_config(Path(row["out"]))["encoder"]["bidirectional_layers"] == 1
+    assert "bidirectional layers 1" in (tmp_path / "out.md").read_text()
+
+
+# ----------------------------------------------------------------- CUDA (run with -m gpu; skipped where CUDA is absent)
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("options", [{"bidirectional_layers": 1, "pooling": "mean"}, {"preset": "bellm"}])
+def test_bidirectional_layers_on_cuda_equal_cpu(
+    decoder_dirs: dict[str, Path], kind: str, dtype: str, options: dict[str, object]
+) -> None:
+    cpu = _encoder(decoder_dirs[kind], **options)
+    gpu = load_encoder(str(decoder_dirs[kind]), device="cuda", dtype=dtype, **options)  # type: ignore[arg-type]
+    assert isinstance(gpu, PromptEncoder) and next(gpu.model.parameters()).device.type == "cuda"
+    batch, reference = gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS)
+    cos = (batch * reference).sum(1) / np.linalg.norm(batch, axis=1) / np.linalg.norm(reference, axis=1)
+    assert (cos > (0.9999 if dtype == "float32" else 0.99)).all(), cos
+    # left padding stays right with the GPU's attention kernels too
+    alone = np.stack([gpu.embed_batch([p])[0] for p in PAIRS])
+    tol = 1e-4 if dtype == "float32" else 5e-2
+    np.testing.assert_allclose(batch, alone, rtol=0, atol=tol)
+    causal = load_encoder(str(decoder_dirs[kind]), device="cuda", dtype=dtype, **{**options, "bidirectional_layers": 0})  # type: ignore[arg-type]
+    assert not np.allclose(batch, causal.embed_batch(PAIRS), atol=tol)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_finetune_benchmark_on_cuda(decoder_dirs: dict[str, Path], tmp_path: Path) -> None:
+    from tests.test_benchmarks import load_script
+
+    argv = ["--smoke", "--model", str(decoder_dirs["llama"]), "--runs", "lora:mse+cmse", "--preset", "bellm"]
+    argv += ["--device", "cuda", "--work-dir", str(tmp_path / "runs"), "--json-out", str(tmp_path / "out.json")]
+    assert load_script("finetune").main(argv) == 0
+    [row] = json.loads((tmp_path / "out.json").read_text())["rows"]
+    assert np.isfinite(row["dev_spearman"]) and row["encoder"] == {"preset": "bellm"}
