@@ -275,6 +275,11 @@ def test_cli_index_and_query_with_bidirectional_layers(
     name = json.loads(result.stdout.strip().splitlines()[-1])["index"]
     manifest = IndexStore(index_dir).read_manifest(name)
     assert manifest.encoder["bidirectional_layers"] == 1 and manifest.encoder["family"] == "decoder"
+    # a preset is recorded as the settings it chose, which is what query rebuilds from
+    bellm = "--preset" in flags
+    assert manifest.encoder["pooling"] == ("mean" if bellm else "last")
+    assert (manifest.encoder["prompt_template"] == BELLM_PROMPT) is bellm
+    assert (manifest.encoder["unconditional_template"] == BELLM_UNCONDITIONAL) is bellm
     # query rebuilds the same (bidirectional) encoder from the manifest: a corpus text finds itself at cosine 1
     query = ["query", "a red dress", "-c", COLOUR, "-k", "2", "--index-dir", index_dir, "--device", "cpu", "--json"]
     result = runner.invoke(main, query)
