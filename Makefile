@@ -41,4 +41,5 @@ lint: $(STAMP)
 	$(BIN)/ruff check condsearch benchmarks tests
 
 clean:
-	rm -rf build indexes/*/ indexes/.tmp-* indexes/.trash-*
+	rm -rf build
+	find indexes -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +  # index links, .versions, temporaries

@@ -356,6 +356,46 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
             )
 
 
+@main.command("verify", context_settings=CONTEXT)
+@click.option(
+    "-c", "--condition", "conditions", multiple=True, help="Verify this condition's index [default: every index]."
+)
+@click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per index: index, condition, ok, rows or error.")
+@index_dir_option
+def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bool, index_dir: Path) -> None:
+    """Check indexes in full against their manifests: the sha256 of each index file, its rows, the counts.
+
+    Loading an index (query, serve) checks the index file's size, modification time and first and
+    last 64 KiB only; this reads every byte. Exits 1 when any index fails.
+    """
+    if corpus_name is not None and not conditions:
+        raise click.UsageError("--corpus picks among the indexes of a --condition")
+    store = _store(index_dir)
+    try:
+        names = list(dict.fromkeys(store.find(c, corpus_name) for c in conditions)) if conditions else store.names()
+    except CondsearchError as exc:
+        raise _fail(exc) from exc
+    if not names and not as_json:
+        click.echo(f"no indexes in {index_dir}", err=True)
+    failed = 0
+    for name in names:
+        try:
+            m = store.verify(name)
+            entry: dict[str, Any] = {"index": name, "condition": m.condition, "ok": True, "rows": m.n_vectors}
+        except CondsearchError as exc:
+            failed += 1
+            entry = {"index": name, "ok": False, "error": first_line(exc)}
+        if as_json:
+            click.echo(json.dumps(entry, ensure_ascii=False))
+        elif entry["ok"]:
+            click.echo(f"ok      {entry['condition']!r}  rows={entry['rows']}  [{name}]")
+        else:
+            click.echo(f"FAILED  [{name}]  {entry['error']}")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(names)} index(es) failed verification")
+
+
 @main.command("train", context_settings=CONTEXT)
 @click.argument("train_csv", type=click.Path(path_type=Path))
 @click.option(

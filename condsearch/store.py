@@ -1,4 +1,22 @@
-"""Where indexes live: one directory per (corpus, condition), written atomically."""
+"""Where indexes live: one index per (corpus, condition), replaced atomically, read without locks.
+
+Layout: ``<root>/<name>`` is a relative symlink to ``<root>/.versions/<name>/<version>/``, the
+folder that holds ``manifest.json``, ``index.faiss`` and ``rows.parquet``. A write fills a new
+version folder, then points the symlink at it with one ``os.replace`` (atomic on POSIX) and
+deletes the older versions; writers of one name take a file lock. Readers never rename or
+delete: they open the folder the symlink points to once and read all three files from that
+one folder, so they see a whole index, old or new; should a writer delete the version under
+them between opening the folder and its files, they start again from the symlink.
+
+Folders written before versioning (``<root>/<name>`` a real directory, format 1) stay readable;
+the next write of that index moves it into the versioned layout. A ``.trash-<name>-*`` folder
+that an older condsearch left when killed between its two renames is read in place when
+``<name>`` is missing.
+
+Loading checks the index file cheaply (size, modification time and the first and last 64 KiB
+against the manifest) and hashes it in full only when its modification time has changed;
+:meth:`IndexStore.verify` hashes it always.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +25,30 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import IO
 
 import faiss
 import pyarrow as pa
 import pyarrow.parquet as pq
+from filelock import FileLock
 
 from condsearch import __version__
-from condsearch.corpus import file_checksum
 from condsearch.errors import StoreError, first_line
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
+READABLE_FORMATS = (1, 2)
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
+VERSIONS = ".versions"
 _TRASH = ".trash-"
+_PROBE = 64 << 10
+_ATTEMPTS = 20
 
 
 @dataclass(frozen=True)
@@ -46,7 +70,10 @@ class Manifest:
     factory: str
     n_vectors: int
     n_skipped: int
-    index_checksum: str = ""
+    index_checksum: str = ""  # sha256 of index.faiss
+    index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
+    index_mtime_ns: int = 0  # its modification time when written
+    index_probe: str = ""  # sha256 of its first and last 64 KiB
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""
@@ -75,11 +102,58 @@ def index_name(corpus_name: str, condition: str) -> str:
     return f"{slug}-{digest}"
 
 
+def _sha256(fh: IO[bytes]) -> str:
+    h = hashlib.sha256()
+    fh.seek(0)
+    for chunk in iter(lambda: fh.read(1 << 20), b""):
+        h.update(chunk)
+    return h.hexdigest()
+
+
+def _probe(fh: IO[bytes], size: int) -> str:
+    """Return the sha256 of the first and last 64 KiB: catches a damaged header or tail without reading all."""
+    h = hashlib.sha256()
+    fh.seek(0)
+    h.update(fh.read(_PROBE))
+    fh.seek(max(0, size - _PROBE))
+    h.update(fh.read(_PROBE))
+    return h.hexdigest()
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Moved(Exception):
+    """The version being read was deleted by a writer in between: read again from the symlink."""
+
+
+@dataclass
+class _Files:
+    """The three files of one index, opened from one folder so that they belong together."""
+
+    folder: Path
+    manifest: bytes
+    index: IO[bytes] | None
+    rows: IO[bytes] | None
+
+    def close(self) -> None:
+        for fh in (self.index, self.rows):
+            if fh is not None:
+                fh.close()
+
+
 class IndexStore:
-    """A folder of indexes. Reads verify; writes replace whole directories atomically."""
+    """A folder of indexes. Reads check and never modify; writes replace whole versions atomically."""
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_index_dir()
+
+    # ------------------------------------------------------------------ writing
 
     def write(self, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]) -> str:
         """Write one index; an existing one for the same (corpus, condition) is replaced."""
@@ -87,74 +161,180 @@ class IndexStore:
             raise ValueError("index, ids and texts differ in length")
         name = index_name(manifest.corpus_name, manifest.condition)
         try:
-            self._write(name, manifest, index, ids, texts)
+            (self.root / VERSIONS / name).mkdir(parents=True, exist_ok=True)
+            with FileLock(self.root / VERSIONS / f"{name}.lock"):
+                version = self._write_version(name, manifest, index, ids, texts)
+                self._publish(name, version)
+                self._collect(name, keep=version)
         except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
             reason = exc.strerror or first_line(exc)
             raise StoreError(f"{self.root}: cannot write the index of {manifest.condition!r} ({reason})") from exc
         return name
 
-    def _write(self, name: str, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{name}-", dir=self.root))
-        tmp.chmod(0o755)  # mkdtemp makes 0700; an index is as readable as any other file
+    def _write_version(
+        self, name: str, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]
+    ) -> Path:
+        version = self.root / VERSIONS / name / f"{time.time_ns()}-{os.getpid()}"
+        version.mkdir()
         try:
-            with open(tmp / INDEX_FILE, "wb") as fh:
+            with open(version / INDEX_FILE, "wb+") as fh:
                 # through Python's file, so that a full disk is an OSError rather than faiss's RuntimeError
                 faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
-            pq.write_table(pa.table({"id": ids, "text": texts}), tmp / ROWS_FILE)
+                fh.flush()
+                os.fsync(fh.fileno())
+                checksum = _sha256(fh)
+                size = os.fstat(fh.fileno()).st_size
+                probe = _probe(fh, size)
+            with open(version / ROWS_FILE, "wb") as fh:
+                pq.write_table(pa.table({"id": ids, "text": texts}), fh)
+                fh.flush()
+                os.fsync(fh.fileno())
             final = Manifest(
                 **{
                     **asdict(manifest),
-                    "index_checksum": file_checksum(tmp / INDEX_FILE),
+                    "index_checksum": checksum,
+                    "index_size": size,
+                    "index_mtime_ns": os.stat(version / INDEX_FILE).st_mtime_ns,
+                    "index_probe": probe,
                     "format_version": FORMAT_VERSION,
                     "condsearch_version": __version__,
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 }
             )
-            (tmp / MANIFEST).write_text(json.dumps(asdict(final), indent=2, ensure_ascii=False) + "\n")
-            self._swap_in(tmp, self.root / name)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+            with open(version / MANIFEST, "w", encoding="utf-8") as out:
+                out.write(json.dumps(asdict(final), indent=2, ensure_ascii=False) + "\n")
+                out.flush()
+                os.fsync(out.fileno())
+            _fsync_dir(version)
+        except BaseException:
+            shutil.rmtree(version, ignore_errors=True)
+            raise
+        return version
 
-    def _swap_in(self, tmp: Path, target: Path) -> None:
-        # A directory cannot be replaced by one rename: move the old one aside first.
-        # Should a crash fall between the two renames, load() restores the old one.
-        trash = None
-        if target.exists():
-            trash = self.root / f"{_TRASH}{target.name}-{os.getpid()}-{time.time_ns()}"
-            os.rename(target, trash)
-        os.rename(tmp, target)
-        if trash is not None:
-            shutil.rmtree(trash, ignore_errors=True)
-
-    def _recover(self, name: str) -> None:
+    def _publish(self, name: str, version: Path) -> None:
+        """Point <root>/<name> at version in one step (a folder from before versioning is moved aside first)."""
         target = self.root / name
-        if target.exists():
+        link = self.root / f".tmp-{name}-{version.name}"
+        link.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(version, self.root), link)
+        if target.is_dir() and not target.is_symlink():
+            # format 1: a real folder cannot be replaced by a symlink in one step. Until the symlink is
+            # in, readers read the old folder under its .trash- name, as after an old crash.
+            os.rename(target, self.root / f"{_TRASH}{name}-{os.getpid()}-{time.time_ns()}")
+        os.replace(link, target)
+        _fsync_dir(self.root)
+
+    def _collect(self, name: str, keep: Path) -> None:
+        """Delete what earlier writes of name left: older versions, old-layout folders, stray links."""
+        for old in (self.root / VERSIONS / name).iterdir():
+            if old != keep:
+                shutil.rmtree(old, ignore_errors=True)
+        for stray in (*self.root.glob(f"{_TRASH}{name}-*"), *self.root.glob(f".tmp-{name}-*")):
+            if stray.is_symlink() or not stray.is_dir():
+                stray.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(stray, ignore_errors=True)
+
+    # ------------------------------------------------------------------ reading (never renames, never deletes)
+
+    def _folder(self, name: str) -> Path | None:
+        """Return the path to read name from: <root>/<name>, or the folder a killed old-format write left."""
+        target = self.root / name
+        if target.is_dir():
+            return target
+        left = sorted(self.root.glob(f"{_TRASH}{name}-*"))
+        return left[-1] if left and left[-1].is_dir() else None
+
+    @contextmanager
+    def _open(self, name: str, *, data: bool) -> Iterator[_Files]:
+        """Open name's manifest (and with data, its index and rows files) from one version folder."""
+        for _ in range(_ATTEMPTS):
+            folder = self._folder(name)
+            if folder is None:
+                raise StoreError(f"{self.root / name}: not an index (no {MANIFEST})")
+            try:
+                files = self._open_in(folder, data)
+            except _Moved:
+                time.sleep(0.001)
+                continue
+            try:
+                yield files
+            finally:
+                files.close()
             return
-        candidates = sorted(self.root.glob(f"{_TRASH}{name}-*"))
-        if candidates:
-            os.rename(candidates[-1], target)
+        raise StoreError(f"{self.root / name}: replaced faster than it can be read; try again")
+
+    def _open_in(self, folder: Path, data: bool) -> _Files:
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except FileNotFoundError as exc:
+            raise _Moved from exc
+        except OSError as exc:
+            raise StoreError(f"{folder}: unreadable ({exc.strerror or type(exc).__name__})") from exc
+
+        def opener(path: str, flags: int) -> int:
+            return os.open(path, flags, dir_fd=fd)
+
+        files = _Files(folder, b"", None, None)
+        try:
+            try:
+                with open(MANIFEST, "rb", opener=opener) as fh:
+                    files.manifest = fh.read()
+            except FileNotFoundError as exc:
+                if self._gone(folder, fd):
+                    raise _Moved from exc
+                raise StoreError(f"{folder}: not an index (no {MANIFEST})") from exc
+            if data:
+                for attr, file_name in (("index", INDEX_FILE), ("rows", ROWS_FILE)):
+                    try:
+                        setattr(files, attr, open(file_name, "rb", opener=opener))  # noqa: SIM115 - closed by _Files
+                    except FileNotFoundError as exc:
+                        if self._gone(folder, fd):
+                            raise _Moved from exc
+                        raise StoreError(f"{folder}: index files unreadable (no {file_name})") from exc
+        except OSError as exc:  # not FileNotFoundError, handled above: permission denied, I/O error
+            files.close()
+            raise StoreError(f"{folder}: index files unreadable ({exc.strerror or type(exc).__name__})") from exc
+        except BaseException:
+            files.close()
+            raise
+        finally:
+            os.close(fd)
+        return files
+
+    @staticmethod
+    def _gone(folder: Path, fd: int) -> bool:
+        """Return whether the folder open as fd was deleted (a writer collected it) or is no longer folder."""
+        try:
+            return os.fstat(fd).st_nlink == 0 or os.stat(folder).st_ino != os.fstat(fd).st_ino
+        except OSError:
+            return True
 
     def names(self) -> list[str]:
-        """Return the names of the index directories, in order (after any crash recovery)."""
+        """Return the names of the stored indexes, in order."""
         if not self.root.is_dir():
             return []
-        for trash in self.root.glob(f"{_TRASH}*"):
-            # ".trash-<name>-<pid>-<ns>": restore <name> if a crash left it only here
-            self._recover(trash.name[len(_TRASH) :].rsplit("-", 2)[0])
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith("."))
+        names = {p.name for p in self.root.iterdir() if not p.name.startswith(".") and p.is_dir()}
+        for left in self.root.glob(f"{_TRASH}*"):
+            # ".trash-<name>-<pid>-<ns>", left by an older condsearch killed mid-write, or by a format-1
+            # migration in progress: it stands for <name> while <name> itself is missing
+            name = left.name[len(_TRASH) :].rsplit("-", 2)[0]
+            if left.is_dir() and not (self.root / name).exists():
+                names.add(name)
+        return sorted(names)
 
     def read_manifest(self, name: str) -> Manifest:
         """Read and check one manifest."""
-        path = self.root / name / MANIFEST
+        with self._open(name, data=False) as files:
+            return self._parse_manifest(files.folder / MANIFEST, files.manifest)
+
+    @staticmethod
+    def _parse_manifest(path: Path, raw_bytes: bytes) -> Manifest:
         try:
-            raw = json.loads(path.read_text())
-        except FileNotFoundError as exc:
-            raise StoreError(f"{self.root / name}: not an index (no {MANIFEST})") from exc
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raw = json.loads(raw_bytes.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise StoreError(f"{path}: corrupt manifest") from exc
-        if not isinstance(raw, dict) or raw.get("format_version") != FORMAT_VERSION:
+        if not isinstance(raw, dict) or raw.get("format_version") not in READABLE_FORMATS:
             version = raw.get("format_version") if isinstance(raw, dict) else None
             raise StoreError(f"{path}: unsupported index format {version!r} (expected {FORMAT_VERSION})")
         try:
@@ -176,43 +356,70 @@ class IndexStore:
         """Return the index name for a condition (and corpus when several share it)."""
         if corpus_name is not None:
             name = index_name(corpus_name, condition)
-            self._recover(name)
-            if (self.root / name).is_dir():
+            if self._folder(name) is not None:
                 return name
+        listing = self.manifests()
         matches = [
-            name
-            for name, m in self.manifests()
+            (name, m)
+            for name, m in listing
             if isinstance(m, Manifest)
             and m.condition == condition
             and (corpus_name is None or m.corpus_name == corpus_name)
         ]
         if len(matches) == 1:
-            return matches[0]
+            return matches[0][0]
         if len(matches) > 1:
-            corpora = sorted(self.read_manifest(n).corpus_name for n in matches)
+            corpora = sorted(m.corpus_name for _, m in matches)
             raise StoreError(
                 f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
                 "choose one with --corpus"
             )
-        known = sorted({m.condition for _, m in self.manifests() if isinstance(m, Manifest)})
-        listing = "; ".join(repr(c) for c in known) if known else "none"
-        raise StoreError(f"no index for condition {condition!r} in {self.root}; indexed: {listing}")
+        known = sorted({m.condition for _, m in listing if isinstance(m, Manifest)})
+        listed = "; ".join(repr(c) for c in known) if known else "none"
+        raise StoreError(f"no index for condition {condition!r} in {self.root}; indexed: {listed}")
 
-    def load(self, name: str) -> StoredIndex:
-        """Load one index, checking that its files agree with its manifest."""
-        self._recover(name)
-        manifest = self.read_manifest(name)
+    def load(self, name: str, *, verify: bool = False) -> StoredIndex:
+        """Load one index, checking that its files agree with its manifest.
+
+        The index file is checked by size, modification time and its first and last 64 KiB, and
+        hashed in full only when its modification time differs from the manifest's (a copied or
+        edited file) or when ``verify`` is set.
+        """
+        with self._open(name, data=True) as files:
+            manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
+            assert files.index is not None and files.rows is not None
+            index_path = files.folder / INDEX_FILE
+            try:
+                self._check_index_file(index_path, files.index, manifest, verify=verify)
+                files.index.seek(0)
+                index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))
+                rows = pq.read_table(files.rows)
+            except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
+                raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
         folder = self.root / name
-        index_path = folder / INDEX_FILE
-        try:
-            if file_checksum(index_path) != manifest.index_checksum:
-                raise StoreError(f"{index_path}: checksum mismatch; the index file is damaged")
-            index = faiss.read_index(str(index_path))
-            rows = pq.read_table(folder / ROWS_FILE)
-        except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
-            raise StoreError(f"{folder}: index files unreadable ({type(exc).__name__})") from exc
         ids = rows.column("id").to_pylist() if "id" in rows.column_names else []
         texts = rows.column("text").to_pylist() if "text" in rows.column_names else []
         if not (index.ntotal == manifest.n_vectors == len(ids) == len(texts)) or index.d != manifest.dim:
             raise StoreError(f"{folder}: index, rows and manifest disagree; rebuild this index")
         return StoredIndex(name, manifest, index, ids, texts)
+
+    def verify(self, name: str) -> Manifest:
+        """Check one index in full (sha256 of its index file, rows and counts); return its manifest."""
+        return self.load(name, verify=True).manifest
+
+    @staticmethod
+    def _check_index_file(path: Path, fh: IO[bytes], manifest: Manifest, *, verify: bool) -> None:
+        damaged = StoreError(f"{path}: checksum mismatch; the index file is damaged")
+        stat = os.fstat(fh.fileno())
+        if manifest.index_size:  # format 2: the cheap checks first
+            if stat.st_size != manifest.index_size:
+                raise StoreError(
+                    f"{path}: {stat.st_size} bytes where the manifest says {manifest.index_size}; "
+                    "the index file is damaged"
+                )
+            if _probe(fh, stat.st_size) != manifest.index_probe:
+                raise damaged
+            if stat.st_mtime_ns == manifest.index_mtime_ns and not verify:
+                return
+        if _sha256(fh) != manifest.index_checksum:
+            raise damaged

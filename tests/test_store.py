@@ -1,9 +1,13 @@
-"""The index store: round trips, atomic replacement, crash recovery and refusal of damaged indexes."""
+"""The index store: round trips, atomic replacement, crashes, concurrent readers, old layouts, damaged indexes."""
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import shutil
+import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,9 +17,19 @@ import pyarrow.parquet as pq
 import pytest
 
 import condsearch
+import condsearch.store
 from condsearch.errors import StoreError
 from condsearch.index import build_index, exact_search, normalize, search
-from condsearch.store import FORMAT_VERSION, INDEX_FILE, MANIFEST, ROWS_FILE, IndexStore, Manifest, index_name
+from condsearch.store import (
+    FORMAT_VERSION,
+    INDEX_FILE,
+    MANIFEST,
+    ROWS_FILE,
+    VERSIONS,
+    IndexStore,
+    Manifest,
+    index_name,
+)
 
 DIM = 8
 
@@ -62,7 +76,20 @@ def _write(
 
 
 def _visible(root: Path) -> list[str]:
-    return sorted(p.name for p in root.iterdir())
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
+def _stray(root: Path) -> list[str]:
+    """Return what a finished write should not have left: anything but each index's link, version and lock."""
+    keep = {root / VERSIONS}
+    for name in _visible(root):
+        keep |= {root / name, root / VERSIONS / name, root / VERSIONS / f"{name}.lock"}
+        keep.add((root / name).resolve())
+    found = [*root.iterdir(), *((root / VERSIONS).iterdir() if (root / VERSIONS).is_dir() else [])]
+    found += [v for d in (root / VERSIONS).glob("*") if d.is_dir() for v in d.iterdir()]
+    # a lock file, or the empty folder of a first write that failed, holds no data
+    found = [p for p in found if p.suffix != ".lock" and not (p.is_dir() and not any(p.iterdir()))]
+    return sorted(str(p.relative_to(root)) for p in found if p not in keep and p.resolve() not in keep)
 
 
 def test_index_name_is_slug_plus_hash() -> None:
@@ -126,20 +153,21 @@ def test_manifest_fields(tmp_path: Path) -> None:
         "corpus_path",
         "corpus_checksum",
         "index_checksum",
+        "index_size",
+        "index_mtime_ns",
+        "index_probe",
         "created_at",
     ):
         assert key in raw, key
     assert raw["format_version"] == FORMAT_VERSION
     assert raw["condsearch_version"] == condsearch.__version__
     assert raw["n_vectors"] == 5 and raw["dim"] == DIM and raw["condition"] == "colour"
-    assert len(raw["index_checksum"]) == 64
+    assert len(raw["index_checksum"]) == 64 and len(raw["index_probe"]) == 64
+    stat = (tmp_path / name / INDEX_FILE).stat()
+    assert (raw["index_size"], raw["index_mtime_ns"]) == (stat.st_size, stat.st_mtime_ns)
     m = store.read_manifest(name)
-    assert m == replace(
-        _manifest("colour", 5),
-        index_checksum=m.index_checksum,
-        condsearch_version=m.condsearch_version,
-        created_at=m.created_at,
-    )
+    written = ("index_checksum", "index_size", "index_mtime_ns", "index_probe", "condsearch_version", "created_at")
+    assert m == replace(_manifest("colour", 5), **{k: getattr(m, k) for k in written})
 
 
 def test_write_refuses_mismatched_lengths(tmp_path: Path) -> None:
@@ -154,7 +182,8 @@ def test_rewrite_replaces_atomically(tmp_path: Path) -> None:
     assert name2 == name
     stored = store.load(name)
     assert stored.ids == [f"new{i}" for i in range(7)] and stored.manifest.n_vectors == 7
-    assert _visible(tmp_path) == [name]  # no .tmp- or .trash- left behind
+    assert _visible(tmp_path) == [name] and _stray(tmp_path) == []  # no temporaries, no older versions
+    assert (tmp_path / name).is_symlink() and (tmp_path / name / MANIFEST).is_file()
 
 
 @pytest.mark.parametrize("target", ["write_index", "write_table"])
@@ -169,7 +198,7 @@ def test_failed_write_keeps_previous_index(tmp_path: Path, monkeypatch: pytest.M
     with pytest.raises(StoreError, match="cannot write the index of 'colour' \\(No space left on device\\)"):
         _write(store, n=7, seed=1, prefix="new")
     monkeypatch.undo()
-    assert _visible(tmp_path) == [name]
+    assert _visible(tmp_path) == [name] and _stray(tmp_path) == []
     assert store.load(name).ids == [f"old{i}" for i in range(5)]
 
 
@@ -178,54 +207,73 @@ def test_failed_first_write_leaves_nothing(tmp_path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(faiss, "write_index", lambda *a: (_ for _ in ()).throw(RuntimeError("disk")))
     with pytest.raises(RuntimeError):
         _write(store)
-    assert _visible(tmp_path) == []
+    assert _visible(tmp_path) == [] and _stray(tmp_path) == []
     assert store.names() == []
 
 
-def _crash_between_renames(store: IndexStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Rewrite an index but die after the old directory was moved aside, before the new one lands."""
-    real_rename = os.rename
-    calls = []
-
-    def rename(src, dst):
-        calls.append((src, dst))
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # the process is killed here
-        real_rename(src, dst)
-
-    monkeypatch.setattr(os, "rename", rename)
-    with pytest.raises(KeyboardInterrupt):
-        _write(store, n=7, seed=1, prefix="new")
-    monkeypatch.undo()
-    assert len(calls) == 2
-
-
-def test_crash_between_renames_is_recovered_by_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    store = IndexStore(tmp_path)
-    name, _ = _write(store, n=5, prefix="old")
-    _crash_between_renames(store, monkeypatch)
-    left = _visible(tmp_path)
-    assert len(left) == 1 and left[0].startswith(f".trash-{name}-")  # only the moved-aside old index
-    stored = store.load(name)
-    assert stored.ids == [f"old{i}" for i in range(5)]
-    assert _visible(tmp_path) == [name]
-
-
-def test_crash_between_renames_is_recovered_by_find_with_corpus(
+def test_a_write_killed_before_it_is_published_leaves_the_old_index(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store, n=5, prefix="old")
-    _crash_between_renames(store, monkeypatch)
-    assert store.find("colour", "corpus") == name
+
+    def killed(src, dst):
+        raise KeyboardInterrupt  # the process dies just before the symlink moves to the new version
+
+    monkeypatch.setattr(os, "replace", killed)
+    with pytest.raises(KeyboardInterrupt):
+        _write(store, n=7, seed=1, prefix="new")
+    monkeypatch.undo()
+    assert _stray(tmp_path)  # the unpublished version is left, unseen
+    assert store.names() == [name] and store.find("colour") == name
     assert store.load(name).ids == [f"old{i}" for i in range(5)]
+    _write(store, n=3, seed=2, prefix="next")  # the next write of the index tidies up
+    assert store.load(name).ids == [f"next{i}" for i in range(3)] and _stray(tmp_path) == []
 
 
-def test_crash_between_renames_is_recovered_by_find(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _as_format_1(store: IndexStore, name: str) -> None:
+    """Turn name into what condsearch wrote before versioned folders: a real folder, manifest format 1."""
+    link = store.root / name
+    version = link.resolve()
+    link.unlink()
+    shutil.copytree(version, link)
+    shutil.rmtree(store.root / VERSIONS)
+    raw = json.loads((link / MANIFEST).read_text())
+    for key in ("index_size", "index_mtime_ns", "index_probe"):
+        del raw[key]
+    (link / MANIFEST).write_text(json.dumps({**raw, "format_version": 1}))
+
+
+def test_format_1_folders_stay_readable_and_the_next_write_moves_them(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path)
+    name, vecs = _write(store, n=5, prefix="old")
+    _as_format_1(store, name)
+    assert store.names() == [name] and store.find("colour") == name
+    stored = store.load(name)  # no size or mtime recorded: checked by its full sha256, as format 1 was
+    assert stored.ids == [f"old{i}" for i in range(5)] and stored.manifest.format_version == 1
+    assert store.verify(name).format_version == 1
+    _flip_bytes(tmp_path / name / INDEX_FILE, 40)
+    with pytest.raises(StoreError, match="damaged"):
+        store.load(name)
+    _write(store, n=7, seed=1, prefix="new")
+    assert (tmp_path / name).is_symlink() and _stray(tmp_path) == []
+    assert store.load(name).ids == [f"new{i}" for i in range(7)]
+
+
+@pytest.mark.parametrize("how", ["renamed", "format-1 folder"])
+def test_an_index_an_old_crash_left_aside_is_read_in_place(tmp_path: Path, how: str) -> None:
+    """An older condsearch killed between its two renames left only .trash-<name>-*: read it, rename nothing."""
     store = IndexStore(tmp_path)
     name, _ = _write(store, n=5, prefix="old")
-    _crash_between_renames(store, monkeypatch)
-    assert store.find("colour") == name
+    if how == "format-1 folder":
+        _as_format_1(store, name)
+    (tmp_path / name).rename(tmp_path / f".trash-{name}-123-456")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert store.names() == [name] and store.find("colour") == name and store.find("colour", "corpus") == name
+    assert store.load(name).ids == [f"old{i}" for i in range(5)]
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # readers never rename
+    _write(store, n=7, seed=1, prefix="new")
+    assert store.load(name).ids == [f"new{i}" for i in range(7)] and _stray(tmp_path) == []
 
 
 def test_hidden_temporaries_are_not_listed(tmp_path: Path) -> None:
@@ -244,14 +292,42 @@ def _flip_bytes(path: Path, offset: int, n: int = 4) -> None:
 
 
 @pytest.mark.parametrize("where", ["start", "middle", "end"])
-def test_corrupt_index_file_is_store_error(tmp_path: Path, where: str) -> None:
+@pytest.mark.parametrize("mtime", ["changed", "kept"])
+def test_corrupt_index_file_is_store_error(tmp_path: Path, where: str, mtime: str) -> None:
+    store = IndexStore(tmp_path)
+    name, _ = _write(store, n=8000)  # 256 KB: its middle lies outside the first and last 64 KiB
+    path = tmp_path / name / INDEX_FILE
+    stat = path.stat()
+    _flip_bytes(path, {"start": 0, "middle": stat.st_size // 2, "end": stat.st_size - 4}[where])
+    shift = 10**9 if mtime == "changed" else 0
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + shift))
+    with pytest.raises(StoreError, match="damaged"):
+        store.verify(name)
+    if where == "middle" and mtime == "kept":
+        # what the cheap check cannot see: a same-size edit inside the file that kept its mtime
+        assert store.load(name).index.ntotal == 8000
+    else:
+        with pytest.raises(StoreError, match="checksum mismatch; the index file is damaged"):
+            store.load(name)
+
+
+def test_load_does_not_hash_the_whole_index_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store, n=20)
-    path = tmp_path / name / INDEX_FILE
-    size = path.stat().st_size
-    _flip_bytes(path, {"start": 0, "middle": size // 2, "end": size - 4}[where])
-    with pytest.raises(StoreError, match="damaged"):
-        store.load(name)
+    hashed: list[str] = []
+    real = condsearch.store._sha256
+    monkeypatch.setattr(condsearch.store, "_sha256", lambda fh: hashed.append(fh.name) or real(fh))
+    assert store.load(name).index.ntotal == 20 and hashed == []
+    assert store.verify(name).n_vectors == 20 and hashed == [INDEX_FILE]
+
+
+def test_a_copied_index_loads_by_its_full_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = IndexStore(tmp_path / "a")
+    name, _ = _write(store, n=20)
+    shutil.copytree(tmp_path / "a", tmp_path / "b", symlinks=True, copy_function=shutil.copy)  # new mtimes
+    copy = IndexStore(tmp_path / "b")
+    assert (tmp_path / "b" / name / INDEX_FILE).stat().st_mtime_ns != copy.read_manifest(name).index_mtime_ns
+    assert copy.load(name).ids == store.load(name).ids
 
 
 def test_truncated_index_file_is_store_error(tmp_path: Path) -> None:
@@ -307,7 +383,7 @@ def test_missing_manifest_is_store_error(tmp_path: Path) -> None:
         store.load(name)
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None])
+@pytest.mark.parametrize("version", [0, 3, "1", "2", None])
 def test_wrong_format_version_is_store_error(tmp_path: Path, version) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store)
@@ -367,3 +443,53 @@ def test_default_index_dir_follows_environment(monkeypatch: pytest.MonkeyPatch, 
     assert IndexStore().root == tmp_path / "env"
     monkeypatch.delenv("CONDSEARCH_INDEX_DIR")
     assert IndexStore().root == Path("indexes")
+
+
+# ----------------------------------------------------------------- readers while a writer replaces the index
+
+_SIZES = {"a": 5, "b": 7}
+
+
+def _read_loop(root: str, seconds: float) -> tuple[int, list[str]]:
+    """List, find and load the index over and over (as `list` and `query` do); return reads and problems."""
+    store = IndexStore(root)
+    problems: list[str] = []
+    reads = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            names = store.names()
+            name = store.find("colour")
+            listed = dict(store.manifests())
+            stored = store.load(name)
+            prefixes = {str(i)[0] for i in stored.ids}
+            n = _SIZES.get(next(iter(prefixes)), -1) if len(prefixes) == 1 else -1
+            whole = n == len(stored.ids) == len(stored.texts) == stored.manifest.n_vectors == stored.index.ntotal
+            if names != [name] or not isinstance(listed.get(name), Manifest) or not whole:
+                problems.append(f"incomplete read: names={names} ids={stored.ids} listed={listed}")
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding
+            problems.append(f"{type(exc).__name__}: {exc}")
+        reads += 1
+    return reads, problems
+
+
+def _write_rows(store: IndexStore, prefix: str) -> None:
+    n = _SIZES[prefix]
+    store.write(_manifest("colour", n), build_index(_vectors(n)), [f"{prefix}{i}" for i in range(n)], [prefix] * n)
+
+
+def test_readers_never_see_a_partial_index_while_a_writer_replaces_it(tmp_path: Path) -> None:
+    store = IndexStore(tmp_path)
+    _write_rows(store, "a")
+    context = multiprocessing.get_context("spawn")  # separate processes, as `query` beside `index` are
+    with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+        readers = [pool.submit(_read_loop, str(tmp_path), 2.0) for _ in range(2)]
+        writes = 0
+        while not all(r.done() for r in readers):
+            _write_rows(store, "ab"[writes % 2])  # the writer must never fail either
+            writes += 1
+        results = [r.result() for r in readers]
+    problems = [p for _, found in results for p in found]
+    assert problems == [], f"{len(problems)} bad reads, first: {problems[:3]}"
+    assert writes >= 20 and all(reads >= 20 for reads, _ in results), (writes, [r for r, _ in results])
+    assert _stray(tmp_path) == []
