@@ -87,6 +87,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             "model": case.model_id,
             "router": csr.router_name,
             "router_layer": csr.router.layer,
+            "router_variant": csr.router.config.variant,
             "batch_size": args.batch_size,
             "repeats": repeats,
             "smoke": args.smoke,

@@ -23,6 +23,7 @@ import json
 import platform
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -61,7 +62,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dev", type=Path, default=None, help="C-STS CSV for model selection and the dev score")
     p.add_argument("--test", type=Path, default=None, help="held-out CSV: scored only")
     p.add_argument("--mode", choices=["unconditional", "case", "csr"], default="case")
-    p.add_argument("--router", default="auto", help="csr mode: router folder, 'default', 'none' or 'auto'")
+    p.add_argument(
+        "--router",
+        default="auto",
+        help="csr mode: router folder, 'default' (shipped), 'none' (untrained), 'train' (train one on --train, "
+        "choosing the epoch on --dev) or 'auto' (default for the default model)",
+    )
+    p.add_argument(
+        "--variant",
+        choices=["paper", "extended"],
+        default=None,
+        help="csr mode with --router none/train: the router variant (paper: eq. 1 of seed 002; extended: ours). "
+        "A trained router folder carries its own.",
+    )
+    p.add_argument("--router-epochs", type=int, default=None, help="csr --router train: epochs [default: 3]")
     p.add_argument(
         "--head",
         default="auto",
@@ -95,14 +109,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def csr_features(encoder: object, data: CstsData, *, batch_size: int = 64, progress: bool = False) -> PairFeatures:
-    """Route both sentences of each row under its condition with the router tri-encoder."""
+def csr_features(
+    encoder: object, data: CstsData, *, batch_size: int = 64, progress: bool = False
+) -> tuple[PairFeatures, float]:
+    """Route both sentences of each row under its condition with the router tri-encoder;
+    return the features and the condition sensitivity (each sentence under its pair's two
+    conditions, see condsearch.csr.training.pair_sensitivity)."""
     from condsearch.csr.cache import collate
+    from condsearch.csr.router import ConditionCode
+    from condsearch.csr.training import pair_sensitivity
 
     texts = list(dict.fromkeys(data.sentence1 + data.sentence2))
     keys = encoder.cache_sentences(texts, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
     key_of = dict(zip(texts, keys, strict=True))
-    queries = {c: encoder.condition_query(c) for c in dict.fromkeys(data.condition)}  # type: ignore[attr-defined]
+    codes = {c: encoder.condition_code(c) for c in dict.fromkeys(data.condition)}  # type: ignore[attr-defined]
     out = []
     with torch.inference_mode():
         for side in (data.sentence1, data.sentence2):
@@ -113,10 +133,11 @@ def csr_features(encoder: object, data: CstsData, *, batch_size: int = 64, progr
                     encoder.states.get([key_of[side[i]] for i in rows]),  # type: ignore[attr-defined]
                     device=encoder.device,  # type: ignore[attr-defined]
                 )
-                q = torch.stack([queries[data.condition[i]] for i in rows])
-                vecs[start : start + len(rows)] = encoder.router.route(states, q).float().cpu().numpy()  # type: ignore[attr-defined]
+                batch = [codes[data.condition[i]] for i in rows]
+                code = ConditionCode(torch.cat([c.q for c in batch]), torch.cat([c.e for c in batch]))
+                vecs[start : start + len(rows)] = encoder.router.route(states, code).float().cpu().numpy()  # type: ignore[attr-defined]
             out.append(vecs)
-    return PairFeatures(out[0], out[1], data.labels)
+    return PairFeatures(out[0], out[1], data.labels), pair_sensitivity(data, out[0], out[1])
 
 
 def isotropy_report(
@@ -240,20 +261,37 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
         import tempfile
 
         cache_dir = Path(tempfile.mkdtemp(prefix="csts-csr-"))
-    encoder = load_csr_encoder(args.model, router=args.router, cache_dir=cache_dir)
+    router = "none" if args.router == "train" else args.router
+    encoder = load_csr_encoder(args.model, router=router, variant=args.variant, cache_dir=cache_dir)
+    training = None
+    if args.router == "train":
+        from condsearch.csr.training import RouterTrainConfig, train_router
+
+        config = RouterTrainConfig(epochs=1 if args.smoke else (args.router_epochs or RouterTrainConfig.epochs))
+        _log(f"training the {encoder.router.config.describe()} router on train ({len(splits['train'])} rows)")
+        t0 = time.perf_counter()
+        history = train_router(encoder, splits["train"], config, dev=splits.get("dev"))
+        training = {"config": asdict(config), "seconds": round(time.perf_counter() - t0, 1), "history": history}
+        encoder.router_name = "trained here (--router train)"
     start = time.perf_counter()
     result: dict[str, object] = {}
     for name in ("dev", "test"):
         if name in splits:
             _log(f"routing {name} ({len(splits[name])} rows, router {encoder.router_name})")
-            feats = csr_features(encoder, splits[name], batch_size=args.batch_size, progress=not args.smoke)
-            result[name] = evaluate_head(None, feats)
+            feats, sensitivity = csr_features(
+                encoder, splits[name], batch_size=args.batch_size, progress=not args.smoke
+            )
+            result[name] = {**evaluate_head(None, feats), "condition_sensitivity": sensitivity}
+    if training is not None:
+        result["training"] = training
     result["config"] = {
         "mode": "csr",
         "head": "none",
         "router": encoder.router_name,
         "router_checksum": encoder.router_checksum,
         "router_layer": encoder.router.layer,
+        "router_variant": encoder.router.config.variant,
+        "router_label": encoder.router.config.describe(),
         "model": encoder.model_id,
         "model_revision": encoder.revision,
         "encoder": encoder.describe(),

@@ -72,7 +72,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="2: candidates get their own copy of the router layers (SimKGC's separate tail encoder); "
         "1: queries and candidates share them",
     )
-    t.add_argument("--no-eval-start", action="store_true", help="skip the dev evaluation before training")
+    t.add_argument(
+        "--variant",
+        choices=["paper", "extended"],
+        default=None,
+        help="router variant to train from scratch (--router none): paper = eq. 1 of seed 002, extended = ours",
+    )
+    t.add_argument("--router-layer", type=int, default=None, help="first routed layer (negative: from the top)")
+    t.add_argument("--hyper-rank", type=int, default=None, help="extended: rank of the condition projection (0: off)")
+    t.add_argument("--checkpoint-dir", type=Path, default=None, help="checkpoint the run here (every N steps)")
+    t.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
+    t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir")
     t.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
@@ -109,6 +119,22 @@ def write_synthetic_kg(folder: Path, n_entities: int = 60, seed: int = 0) -> Pat
     return folder
 
 
+def _variant(args: argparse.Namespace) -> object:
+    """Return the router config for an untrained start (None: the encoder's default)."""
+    if args.variant is None and args.router_layer is None and args.hyper_rank is None:
+        return None
+    from dataclasses import replace
+
+    from condsearch.csr.router import PRESETS
+
+    config = PRESETS[args.variant or "extended"]
+    if args.router_layer is not None:
+        config = replace(config, layer=args.router_layer)
+    if args.hyper_rank is not None:
+        config = replace(config, hyper_rank=args.hyper_rank)
+    return config
+
+
 def _router_spec(spec: str) -> str:
     if spec == "auto":
         return str(WEIGHTS) if WEIGHTS.is_dir() else "none"
@@ -140,8 +166,14 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     )
     router = "none" if args.smoke and args.router == "auto" else _router_spec(args.router)
     cache_dir = args.cache_dir or (tmp / "cache" if args.smoke else None)
+    variant = _variant(args)
     encoder = load_csr_encoder(
-        args.model, router=router, max_length=args.max_length, device=args.device, cache_dir=cache_dir
+        args.model,
+        router=router,
+        variant=variant,
+        max_length=args.max_length,
+        device=args.device,
+        cache_dir=cache_dir,
     )
     timing: dict[str, float] = {}
     start = time.perf_counter()
@@ -155,17 +187,26 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         if args.smoke:
             epochs, batch, max_examples = 1, 16, 48
         config = KgcTrainConfig(
-            epochs=epochs, batch_size=batch, lr=args.lr, max_examples=max_examples, bf16=args.bf16, seed=args.seed
+            epochs=epochs,
+            batch_size=batch,
+            lr=args.lr,
+            max_examples=max_examples,
+            bf16=args.bf16,
+            checkpoint_every=args.checkpoint_every,
+            seed=args.seed,
         )
         dev = data.splits["dev"][: args.max_dev]
         if args.towers == 2 and tail is None:
             tail = tail_tower(encoder.router)
         _log(f"training ({args.towers} tower(s)): {asdict(config)}; choosing on {len(dev)} dev triples")
 
-        def dev_mrr() -> float:
+        def dev_scores() -> dict[str, float]:
             out = evaluate_link_prediction(encoder, states, data, dev, answers, k=args.k, tail=tail)
-            _log(f"dev MRR {out['mrr']:.2f}, Hit@1 {out['hit@1']:.2f}, Hit@10 {out['hit@10']:.2f}")
-            return float(out["mrr"])  # type: ignore[arg-type]
+            _log(
+                f"dev MRR {out['mrr']:.2f}, Hit@1 {out['hit@1']:.2f}, Hit@10 {out['hit@10']:.2f}, "
+                f"sensitivity {out['condition_sensitivity']:.4f}"
+            )
+            return {k: v for k, v in out.items() if isinstance(v, float)}  # type: ignore[misc]
 
         def progress(step: int, total: int, loss: float) -> None:
             if step % 10 == 0 or step == total:
@@ -177,11 +218,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             states,
             data,
             config,
-            evaluate=dev_mrr,
+            evaluate=dev_scores,
             eval_every=args.eval_every,
-            evaluate_first=not args.no_eval_start,
             tail=tail,
             on_step=progress,
+            checkpoint_dir=args.checkpoint_dir,
+            resume=args.resume,
         )
         seconds = time.perf_counter() - start
         best = max(history, key=lambda r: r.get("dev", -1.0))
@@ -191,11 +233,16 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             "dev_triples": len(dev),
             "best_step": best["step"],
             "dev_mrr_best": best.get("dev"),
-            "dev_mrr_untrained": history[0].get("dev") if not args.no_eval_start else None,
+            "dev_mrr_start": history[0].get("dev"),
+            "dev_condition_sensitivity_start": history[0].get("dev_condition_sensitivity"),
+            "dev_condition_sensitivity_best": best.get("dev_condition_sensitivity"),
             "towers": args.towers,
+            "router": encoder.router.config.to_dict(),
             "history": history,
         }
-        if args.save:
+        if args.save and best["step"] == 0:
+            _log(f"not saving: no checkpoint beat the start on dev (MRR {best.get('dev'):.2f})")
+        elif args.save:
             meta = {
                 "model_id": encoder.model_id,
                 "model_revision": encoder.revision,
@@ -224,6 +271,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "router": "trained here (--train)" if args.train else encoder.router_name,
         "router_checksum": training.get("checksum") if training else encoder.router_checksum,
         "router_layer": encoder.router.layer,
+        "router_variant": encoder.router.config.variant,
+        "router_label": encoder.router.config.describe(),
         "towers": 2 if tail is not None else 1,
         "max_length": encoder.max_length,
         "rerank": bool(args.rerank),

@@ -22,6 +22,7 @@ from condsearch.cli_options import (
     index_dir_option,
     mode_option,
     router_options,
+    router_variant_option,
     trust_option,
 )
 from condsearch.errors import CondsearchError, first_line
@@ -158,6 +159,7 @@ def index_cmd(
     mode: str,
     router: str,
     router_layer: int | None,
+    router_variant: str | None,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -185,6 +187,7 @@ def index_cmd(
                 head,
                 router=router,
                 router_layer=router_layer,
+                router_variant=router_variant,
                 device=device,
                 max_length=max_length,
                 trust_remote_code=trust_remote_code,
@@ -455,9 +458,8 @@ def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bo
         "mse, wacl or mse+wacl, the head alone mse."
     ),
 )
-@click.option(
-    "--router-layer", default=None, type=int, help="--mode csr: layer holding the router [default: the last]."
-)
+@click.option("--router-layer", default=None, type=int, help="--mode csr: first routed layer [default: the last].")
+@router_variant_option
 @click.option(
     "--dropout",
     default=0.15,
@@ -492,6 +494,7 @@ def train_cmd(
     mode: str,
     loss: str,
     router_layer: int | None,
+    router_variant: str | None,
     dropout: float,
     seed: int,
     model: str | None,
@@ -556,11 +559,23 @@ def train_cmd(
         click.echo(f"epoch {epoch:>3}  loss {value:.5f}{extra}", err=True)
 
     if mode == "csr":
+        from dataclasses import replace
+
+        from condsearch.csr.router import PRESETS
         from condsearch.csr.training import RouterTrainConfig, train_router_and_save
 
-        rconfig = RouterTrainConfig(
-            epochs=epochs or 3, batch_size=train_batch_size or 32, lr=lr or 3e-4, loss=loss, seed=seed
+        defaults = RouterTrainConfig()
+        rconfig = replace(
+            defaults,
+            epochs=epochs or defaults.epochs,
+            batch_size=train_batch_size or defaults.batch_size,
+            lr=lr or defaults.lr,
+            loss=loss,
+            seed=seed,
         )
+        router_config = PRESETS[router_variant or "paper"]  # type: ignore[index]
+        if router_layer is not None:
+            router_config = replace(router_config, layer=router_layer)
         try:
             summary = train_router_and_save(
                 train_csv,
@@ -568,7 +583,7 @@ def train_cmd(
                 rconfig,
                 dev_csv=dev_csv,
                 model=model,
-                layer=router_layer,
+                router_config=router_config,
                 device=device,
                 max_length=max_length,
                 trust_remote_code=trust_remote_code,
@@ -581,7 +596,7 @@ def train_cmd(
         else:
             best = summary.get("dev_spearman")
             click.echo(
-                f"wrote {out} (router at layer {summary['layer']})"
+                f"wrote {out} ({summary['variant']} router from layer {summary['layer']})"
                 + (f"; dev spearman {best:.2f}" if best is not None else "")
             )
         return

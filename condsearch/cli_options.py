@@ -109,12 +109,25 @@ mode_option = click.option(
 )
 
 
+router_variant_option = click.option(
+    "--router-variant",
+    type=click.Choice(["paper", "extended"]),
+    default=None,
+    help=(
+        "--mode csr: paper is eq. 1 of the router paper (layer t's own W_Q, (1 + w), no gain); extended is ours "
+        "(a trainable query copy, a learned gain, a condition-generated projection) [default: the trained "
+        "router's, else paper]."
+    ),
+)
+
+
 def router_options(f):  # noqa: ANN001, ANN201 - a click decorator
+    f = router_variant_option(f)
     f = click.option(
         "--router-layer",
         default=None,
         type=int,
-        help="--mode csr: backbone layer holding the router [default: the router's, else the last].",
+        help="--mode csr: first routed backbone layer [default: the router's, else the last].",
     )(f)
     return click.option(
         "--router",

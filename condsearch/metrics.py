@@ -46,3 +46,15 @@ def cosine_to_mean(vectors: np.ndarray) -> dict[str, float]:
     mu = e.mean(axis=0)
     cos = (e @ mu) / np.maximum(np.linalg.norm(e, axis=1) * np.linalg.norm(mu), 1e-12)
     return {"mean": float(cos.mean()), "std": float(cos.std())}
+
+
+def condition_sensitivity(a: np.ndarray, b: np.ndarray) -> float:
+    """Return the mean of 1 − cos over matching rows of a and b.
+
+    a[i] and b[i] are one item's vectors under two different conditions; 0 means the
+    conditions change nothing, larger means the encoder conditions more.
+    """
+    if len(a) == 0:
+        return float("nan")
+    # float32 rounding can put 1 − cos of identical directions a hair below 0
+    return float(np.mean(np.clip(1.0 - cosine_rows(np.asarray(a, np.float64), np.asarray(b, np.float64)), 0, 2)))

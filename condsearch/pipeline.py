@@ -150,6 +150,7 @@ def load_csr_vectorizer(
     *,
     router: str | None = None,
     router_layer: int | None = None,
+    router_variant: str | None = None,
     device: str | None = None,
     max_length: int | None = None,
     trust_remote_code: bool = False,
@@ -163,6 +164,7 @@ def load_csr_vectorizer(
         model,
         router=router,
         layer=router_layer,
+        variant=router_variant,
         device=device,
         max_length=max_length,
         trust_remote_code=trust_remote_code,
@@ -281,11 +283,13 @@ def _csr_vectorizer_for(
 ) -> Vectorizer:
     recorded = manifest.encoder
     layer, max_length = recorded.get("router_layer"), recorded.get("max_length")
+    variant = recorded.get("router_variant")
     vec = load_csr_vectorizer(
         model or manifest.model_id,
         head,
         router=str(recorded.get("router") or "none"),
         router_layer=layer if isinstance(layer, int) else None,
+        router_variant=variant if isinstance(variant, str) else None,
         device=device,
         max_length=max_length if isinstance(max_length, int) else None,
         trust_remote_code=trust_remote_code,

@@ -52,7 +52,8 @@ def test_csts_smoke(mode: str, tiny_bert_dir: Path, tmp_path: Path) -> None:
     if mode != "csr":
         argv += ["--dims", "8,16"]
     result = _run("csts", argv, tmp_path / "out.json")
-    assert set(result["dev"]) == {"spearman", "pearson", "n"} and result["config"]["mode"] == mode
+    extra = {"condition_sensitivity"} if mode == "csr" else set()
+    assert set(result["dev"]) == {"spearman", "pearson", "n"} | extra and result["config"]["mode"] == mode
     if mode != "csr":
         assert [row["dim"] for row in result["dim_sweep"]] == [8, 16]
     if mode == "case":
@@ -133,3 +134,14 @@ def test_encode_throughput_smoke(arch: str | None, tiny_bert_dir: Path, tmp_path
     assert result["pairs_per_s"] > 0 and result["tokens_per_s"] > result["pairs_per_s"]
     assert 0 < result["fraction_of_bound"] and result["bound_tokens_per_s"] > 0
     assert result["model"] == (arch or str(tiny_bert_dir))
+
+
+def test_serve_smoke_drives_the_real_server(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--head", "none", "--md-out", str(tmp_path / "serve.md")]
+    result = _run("serve", argv, tmp_path / "serve.json")
+    levels = result["server"]["levels"]
+    assert [row["clients"] for row in levels] == [1, 4]
+    assert all(row["errors"] == 0 and row["requests"] == 16 for row in levels)
+    assert result["served_p50_ms_1_client"] > 0 and result["served_queries_per_s_max_clients"] > 0
+    assert result["cli"]["median_s"] > 0 and len(result["cli"]["runs_s"]) == 1
+    assert result["index"]["n"] == 2000 and "| clients |" in (tmp_path / "serve.md").read_text()

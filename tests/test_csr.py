@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from transformers import AutoModel, AutoTokenizer
 from condsearch.cli import main
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.cache import StateCache, collate, split
-from condsearch.csr.router import Router
+from condsearch.csr.router import EXTENDED, PAPER, Router, RouterConfig
 from condsearch.csr.training import RouterTrainConfig, pair_groups, train_router, wacl_loss
 from condsearch.csr.weights import load_router_weights, save_router
 from condsearch.csts import read_csts
@@ -38,29 +40,65 @@ def _mean_pooled(model, inputs) -> torch.Tensor:
     return (hidden * mask).sum(1) / mask.sum(1)
 
 
-@pytest.mark.parametrize("layer", [None, 0, 1])
-def test_router_off_equals_plain_forward(backbone, layer) -> None:
+@pytest.mark.parametrize("layer", [-1, 0, 1])
+@pytest.mark.parametrize("variant", ["paper", "extended"])
+def test_router_off_equals_plain_forward(backbone, layer: int, variant: str) -> None:
+    """Routing off (w scaled by 0, or no condition) is the backbone's own mean-pooled forward pass."""
     tokenizer, model = backbone
-    router = Router(model, layer, w_scale=0.0).eval()
+    config = RouterConfig(layer=layer) if variant == "paper" else replace(EXTENDED, layer=layer)
+    router = Router(model, config, w_scale=0.0).eval()
     inputs = tokenizer(SENTENCES[:4], padding=True, return_tensors="pt")
     with torch.inference_mode():
         states = router.sentence_states(inputs)
-        q = router.condition_queries(tokenizer([CONDITION], return_tensors="pt"))
-        routed = router.route(states, q)
+        code = router.condition_codes(tokenizer([CONDITION], return_tensors="pt"))
+        routed = router.route(states, code)  # an untrained condition projection is the identity
+        plain = router.route(states, None)
         expected = _mean_pooled(model, inputs)
     torch.testing.assert_close(routed, expected, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_paper_router_is_eq1(backbone) -> None:
+    """The paper's variant adds no parameters and computes (1 + w) with layer t's own W_Q."""
+    tokenizer, model = backbone
+    router = Router(model, PAPER).eval()
+    assert router.config.variant == "paper" and router.gains() == [1.0]
+    assert router.router_queries is None and router.projection is None and router.log_gain is None
+    own = {id(p) for p in model.parameters()}
+    assert all(id(p) in own for p in router.trainable_parameters().values())
+    layer = model.encoder.layer[-1]
+    inputs = tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        states = router.sentence_states(inputs)
+        cond = tokenizer([CONDITION], return_tensors="pt")
+        code = router.condition_codes(cond)
+        cls = model(**cond).last_hidden_state[:, 0]
+        torch.testing.assert_close(code.q[:, 0], layer.attention.self.query(cls))
+        # eq. 1 by hand: per-head softmax of q·k over real tokens, averaged over heads
+        heads, dh = router.n_heads, router.head_dim
+        q = code.q[:, 0].view(1, heads, 1, dh)
+        k = states.k.view(2, -1, heads, dh).transpose(1, 2)
+        scores = (q @ k.transpose(-1, -2)).squeeze(2) / dh**0.5
+        w = scores.masked_fill(~states.mask[:, None], float("-inf")).softmax(-1).mean(1)
+        context = states.c * (1 + w).unsqueeze(-1)
+        out = layer.attention.output(context, states.x)
+        hidden = layer.output(layer.intermediate(out), out)
+        m = states.mask.unsqueeze(-1).float()
+        expected = (hidden * m).sum(1) / m.sum(1)
+        torch.testing.assert_close(router.route(states, code), expected, atol=1e-5, rtol=1e-5)
 
 
 def test_router_on_changes_vectors_and_depends_on_condition(backbone) -> None:
     tokenizer, model = backbone
-    router = Router(model, w_scale=20.0).eval()
+    router = Router(copy.deepcopy(model), EXTENDED, w_scale=20.0).eval()
     with torch.no_grad():
-        router.router_query.weight.mul_(30.0)  # a random tiny model attends almost uniformly; sharpen it
+        for q in router.router_queries or []:
+            q.weight.mul_(30.0)  # a random tiny model attends almost uniformly; sharpen it
     inputs = tokenizer(SENTENCES[:3], padding=True, return_tensors="pt")
     with torch.inference_mode():
         states = router.sentence_states(inputs)
-        a = router.route(states, router.condition_queries(tokenizer(["the dress"], return_tensors="pt")))
-        b = router.route(states, router.condition_queries(tokenizer(["tennis"], return_tensors="pt")))
+        a = router.route(states, router.condition_codes(tokenizer(["the dress"], return_tensors="pt")))
+        b = router.route(states, router.condition_codes(tokenizer(["tennis"], return_tensors="pt")))
         plain = _mean_pooled(model, inputs)
     assert not torch.allclose(a, plain)
     assert not torch.allclose(a, b)
@@ -69,10 +107,10 @@ def test_router_on_changes_vectors_and_depends_on_condition(backbone) -> None:
 def test_routing_weights_cover_only_real_tokens(backbone) -> None:
     """Padding must not change a sentence's routed vector (batch invariance)."""
     tokenizer, model = backbone
-    router = Router(model).eval()
+    router = Router(model, replace(EXTENDED, layer=0)).eval()
     q_inputs = tokenizer([CONDITION], return_tensors="pt")
     with torch.inference_mode():
-        q = router.condition_queries(q_inputs)
+        q = router.condition_codes(q_inputs)
         alone = router.route(router.sentence_states(tokenizer([SENTENCES[2]], return_tensors="pt")), q)
         batch = tokenizer([SENTENCES[0], SENTENCES[2], "short"], padding=True, return_tensors="pt")
         together = router.route(router.sentence_states(batch), q)
@@ -81,10 +119,10 @@ def test_routing_weights_cover_only_real_tokens(backbone) -> None:
 
 def test_only_router_layers_train(backbone) -> None:
     _, model = backbone
-    router = Router(model, 1)
+    router = Router(copy.deepcopy(model), replace(EXTENDED, layer=1))
     router.freeze_backbone()
     trainable = {n for n, p in router.named_parameters() if p.requires_grad}
-    assert trainable  # router query, gain, rest of layer 1
+    assert trainable  # router query, gain, projection, rest of layer 1
     assert all(not n.startswith("model.embeddings") and "layer.0." not in n for n in trainable)
     assert not any("attention.self" in n for n in trainable)  # cached keys/context stay valid
 
@@ -114,7 +152,7 @@ def test_cached_path_equals_uncached(tmp_path: Path, tiny_bert_dir: Path) -> Non
     tok = encoder.tokenizer
     with torch.inference_mode():
         inputs = tok(SENTENCES, padding=True, return_tensors="pt")
-        q = encoder.router.condition_queries(tok([CONDITION], return_tensors="pt"))
+        q = encoder.router.condition_codes(tok([CONDITION], return_tensors="pt"))
         direct = encoder.router.route(encoder.router.sentence_states(inputs), q).numpy()
     np.testing.assert_allclose(cached, direct, atol=1e-5)
 
@@ -157,7 +195,7 @@ def test_router_weights_round_trip(tmp_path: Path, tiny_bert_dir: Path) -> None:
     again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "router"), cache_dir=tmp_path / "cache")
     np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=1e-5)
     assert again.describe()["router_checksum"]
-    other = Router(AutoModel.from_pretrained(tiny_bert_dir), 0)
+    other = Router(AutoModel.from_pretrained(tiny_bert_dir), RouterConfig(layer=0))
     with pytest.raises(ModelError, match="layer"):
         load_router_weights(other, tmp_path / "router")
 
@@ -279,3 +317,45 @@ def test_cli_csr_refuses_a_head(tmp_path: Path, tiny_bert_dir: Path, corpus_file
         ],
     )
     assert res.exit_code == 1 and "--head applies to --mode case" in res.stderr
+
+
+def test_training_makes_the_extended_router_condition(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    """Pairs whose labels differ by condition pull the two routed vectors apart as training goes.
+
+    (A random tiny BERT gives every condition nearly the same [CLS] state, so the paper's
+    router, whose query is layer t's frozen W_Q of that state, cannot show it here.)
+    """
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=tmp_path / "c")
+    config = RouterTrainConfig(epochs=4, lr=1e-2, batch_size=4, warmup=0.0)
+    history = train_router(encoder, data, config, dev=data)
+    start, trained = history[0], history[1:]
+    assert start["dev_condition_sensitivity"] < 1e-3  # an untrained router barely conditions
+    assert max(r["dev_condition_sensitivity"] for r in trained) > 10 * start["dev_condition_sensitivity"]
+
+
+def test_extended_router_round_trip_and_old_format(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=tmp_path / "c")
+    with torch.no_grad():
+        for p in encoder.router.trainable_parameters().values():
+            p.add_(0.05 * torch.randn_like(p))
+    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    save_router(encoder.router, tmp_path / "r", {"model_id": encoder.model_id}, dtype=torch.float32)
+    again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), cache_dir=tmp_path / "c")
+    assert again.router.config == encoder.router.config and again.describe()["router_variant"] == "extended"
+    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=1e-5)
+    with pytest.raises(ModelError, match="extended variant, not paper"):
+        load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), variant="paper", cache_dir=tmp_path / "c")
+    meta = json.loads((tmp_path / "r" / "router.json").read_text())
+    (tmp_path / "r" / "router.json").write_text(json.dumps({**meta, "format_version": 1}))
+    with pytest.raises(ModelError, match="retrain"):
+        load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), cache_dir=tmp_path / "c")
+
+
+def test_cli_router_defaults_come_from_the_config() -> None:
+    """The train command's help states the csr defaults that RouterTrainConfig holds."""
+    defaults = RouterTrainConfig()
+    res = CliRunner().invoke(main, ["train", "--help"], terminal_width=400)
+    text = " ".join(res.output.split())
+    assert f"csr {defaults.lr:.0e}".replace("e-0", "e-") in text and f"csr and --finetune {defaults.epochs}" in text
+    assert f"csr and --finetune {defaults.batch_size}" in text

@@ -205,13 +205,14 @@ def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
     scores = []
     config = KgcTrainConfig(epochs=2, batch_size=4, lr=1e-3, warmup_steps=1)
 
-    def evaluate() -> float:
+    def evaluate() -> dict[str, float]:
         out = evaluate_link_prediction(csr, states, kg, kg.splits["train"], answers, k=3)
         scores.append(float(out["mrr"]))
-        return scores[-1]
+        return {"mrr": scores[-1], "condition_sensitivity": float(out["condition_sensitivity"])}
 
     history = train_kgc(csr, states, kg, config, evaluate=evaluate)
     assert [row["step"] for row in history] == [0, 2, 4]
+    assert all(row["dev_condition_sensitivity"] >= 0 for row in history)
     assert all(math.isfinite(row["loss"]) for row in history[1:])
     after = csr.router.trainable_parameters()
     best = max(range(len(scores)), key=scores.__getitem__)
@@ -240,3 +241,34 @@ def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
     again = load_tail_tower(csr.router, tmp_path / "r")
     assert again is not None and load_tail_tower(csr.router, tmp_path / "nothing") is None
     np.testing.assert_allclose(entity_vectors(csr, states, tail=again), after, atol=1e-3)  # saved as float16
+
+
+def test_an_interrupted_run_resumes_to_the_same_weights(csr, kg, tmp_path: Path) -> None:
+    from condsearch.kgc.encoding import load_entity_states
+
+    states = load_entity_states(csr, kg.entity_texts)
+    start = {k: v.detach().clone() for k, v in csr.router.trainable_parameters().items()}
+    config = KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1, checkpoint_every=1)
+
+    def restart() -> None:
+        with torch.no_grad():
+            for k, p in csr.router.trainable_parameters().items():
+                p.copy_(start[k])
+
+    train_kgc(csr, states, kg, config)
+    expected = {k: v.detach().clone() for k, v in csr.router.trainable_parameters().items()}
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_3(step: int, total: int, loss: float) -> None:
+        if step == 3:
+            raise Stop
+
+    restart()
+    with pytest.raises(Stop):
+        train_kgc(csr, states, kg, config, checkpoint_dir=tmp_path / "ckpt", on_step=stop_at_3)
+    restart()  # a new process: only the checkpoint remembers the first three steps
+    train_kgc(csr, states, kg, config, checkpoint_dir=tmp_path / "ckpt", resume=True)
+    for k, p in csr.router.trainable_parameters().items():
+        torch.testing.assert_close(p, expected[k], atol=1e-6, rtol=1e-5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,8 @@ from tqdm.auto import tqdm
 
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
 from condsearch.csr.cache import StateCache, collate, split, text_key
-from condsearch.csr.router import Router
-from condsearch.csr.weights import DEFAULT_ROUTER_DIR, load_router_weights, read_router_config, router_checksum
+from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig
+from condsearch.csr.weights import DEFAULT_ROUTER_DIR, load_router_weights, router_checksum, saved_config
 from condsearch.encoders.bert import pick_device
 from condsearch.errors import ModelError
 from condsearch.models import DEFAULT_MODEL, ModelSource, resolve_model
@@ -50,6 +51,7 @@ class CsrEncoder:
         *,
         router: str | None = None,
         layer: int | None = None,
+        variant: RouterConfig | str | None = None,
         device: str | None = None,
         max_length: int | None = None,
         cache_dir: Path | None = None,
@@ -64,16 +66,18 @@ class CsrEncoder:
         except (OSError, ValueError, KeyError) as exc:
             raise ModelError.cannot_load(source.model_id, exc) from exc
         folder = resolve_router(router, source.model_id)
-        if folder is not None and layer is None:
-            layer = int(read_router_config(folder)["layer"])  # type: ignore[arg-type]
+        config = self._router_config(folder, variant, layer)
         try:
-            self.router = Router(model, layer)
+            self.router = Router(model, config)
         except ValueError as exc:
             raise ModelError(f"{source.model_id}: {exc}") from exc
+        n_layers = len(self.router.routed) + self.router.layer
+        if layer is not None and (layer if layer >= 0 else n_layers + layer) != self.router.layer:
+            raise ModelError(f"router {folder} routes from layer {self.router.layer}, not {layer}")
         if folder is not None:
-            meta = read_router_config(folder)
-            if meta.get("model_id") not in (None, source.model_id):
-                raise ModelError(f"router {folder} was trained for {meta.get('model_id')}, not {source.model_id}")
+            meta_model = read_model_id(folder)
+            if meta_model not in (None, source.model_id):
+                raise ModelError(f"router {folder} was trained for {meta_model}, not {source.model_id}")
             load_router_weights(self.router, folder)
         self.router_name = (
             ROUTER_NONE
@@ -92,7 +96,8 @@ class CsrEncoder:
         self._state_ident = backbone
         digest = hashlib.sha256(backbone.encode()).hexdigest()[:16]
         self.states = StateCache(root / "csr-states" / digest, dtype=state_dtype)
-        self._query_ident = f"{backbone}|router={self.router_checksum or 'untrained'}"
+        untrained = f"untrained:{sorted(config.to_dict().items())}"
+        self._query_ident = f"{backbone}|router={self.router_checksum or untrained}"
         self._queries = EmbeddingCache(root / "csr-queries")
         self.n_truncated = 0
 
@@ -105,6 +110,8 @@ class CsrEncoder:
             "max_length": self.max_length,
             "router_layer": self.router.layer,
             "router": self.router_name,
+            "router_variant": self.router.config.variant,
+            "router_config": self.router.config.to_dict(),
             "router_checksum": self.router_checksum,
         }
 
@@ -139,15 +146,34 @@ class CsrEncoder:
         bar.close()
         return keys
 
+    @staticmethod
+    def _router_config(folder: Path | None, variant: RouterConfig | str | None, layer: int | None) -> RouterConfig:
+        """Return the config of a trained router folder, else of the named variant (default: paper)."""
+        if folder is not None:
+            config = saved_config(folder)
+            if isinstance(variant, RouterConfig) or (variant is not None and variant != config.variant):
+                name = variant.variant if isinstance(variant, RouterConfig) else variant
+                raise ModelError(f"router {folder} is the {config.variant} variant, not {name}")
+            return config  # a --router-layer that disagrees is refused once the layer count is known
+        if isinstance(variant, RouterConfig):
+            config = variant
+        else:
+            name = variant or "paper"
+            if name not in PRESETS:
+                raise ModelError(f"unknown router variant {name!r} (use {', '.join(PRESETS)})")
+            config = PRESETS[name]  # type: ignore[index]
+        return replace(config, layer=layer) if layer is not None else config
+
     @torch.inference_mode()
-    def condition_query(self, condition: str) -> torch.Tensor:
-        """Return q_c (hidden,) for one condition, through the query cache."""
+    def condition_code(self, condition: str) -> ConditionCode:
+        """Return the code of one condition (a batch of 1), through the query cache."""
         key = pair_key(self._query_ident, condition, None)
         found = self._queries.get_many([key]).get(key)
         if found is None:
-            found = self.router.condition_queries(self._tokenize([condition]))[0].float().cpu().numpy()
+            found = self.router.condition_codes(self._tokenize([condition])).flat()[0].float().cpu().numpy()
             self._queries.put_many([key], found[None])
-        return torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)
+        flat = torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)[None]
+        return ConditionCode.unflat(flat, len(self.router.routed))
 
     @torch.inference_mode()
     def encode_conditional(
@@ -155,7 +181,7 @@ class CsrEncoder:
     ) -> np.ndarray:
         """Return routed vectors of texts under condition: (n, hidden) float32."""
         keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
-        q = self.condition_query(condition)[None]
+        q = self.condition_code(condition)
         distinct = list(dict.fromkeys(keys))
         # length-sorted batches keep padding (and so the per-pair work) small
         length = dict(zip(distinct, self.states.lengths(distinct), strict=True))
@@ -177,6 +203,14 @@ class CsrEncoder:
         msg = f"{self.n_truncated} input(s) longer than {self.max_length} tokens were truncated"
         self.n_truncated = 0
         return msg
+
+
+def read_model_id(folder: Path) -> str | None:
+    """Return the model id a router folder records (None when it records none)."""
+    from condsearch.csr.weights import read_router_config
+
+    value = read_router_config(folder).get("model_id")
+    return str(value) if value is not None else None
 
 
 def load_csr_encoder(model: str | None = None, **kwargs: object) -> CsrEncoder:

@@ -11,8 +11,8 @@ after training only the layers above the cache are recomputed for all candidates
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -20,11 +20,12 @@ import torch
 
 from condsearch.csr.cache import Tensors, collate
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import Router
+from condsearch.csr.router import PAPER, ConditionCode, Router
 from condsearch.csr.weights import load_router_weights
 from condsearch.index import DEFAULT_FACTORY, build_index, normalize, to_search_device
 from condsearch.kgc.data import Answers, KgData, n_hop
 from condsearch.kgc.ranking import average_metrics, filtered_ranks, query_filters, rank_metrics
+from condsearch.metrics import condition_sensitivity
 
 RERANK_HOPS = 5
 RERANK_BONUS = 0.05
@@ -34,7 +35,7 @@ TAIL_FOLDER = "tail"  # a two-tower router folder keeps the candidate tower here
 def tail_tower(router: Router) -> Router:
     """Return a candidate tower: a copy of the router's backbone whose layers from the router
     layer up train on their own (the layers below stay shared in value and frozen)."""
-    return Router(copy.deepcopy(router.model), router.layer)
+    return Router(copy.deepcopy(router.model), replace(PAPER, layer=router.layer))
 
 
 def load_tail_tower(router: Router, folder: Path) -> Router | None:
@@ -45,17 +46,6 @@ def load_tail_tower(router: Router, folder: Path) -> Router | None:
     tail = tail_tower(router)
     load_router_weights(tail, sub)
     return tail.to(next(router.parameters()).device).eval()
-
-
-@contextmanager
-def routing_off(router: Router) -> Iterator[None]:
-    """Turn routing off (w_scale 0: the plain forward pass) for the duration."""
-    saved = router.w_scale
-    router.w_scale = 0.0
-    try:
-        yield
-    finally:
-        router.w_scale = saved
 
 
 def load_entity_states(
@@ -70,16 +60,16 @@ def encode_states(
     router: Router,
     states: Sequence[Tensors],
     rows: np.ndarray,
-    queries: torch.Tensor | None = None,
+    codes: ConditionCode | None = None,
     *,
     device: torch.device | None = None,
     chunk: int = 256,
 ) -> torch.Tensor:
     """Return pooled vectors (len(rows), hidden) of the entities at ``rows``.
 
-    queries: (len(rows), hidden) condition queries, one per row, or None for the plain
-    forward pass. Rows are run in length-sorted chunks to keep padding small; gradients flow
-    when the caller is not in inference mode.
+    codes: one condition code per row, or None for the plain forward pass. Rows are run in
+    length-sorted chunks to keep padding small; gradients flow when the caller is not in
+    inference mode.
     """
     rows = np.asarray(rows, dtype=np.int64)
     order = np.argsort([states[r][0].shape[0] for r in rows.tolist()], kind="stable")
@@ -87,23 +77,19 @@ def encode_states(
     for start in range(0, len(order), chunk):
         part = order[start : start + chunk]
         batch = collate([states[r] for r in rows[part].tolist()], device=device)
-        if queries is None:
-            with routing_off(router):
-                zero = torch.zeros(1, batch.k.shape[-1], device=batch.k.device, dtype=batch.k.dtype)
-                outs.append(router.route(batch, zero))
-        else:
-            outs.append(router.route(batch, queries[torch.from_numpy(part).to(queries.device)]))
+        code = None if codes is None else codes.select(torch.from_numpy(part).to(codes.q.device))
+        outs.append(router.route(batch, code))
     out = torch.cat(outs)
     inverse = torch.from_numpy(np.argsort(order, kind="stable")).to(out.device)
     return out[inverse]
 
 
-def relation_queries(encoder: CsrEncoder, conditions: Sequence[str]) -> torch.Tensor:
-    """Return the router query of each condition text: (len(conditions), hidden)."""
+def relation_codes(encoder: CsrEncoder, conditions: Sequence[str]) -> ConditionCode:
+    """Return the code of each condition text (a batch of len(conditions))."""
     inputs = encoder.tokenizer(
         list(conditions), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt"
     )
-    return encoder.router.condition_queries({k: v.to(encoder.device) for k, v in inputs.items()})
+    return encoder.router.condition_codes({k: v.to(encoder.device) for k, v in inputs.items()})
 
 
 @torch.inference_mode()
@@ -130,9 +116,19 @@ def query_vectors(
 ) -> np.ndarray:
     """Return the routed vector of each (head, relation) query, unit length: (n, hidden) float32."""
     encoder.router.eval()
-    q = relation_queries(encoder, conditions)[torch.from_numpy(np.asarray(relations, dtype=np.int64))]
-    vecs = encode_states(encoder.router, states, heads, q.to(encoder.device), device=encoder.device)
+    codes = relation_codes(encoder, conditions)
+    codes = codes.select(torch.from_numpy(np.asarray(relations, dtype=np.int64)).to(codes.q.device))
+    vecs = encode_states(encoder.router, states, heads, codes, device=encoder.device)
     return normalize(vecs.float().cpu().numpy())
+
+
+def relation_sensitivity(encoder: CsrEncoder, states: Sequence[Tensors], data: KgData, triples: np.ndarray) -> float:
+    """Condition sensitivity on a KG: each triple's head routed under its relation and under
+    the inverse of that relation (mean of 1 − cos)."""
+    heads, rels = triples[:, 0], triples[:, 1]
+    forward = query_vectors(encoder, states, heads, rels, data.conditions)
+    backward = query_vectors(encoder, states, heads, rels + data.n_relations, data.conditions)
+    return condition_sensitivity(forward, backward)
 
 
 def direction_queries(triples: np.ndarray, n_relations: int, forward: bool) -> tuple[np.ndarray, ...]:
@@ -174,4 +170,5 @@ def evaluate_link_prediction(
         ranks = filtered_ranks(index, cands, queries, golds, filters, bonus_sets=bonus_sets, bonus=RERANK_BONUS, k=k)
         out[name] = rank_metrics(ranks)
     out.update(average_metrics(out["forward"], out["backward"]))  # type: ignore[arg-type]
+    out["condition_sensitivity"] = relation_sensitivity(encoder, states, data, triples)
     return out

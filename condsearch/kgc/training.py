@@ -14,8 +14,10 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,8 +26,9 @@ from torch import nn
 from condsearch.csr.cache import Tensors
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import Router
+from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.kgc.data import Answers, KgData, known_answers, with_inverse
-from condsearch.kgc.encoding import encode_states, relation_queries
+from condsearch.kgc.encoding import encode_states, relation_codes
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,7 @@ class KgcTrainConfig:
     self_negatives: bool = True
     max_examples: int | None = None  # examples drawn per epoch (forward + inverse), None: all
     bf16: bool = False  # autocast the encoder passes to bfloat16 (fast on CPUs with AVX512-BF16)
+    checkpoint_every: int = 20  # optimiser steps between checkpoints (with a checkpoint folder)
     seed: int = 0
 
 
@@ -120,8 +124,8 @@ def batch_loss(
     router = encoder.router
     heads, rels, tails = batch[:, 0], batch[:, 1], batch[:, 2]
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=config.bf16):
-        q = relation_queries(encoder, conditions)[torch.from_numpy(rels).to(device)]
-        hr = _unit(encode_states(router, states, heads, q, device=device))
+        codes = relation_codes(encoder, conditions).select(torch.from_numpy(rels).to(device))
+        hr = _unit(encode_states(router, states, heads, codes, device=device))
         # one plain pass per distinct entity serves as both tail and self-negative
         entities, where = np.unique(np.concatenate([tails, heads]), return_inverse=True)
         plain = _unit(encode_states(tail or router, states, entities, device=device))
@@ -139,44 +143,44 @@ def batch_loss(
     )
 
 
+Evaluate = Callable[[], dict[str, float]]
+
+
 def train_kgc(
     encoder: CsrEncoder,
     states: Sequence[Tensors],
     data: KgData,
     config: KgcTrainConfig,
     *,
-    evaluate: Callable[[], float] | None = None,
+    evaluate: Evaluate | None = None,
     eval_every: int = 0,
-    evaluate_first: bool = True,
     tail: Router | None = None,
     on_step: Callable[[int, int, float], None] | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
 ) -> list[dict[str, float]]:
     """Fine-tune the router (and the candidate tower ``tail``, if any) in place.
 
-    ``evaluate`` returns a score to maximise (dev MRR); it runs before training (unless
-    ``evaluate_first`` is False), every ``eval_every`` steps and after each epoch, and the
-    best-scoring weights are kept. Returns one history row per evaluation.
+    ``evaluate`` returns dev metrics with an "mrr" (maximised) and a "condition_sensitivity";
+    it runs before training, every ``eval_every`` steps and after each epoch, and the
+    best-scoring weights are kept — the start included, so the result never scores below it.
+    With ``checkpoint_dir``, the run is checkpointed every ``config.checkpoint_every`` steps
+    and ``resume`` continues it (same config) from the last checkpoint. Returns one history
+    row per evaluation.
     """
-    torch.manual_seed(config.seed)
-    rng = np.random.default_rng(config.seed)
     router = encoder.router
     router.freeze_backbone()
     trainable = dict(router.trainable_parameters())
     if tail is not None:
         tail.freeze_backbone()
-        # the tail tower never routes: its router query and gain stay out of training
-        tail_params = {n: p for n, p in tail.trainable_parameters().items() if not n.startswith("router_")}
-        for p in tail.parameters():
-            p.requires_grad_(False)
-        for p in tail_params.values():
-            p.requires_grad_(True)
-        trainable.update({f"tail.{n}": p for n, p in tail_params.items()})
+        trainable.update({f"tail.{n}": p for n, p in tail.trainable_parameters().items()})
     log_inv_t = nn.Parameter(
         torch.tensor(math.log(1.0 / config.temperature), device=encoder.device),
         requires_grad=config.learn_temperature,
     )
+    trainable["log_inv_t"] = log_inv_t
     gain = [p for n, p in trainable.items() if n == "router_log_gain"]
-    main = [p for n, p in trainable.items() if n != "router_log_gain"]
+    main = [p for n, p in trainable.items() if n not in ("router_log_gain", "log_inv_t")]
     groups = [
         {"params": main},
         {"params": gain, "lr": config.gain_lr, "weight_decay": 0.0},
@@ -189,54 +193,75 @@ def train_kgc(
     n_epoch = min(len(examples), config.max_examples or len(examples))
     steps_per_epoch = math.ceil(n_epoch / config.batch_size)
     total = max(1, config.epochs * steps_per_epoch)
-    warm = max(1, min(config.warmup_steps, total // 10))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        optim, lambda s: min((s + 1) / warm, max(0.0, (total - s) / max(1, total - warm)))
-    )
-    params = [p for g in groups for p in g["params"]]
-    history: list[dict[str, float]] = []
-    best, best_state = -math.inf, None
-    started = time.perf_counter()
+    from transformers import get_linear_schedule_with_warmup
 
-    def checkpoint(step: int, loss: float) -> None:
-        nonlocal best, best_state
+    sched = get_linear_schedule_with_warmup(optim, max(1, min(config.warmup_steps, total // 10)), total)
+    params = [p for g in groups for p in g["params"]]
+    run_config = {**asdict(config), "router": router.config.to_dict(), "towers": 2 if tail is not None else 1}
+    state = TrainingState(config=run_config)
+    best_state: dict[str, torch.Tensor] | None = None
+    if checkpoint_dir is not None and resume and has_checkpoint(checkpoint_dir):
+        state, best_state = load_checkpoint(checkpoint_dir, run_config, trainable, optim)
+        with warnings.catch_warnings():  # fast-forwarding the schedule, not skipping a step
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(state.step):
+                sched.step()
+        log.info("resumed at step %d of %d", state.step, total)
+    done = float(state.history[-1].get("seconds", 0.0)) if state.history else 0.0
+    started = time.perf_counter() - done
+
+    def keep(step: int, loss: float) -> None:
+        nonlocal best_state
         if evaluate is None:
             return
-        score = evaluate()
-        row = {"step": step, "loss": loss, "dev": score, "seconds": round(time.perf_counter() - started, 1)}
+        scores = evaluate()
+        row = {"step": step, "examples": step * config.batch_size, "loss": loss}
+        row.update({f"dev_{k}": float(v) for k, v in scores.items() if isinstance(v, (int, float))})
+        row["dev"] = float(scores["mrr"])
+        row["seconds"] = round(time.perf_counter() - started, 1)
         row["temperature"] = float(1.0 / log_inv_t.exp().item())
-        row["gain"] = float(router.log_gain.exp().item()) if hasattr(router, "log_gain") else 1.0
-        history.append(row)
-        log.info("step %d: dev %.2f", step, score)
-        if score > best:
-            best = score
+        row["gain"] = router.gains()[0]
+        state.history.append(row)
+        log.info("step %d: dev MRR %.2f, sensitivity %.4f", step, row["dev"], row.get("dev_condition_sensitivity", 0))
+        if row["dev"] > state.best_score:
+            state.best_score, state.best_epoch = row["dev"], step
             best_state = {k: v.detach().clone() for k, v in trainable.items()}
 
-    if evaluate_first:
-        checkpoint(0, float("nan"))
-    step, running = 0, []
-    for _ in range(config.epochs):
-        order = rng.permutation(len(examples))[:n_epoch]
-        for start in range(0, n_epoch, config.batch_size):
+    def save(step: int) -> None:
+        state.step = step
+        state.epoch = step // steps_per_epoch
+        if checkpoint_dir is not None:
+            save_checkpoint(checkpoint_dir, state, trainable, optim, best_state)
+
+    if state.step == 0 and not state.history:
+        keep(0, float("nan"))
+        save(0)
+    step, running = state.step, []
+    for epoch in range(state.step // steps_per_epoch, config.epochs):
+        # one permutation per epoch from (seed, epoch): a resumed run draws the same batches
+        order = np.random.default_rng(config.seed + epoch).permutation(len(examples))[:n_epoch]
+        for start in range((step - epoch * steps_per_epoch) * config.batch_size, n_epoch, config.batch_size):
             batch = examples[order[start : start + config.batch_size]]
-            if len(batch) < 2:
-                continue
+            torch.manual_seed(config.seed * 1_000_003 + step)  # dropout per step, so a resumed run matches
             router.train()
             if tail is not None:
                 tail.train()
-            loss = batch_loss(encoder, states, batch, data.conditions, answers, log_inv_t, config, tail)
-            optim.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(params, config.grad_clip)
-            optim.step()
+            if len(batch) >= 2:
+                loss = batch_loss(encoder, states, batch, data.conditions, answers, log_inv_t, config, tail)
+                optim.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(params, config.grad_clip)
+                optim.step()
+                running.append(loss.item())
             sched.step()
             step += 1
-            running.append(loss.item())
             if on_step is not None:
-                on_step(step, total, running[-1])
-            if eval_every and step % eval_every == 0 and step % steps_per_epoch:
-                checkpoint(step, float(np.mean(running[-eval_every:])))
-        checkpoint(step, float(np.mean(running[-steps_per_epoch:])) if running else float("nan"))
+                on_step(step, total, running[-1] if running else float("nan"))
+            end_of_epoch = step % steps_per_epoch == 0
+            if (eval_every and step % eval_every == 0) or end_of_epoch:
+                keep(step, float(np.mean(running[-(eval_every or steps_per_epoch) :])) if running else float("nan"))
+            if end_of_epoch or step % max(1, config.checkpoint_every) == 0:
+                save(step)
     if best_state is not None:
         with torch.no_grad():
             for name, p in trainable.items():
@@ -245,5 +270,6 @@ def train_kgc(
     if tail is not None:
         tail.eval()
     if evaluate is None:
-        history.append({"step": step, "loss": float(np.mean(running[-steps_per_epoch:])) if running else math.nan})
-    return history
+        last = float(np.mean(running[-steps_per_epoch:])) if running else math.nan
+        state.history.append({"step": step, "loss": last})
+    return state.history
