@@ -315,22 +315,29 @@ def query_cmd(
     trust_remote_code: bool,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
-    from condsearch.pipeline import check_condition, query_index, vectorizer_for
+    from condsearch.pipeline import check_condition, numpy_vectorizer_for, query_index, vectorizer_for
     from condsearch.serve.answers import capped_k, k_notice, query_answer
 
     queries = _read_queries(texts, query_file)
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")
-    if len(queries) <= _FEW_QUERIES:
-        _one_thread()
+    few = len(queries) <= _FEW_QUERIES
     try:
         store = _store(index_dir)
         stored = store.load(store.find(check_condition(condition), corpus_name))
-        vec = vectorizer_for(stored.manifest, model, head, device=device, trust_remote_code=trust_remote_code)
+        # A few queries on the CPU skip torch (its import costs more than they do) where numpy can
+        # compute the index's own model; otherwise, and for any override, torch loads it.
+        light = few and model is None and head is None and device in (None, "cpu")
+        vec = numpy_vectorizer_for(stored.manifest) if light else None
+        on_device = vec is None  # the numpy path searches on the CPU too, without importing torch to ask
+        if vec is None:
+            if few:
+                _one_thread()
+            vec = vectorizer_for(stored.manifest, model, head, device=device, trust_remote_code=trust_remote_code)
         notice = k_notice(k, stored.manifest.n_vectors)
         if notice:
             click.echo(f"condsearch: {notice}", err=True)
-        result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors))
+        result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors), on_device=on_device)
     except CondsearchError as exc:
         raise _fail(exc) from exc
     for qi, q in enumerate(queries):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -14,28 +13,17 @@ from torch import nn
 
 from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
-
-HEAD_FORMAT_VERSION = 1
-WEIGHTS_FILE = "head.safetensors"
-CONFIG_FILE = "head.json"
-ASSETS_DIR = Path(__file__).parent / "assets"
-#: ``--head default`` (what auto picks for the default model): its LoRA adapter + head fine-tuned on C-STS
-DEFAULT_HEAD_DIR = ASSETS_DIR / "minilm-case-lora"
-#: the head trained on the frozen default model: ``--head frozen``
-FROZEN_HEAD_DIR = ASSETS_DIR / "minilm-case-head"
-
-
-@dataclass(frozen=True)
-class HeadConfig:
-    """Shape and provenance of a projection head."""
-
-    input_dim: int
-    dim: int
-    dropout: float = 0.15
-    negative_slope: float = 0.01
-    model_id: str = ""
-    model_revision: str = ""
-    encoder_pooling: str = ""
+from condsearch.head_files import (  # noqa: F401 - re-exported: the head's files, without torch
+    ASSETS_DIR,
+    CONFIG_FILE,
+    DEFAULT_HEAD_DIR,
+    FROZEN_HEAD_DIR,
+    HEAD_FORMAT_VERSION,
+    WEIGHTS_FILE,
+    HeadConfig,
+    head_checksum,
+    read_head_config,
+)
 
 
 class ProjectionHead(nn.Module):
@@ -77,23 +65,10 @@ def write_head_files(head: ProjectionHead, folder: Path, extra: dict[str, object
     (Path(folder) / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def head_checksum(directory: Path) -> str:
-    """Return the sha256 of the head's weights file."""
-    return hashlib.sha256((Path(directory) / WEIGHTS_FILE).read_bytes()).hexdigest()
-
-
 def load_head(directory: Path) -> ProjectionHead:
     """Load a head saved by :func:`save_head`."""
     directory = Path(directory)
-    try:
-        meta = json.loads((directory / CONFIG_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{directory}: not a condsearch head ({CONFIG_FILE} unreadable)") from exc
-    if meta.get("format_version") != HEAD_FORMAT_VERSION:
-        raise ModelError(f"{directory}: head format {meta.get('format_version')} is not supported")
-    fields = set(HeadConfig.__dataclass_fields__)
-    config = HeadConfig(**{k: v for k, v in meta.items() if k in fields})
-    head = ProjectionHead(config)
+    head = ProjectionHead(read_head_config(directory))
     try:
         state = load_file(str(directory / WEIGHTS_FILE))
         head.load_state_dict(state)

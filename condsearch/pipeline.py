@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -13,12 +14,15 @@ from condsearch.corpus import Corpus
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
-from condsearch.finetune.adapter import adapter_checksum, has_adapter
-from condsearch.head import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, ProjectionHead, head_checksum, load_head
-from condsearch.head import WEIGHTS_FILE as HEAD_WEIGHTS
+from condsearch.finetune.adapter_files import adapter_checksum, has_adapter
+from condsearch.head_files import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, NumpyHead, head_checksum, load_numpy_head
+from condsearch.head_files import WEIGHTS_FILE as HEAD_WEIGHTS
 from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
 from condsearch.models import DEFAULT_MODEL, resolve_model
 from condsearch.store import IndexStore, Manifest, StoredIndex
+
+if TYPE_CHECKING:
+    from condsearch.head import ProjectionHead
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +42,7 @@ class Vectorizer:
     """An encoder and an optional head: text under a condition -> unit vector."""
 
     encoder: ConditionalEncoder
-    head: ProjectionHead | None
+    head: ProjectionHead | NumpyHead | None
     head_name: str  # "none", a shipped head's name or the head folder's absolute path
     head_checksum: str
     mode: str = MODE_CASE
@@ -87,6 +91,8 @@ def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | N
     adapter = has_adapter(folder)
     head, checksum = None, ""
     if not adapter or (folder / HEAD_WEIGHTS).is_file():
+        from condsearch.head import load_head
+
         head, checksum = load_head(folder), head_checksum(folder)
         if head.config.input_dim != encoder.dim:
             raise ModelError(
@@ -302,6 +308,45 @@ def _csr_vectorizer_for(
     return vec
 
 
+def numpy_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
+    """Return the model and head an index was built with, computed by numpy, or None where that cannot be.
+
+    For a one-shot query of a few texts on the CPU: ``import torch`` alone costs more than their
+    forward pass. It applies to CASE indexes of a plain BERT (condition-mean pooling, float32)
+    whose inference copy was written and checked by an earlier load (see
+    :mod:`condsearch.encoders.numpy_bert`), and only when the model revision, adapter and head
+    are those the index records. Otherwise it returns None, and :func:`vectorizer_for` loads
+    the model with torch (or says why the index cannot be queried).
+    """
+    from condsearch.encoders.numpy_bert import load_numpy_encoder
+
+    described = manifest.encoder
+    if manifest.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
+        return None
+    try:
+        source = resolve_model(manifest.model_id)
+        folder = head_folder(manifest.head, manifest.model_id)
+        if source.revision != manifest.model_revision:
+            return None
+        adapter = folder if folder is not None and has_adapter(folder) else None
+        max_length = described.get("max_length")
+        encoder = load_numpy_encoder(
+            source, max_length=max_length if isinstance(max_length, int) else None, adapter=adapter
+        )
+        if encoder is None or encoder.describe() != described:  # the same model, adapter and token limit
+            return None
+        head, checksum = None, ""
+        if folder is not None and (adapter is None or (folder / HEAD_WEIGHTS).is_file()):
+            head, checksum = load_numpy_head(folder), head_checksum(folder)
+            if head.config.input_dim != encoder.dim:
+                return None
+    except (CondsearchError, OSError):
+        return None
+    if checksum != manifest.head_checksum:
+        return None
+    return Vectorizer(encoder, head, manifest.head, checksum)
+
+
 def query_index(
     stored: StoredIndex,
     vectorizer: Vectorizer,
@@ -309,8 +354,13 @@ def query_index(
     k: int,
     *,
     batch_size: int = 64,
+    on_device: bool = True,
 ) -> SearchResult:
-    """Rank the stored rows for each query under the index's condition."""
+    """Rank the stored rows for each query under the index's condition.
+
+    ``on_device``: search on the GPU where there is one; False searches the index where it is
+    (the CPU), without importing torch to ask.
+    """
     if k <= 0:
         raise CondsearchError(f"k must be positive, got {k}")
     if k > stored.manifest.n_vectors:
@@ -318,4 +368,4 @@ def query_index(
     if any(not q.strip() for q in queries):
         raise CondsearchError("a query is empty")
     vecs = vectorizer.vectors(queries, stored.manifest.condition, batch_size=batch_size)
-    return search(to_search_device(stored.index), vecs, k)
+    return search(to_search_device(stored.index) if on_device else stored.index, vecs, k)

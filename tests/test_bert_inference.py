@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.cache import default_cache_dir
 from condsearch.encoders import bert_inference, load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.errors import ModelError
@@ -78,7 +79,7 @@ def test_inference_loads_the_same_encoder_from_the_cache(
     tiny_bert_dir: Path, tmp_path: Path, with_adapter: bool
 ) -> None:
     adapter = _adapter(tiny_bert_dir, tmp_path / "ad") if with_adapter else None
-    cache = bert_inference.default_cache_dir()
+    cache = default_cache_dir()
     reference = load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter)
     first = load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)  # writes the copy
     assert len(_copies(cache)) == 1
@@ -93,7 +94,7 @@ def test_inference_loads_the_same_encoder_from_the_cache(
 
 def test_copies_are_keyed_by_adapter_and_model(tiny_bert_dir: Path, other_bert_dir: Path, tmp_path: Path) -> None:
     adapter = _adapter(tiny_bert_dir, tmp_path / "ad")
-    cache = bert_inference.default_cache_dir()
+    cache = default_cache_dir()
     load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
     load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)
     load_encoder(str(other_bert_dir), device="cpu", inference=True)
@@ -119,7 +120,7 @@ def test_adapter_is_still_checked_when_read_from_the_cache(
 def test_a_damaged_copy_is_a_cache_miss_and_is_rewritten(tiny_bert_dir: Path) -> None:
     reference = load_encoder(str(tiny_bert_dir), device="cpu").encode_case(SENTENCES, COLOUR)
     load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
-    (copy,) = _copies(bert_inference.default_cache_dir())
+    (copy,) = _copies(default_cache_dir())
     (copy / bert_inference.WEIGHTS_FILE).write_bytes(b"not safetensors")
     again = load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
     assert not isinstance(again.model, bert_inference.PlainBert)  # loaded by transformers
@@ -135,7 +136,7 @@ def test_unsupported_models_and_training_use_transformers(tiny_bert_dir: Path, t
     assert not bert_inference.supports({**config, "model_type": "roberta"})
     trained = load_encoder(str(tiny_bert_dir), device="cpu")  # no inference=True: what fine-tuning gets
     assert not isinstance(trained.model, bert_inference.PlainBert)
-    assert _copies(bert_inference.default_cache_dir()) == []
+    assert _copies(default_cache_dir()) == []
 
 
 def test_reading_the_copy_imports_no_transformers(tiny_bert_dir: Path) -> None:

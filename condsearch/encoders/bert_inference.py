@@ -12,24 +12,34 @@ cache miss.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.metadata
 import json
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from condsearch.cache import default_cache_dir
+from condsearch.encoders.inference_copy import (
+    CHECKED_KEY,
+    CONFIG_FILE,
+    FORMAT_VERSION,
+    TOKENIZER_FILE,
+    WEIGHTS_FILE,
+    BackendTokenizer,
+    adapter_key,
+    cache_folder,
+    read_meta,
+    read_tokenizer,
+)
 from condsearch.models import ModelSource
 
 if TYPE_CHECKING:
@@ -37,10 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
-WEIGHTS_FILE = "weights.safetensors"
-TOKENIZER_FILE = "tokenizer.json"
-CONFIG_FILE = "inference.json"
 _CONFIG_KEYS = (
     "hidden_size",
     "intermediate_size",
@@ -147,86 +153,14 @@ class PlainBert(nn.Module):
         return SimpleNamespace(last_hidden_state=x)
 
 
-class _Encoded(dict):  # type: ignore[type-arg]
-    """Tokenizer output: lists per key, as transformers' BatchEncoding, with ``sequence_ids``."""
-
-    def __init__(self, data: dict[str, list[list[int]]], encodings: list[Any]) -> None:
-        super().__init__(data)
-        self._encodings = encodings
-
-    def sequence_ids(self, i: int) -> list[int | None]:
-        return list(self._encodings[i].sequence_ids)
-
-
-class BackendTokenizer:
-    """The part of a transformers fast tokenizer that BertStyleEncoder uses, over ``tokenizers`` alone.
-
-    A transformers fast tokenizer is this same backend plus truncation and padding set per call.
-    """
-
-    is_fast = True
-
-    def __init__(self, backend: Any, meta: Mapping[str, Any]) -> None:
-        self.backend = backend
-        self.pad_token_id: int | None = meta["pad_token_id"]
-        self.model_max_length = int(meta["model_max_length"])
-        self.model_input_names: list[str] = list(meta["model_input_names"])
-        self.truncation_side = str(meta.get("truncation_side", "right"))
-
-    def num_special_tokens_to_add(self, pair: bool = False) -> int:
-        return int(self.backend.num_special_tokens_to_add(pair))
-
-    def __call__(
-        self,
-        text: Sequence[str],
-        text_pair: Sequence[str] | None = None,
-        *,
-        truncation: bool | str = False,
-        max_length: int | None = None,
-        add_special_tokens: bool = True,
-    ) -> _Encoded:
-        if truncation and max_length:
-            strategy = "longest_first" if truncation is True else str(truncation)
-            self.backend.enable_truncation(max_length, strategy=strategy, direction=self.truncation_side)
-        else:
-            self.backend.no_truncation()
-        self.backend.no_padding()
-        inputs = list(text) if text_pair is None else list(zip(text, text_pair, strict=True))
-        encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
-        fields = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
-        data = {key: [list(getattr(e, fields[key])) for e in encodings] for key in self.model_input_names}
-        return _Encoded(data, encodings)
-
-
-def cache_folder(source: ModelSource, adapter_checksum: str) -> Path | None:
-    """Return where the inference copy of a model (with an adapter merged) lives, or None if unsafe to cache.
-
-    A hub model that is not in the local cache resolves to revision 'main', which names no weights.
-    """
-    if source.revision == "main":
-        return None
-    try:
-        transformers_version = importlib.metadata.version("transformers")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    key = json.dumps(
-        [FORMAT_VERSION, source.model_id, source.revision, adapter_checksum, transformers_version, torch.__version__]
-    )
-    return default_cache_dir() / "bert-inference" / hashlib.sha256(key.encode()).hexdigest()[:24]
-
-
 def load_copy(folder: Path) -> tuple[BackendTokenizer, PlainBert] | None:
     """Return (tokenizer, model on the CPU) from a cached copy, or None if there is none or it is unreadable."""
-    if not (folder / CONFIG_FILE).is_file():
+    meta = read_meta(folder)
+    if meta is None:
         return None
     try:
-        from tokenizers import Tokenizer
-
-        meta = json.loads((folder / CONFIG_FILE).read_text())
-        if meta.get("format_version") != FORMAT_VERSION:
-            return None
         model = PlainBert(meta["config"]).load(load_file(str(folder / WEIGHTS_FILE)))
-        tokenizer = BackendTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), meta["tokenizer"])
+        tokenizer = read_tokenizer(folder, meta)
     except Exception as exc:  # noqa: BLE001 - a damaged copy is only a cache miss
         log.info("ignoring the cached inference copy in %s (%s)", folder, type(exc).__name__)
         return None
@@ -242,6 +176,19 @@ def _probe(tokenizer: Any, model: nn.Module, device: torch.device) -> torch.Tens
     with torch.inference_mode():
         hidden = model(**batch).last_hidden_state.float()
     return hidden * batch["attention_mask"].unsqueeze(-1)
+
+
+def _numpy_probe(tokenizer: Any, config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    from condsearch.encoders.numpy_bert import NumpyBert
+
+    weights = {k: v.numpy() for k, v in state.items() if not k.endswith("position_ids")}
+    enc = tokenizer(["a probe sentence, with a comma", "short"], ["the condition", "another one"], truncation=True)
+    width = max(len(ids) for ids in enc["input_ids"])
+    batch = {k: np.array([row + [0] * (width - len(row)) for row in rows]) for k, rows in enc.items()}
+    hidden = NumpyBert(config, weights).forward(
+        batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
+    )
+    return torch.from_numpy(hidden * batch["attention_mask"][:, :, None])
 
 
 def _swap_in(tmp: Path, folder: Path) -> None:
@@ -272,6 +219,7 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
     if not gap <= _TOLERANCE:
         log.info("no inference copy of this model: the plain forward pass differs by %.3g", gap)
         return False
+    numpy_gap = (_probe(tokenizer, model, device).cpu() - _numpy_probe(tokenizer, config, state)).abs().max().item()
     from tokenizers import Tokenizer
 
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: the loaded one stays as it is
@@ -280,6 +228,8 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
     meta = {
         "format_version": FORMAT_VERSION,
         "config": config,
+        # a one-shot query may compute this copy with numpy (no torch import) only where it agrees too
+        CHECKED_KEY: bool(numpy_gap <= _TOLERANCE),
         "tokenizer": {
             "pad_token_id": tokenizer.pad_token_id,
             "model_max_length": int(min(tokenizer.model_max_length, 1 << 30)),
@@ -301,14 +251,6 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
         log.info("could not cache the inference copy in %s (%s)", folder, exc)
         return False
     return True
-
-
-def adapter_key(folder: Path) -> str:
-    """Return what identifies an adapter's merged effect: its weights' sha256 and its config (rank, alpha)."""
-    from condsearch.finetune.adapter import ADAPTER_CONFIG, adapter_checksum
-
-    config = hashlib.sha256((Path(folder) / ADAPTER_CONFIG).read_bytes()).hexdigest()
-    return f"{adapter_checksum(folder)}:{config}"
 
 
 def load_for_inference(

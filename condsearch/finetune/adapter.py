@@ -8,7 +8,6 @@ top. ``--head FOLDER`` loads whichever parts are present: the adapter onto the e
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from dataclasses import asdict
@@ -20,6 +19,16 @@ from safetensors.torch import load_file, save_file
 
 from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
+from condsearch.finetune.adapter_files import (  # noqa: F401 - re-exported: the adapter's files, without torch
+    ADAPTER_CONFIG,
+    ADAPTER_FILE,
+    ADAPTER_FORMAT_VERSION,
+    adapter_checksum,
+    check_adapter,
+    encoder_settings,
+    has_adapter,
+    read_adapter_config,
+)
 from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state, merge_lora
 from condsearch.head import ProjectionHead, write_head_files
 
@@ -28,42 +37,6 @@ if TYPE_CHECKING:
     from condsearch.encoders.decoder import PromptEncoder
 
 log = logging.getLogger(__name__)
-
-ADAPTER_FORMAT_VERSION = 1
-ADAPTER_FILE = "adapter.safetensors"
-ADAPTER_CONFIG = "adapter.json"
-# What else a decoder's adapter depends on besides pooling: its prompts and attention (bidirectional layers).
-_ENCODER_SETTINGS = ("prompt_template", "unconditional_template", "bidirectional_layers")
-
-
-def encoder_settings(encoder: BertStyleEncoder | PromptEncoder) -> dict[str, object]:
-    """Return the settings of encoder's describe() that an adapter trained on it depends on ({} for BERT-style)."""
-    described = encoder.describe()
-    return {key: described[key] for key in _ENCODER_SETTINGS if key in described}
-
-
-def has_adapter(folder: Path) -> bool:
-    """Return whether folder holds a LoRA adapter."""
-    return (Path(folder) / ADAPTER_CONFIG).is_file()
-
-
-def adapter_checksum(folder: Path) -> str:
-    """Return the sha256 of the adapter weights file."""
-    try:
-        return hashlib.sha256((Path(folder) / ADAPTER_FILE).read_bytes()).hexdigest()
-    except OSError as exc:
-        raise ModelError(f"{folder}: adapter weights unreadable ({type(exc).__name__})") from exc
-
-
-def read_adapter_config(folder: Path) -> dict[str, object]:
-    """Return adapter.json, checking its format version."""
-    try:
-        meta = json.loads((Path(folder) / ADAPTER_CONFIG).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{folder}: not a condsearch adapter ({ADAPTER_CONFIG} unreadable)") from exc
-    if not isinstance(meta, dict) or meta.get("format_version") != ADAPTER_FORMAT_VERSION:
-        raise ModelError(f"{folder}: unsupported adapter format")
-    return meta
 
 
 def lora_config_of(meta: dict[str, object]) -> LoraConfig:
@@ -117,34 +90,6 @@ def save_adapter(
         if head is not None:
             write_head_files(head, tmp, extra)
     return adapter_checksum(directory)
-
-
-def check_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> dict[str, object]:
-    """Return the folder's adapter.json after checking that its adapter was trained on this encoder."""
-    folder = Path(folder)
-    meta = read_adapter_config(folder)
-    if meta.get("model_id") and meta["model_id"] != encoder.model_id:
-        raise ModelError(f"adapter {folder} was trained for {meta['model_id']}, not {encoder.model_id}")
-    if meta.get("model_revision") and meta["model_revision"] != encoder.revision:
-        log.warning(
-            "adapter %s was trained on %s at %s; it now resolves to %s",
-            folder,
-            encoder.model_id,
-            meta["model_revision"],
-            encoder.revision,
-        )
-    if meta.get("encoder_pooling") and meta["encoder_pooling"] != encoder.pooling:
-        raise ModelError(f"adapter {folder} was trained on {meta['encoder_pooling']} pooling, not {encoder.pooling}")
-    recorded = meta.get("encoder")
-    trained: dict[str, object] = recorded if isinstance(recorded, dict) else {}
-    now = encoder_settings(encoder)
-    unset = {"bidirectional_layers": 0}  # absent means causal
-    for key in _ENCODER_SETTINGS:
-        was, is_ = trained.get(key, unset.get(key)), now.get(key, unset.get(key))
-        if was != is_:
-            name = key.replace("_", " ")
-            raise ModelError(f"adapter {folder} was trained with {name} {was!r}, not {is_!r}")
-    return meta
 
 
 def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> None:
