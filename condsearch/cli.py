@@ -15,14 +15,18 @@ from typing import Any
 import click
 
 from condsearch import __version__
+from condsearch.ann import IndexConfig
 from condsearch.cli_finetune import check_head_only, finetune_options, run_finetune
 from condsearch.cli_options import (
     device_option,
     encoder_options,
     index_dir_option,
     mode_option,
+    quantize_check_option,
+    quantize_option,
     router_options,
     router_variant_option,
+    threads_option,
     trust_option,
 )
 from condsearch.errors import CondsearchError, first_line
@@ -125,8 +129,29 @@ def _quiet_transformers() -> None:
     ),
 )
 @click.option(
-    "--index-factory", default="Flat", show_default=True, help="FAISS factory string, e.g. 'HNSW32' or 'IVF256,PQ32'."
+    "--index-factory",
+    default=IndexConfig.factory,
+    show_default=True,
+    help=(
+        "FAISS factory string, e.g. 'HNSW32' or 'IVF1024,PQ32' (trained on a sample), or 'auto': Flat, HNSW or "
+        "IVF-PQ by corpus size and --max-index-memory."
+    ),
 )
+@click.option(
+    "--search-params",
+    default=IndexConfig.search_params,
+    help=(
+        "FAISS search parameters recorded in the manifest and used by query and serve, e.g. 'nprobe=32' "
+        "(IVF) or 'efSearch=128' (HNSW) [default: FAISS's; auto's own]."
+    ),
+)
+@click.option(
+    "--max-index-memory",
+    default=IndexConfig.max_index_memory,
+    show_default=True,
+    help="Memory budget of --index-factory auto, e.g. 512M or 16G.",
+)
+@click.option("--full", is_flag=True, help="Encode every row again instead of reusing the vectors of unchanged rows.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per forward pass.")
 @click.option(
     "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
@@ -135,6 +160,8 @@ def _quiet_transformers() -> None:
 @mode_option
 @router_options
 @encoder_options
+@quantize_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -147,6 +174,9 @@ def index_cmd(
     model: str | None,
     head: str,
     index_factory: str,
+    search_params: str,
+    max_index_memory: str,
+    full: bool,
     batch_size: int,
     max_length: int | None,
     as_json: bool,
@@ -163,25 +193,35 @@ def index_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str,
+    threads: int | None,
 ) -> None:
     """Encode CORPUS (parquet) under each condition and store one index per condition.
 
-    Re-indexing the same corpus under the same condition replaces its index atomically.
+    Re-indexing the same corpus under the same condition replaces its index atomically, and
+    encodes only rows that are new or whose text, encoder, adapter, head or router changed
+    (rows are matched by id); the old index answers until the new one is in. The corpus is
+    read and encoded in chunks, and an interrupted run resumes after its last finished chunk.
     With --mode csr, sentence states are cached once (env CONDSEARCH_CACHE_DIR), so each
     further condition costs only the router's per-pair remainder.
     """
-    from condsearch.corpus import read_corpus
-    from condsearch.pipeline import check_condition, index_corpus, load_csr_vectorizer, load_vectorizer
+    from condsearch.corpus import scan_corpus
+    from condsearch.pipeline import check_condition, index_conditions, load_csr_vectorizer, load_vectorizer
 
     if mode == "csr" and (bidirectional_layers is not None or preset is not None):
         raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
+    if mode == "csr" and quantize != "none":
+        raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
     try:
         for c in conditions:
             check_condition(c)
-        data = read_corpus(corpus, text_column, id_column)
+        data = scan_corpus(corpus, text_column, id_column)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
         if mode == "csr":
+            from condsearch.encoders.cpu import apply_threads
+
+            apply_threads(threads)
             vec = load_csr_vectorizer(
                 model,
                 head,
@@ -205,24 +245,37 @@ def index_cmd(
                 dtype=dtype,
                 bidirectional_layers=bidirectional_layers,
                 preset=preset,
+                quantize=quantize,
+                threads=threads,
             )
         store = _store(index_dir)
         start = time.perf_counter()
-        names = index_corpus(
+        reports = index_conditions(
             data,
             conditions,
             vec,
             store,
             corpus_name=corpus_name or corpus.stem,
             factory=index_factory,
+            search_params=search_params,
+            max_index_memory=max_index_memory,
+            full=full,
             batch_size=batch_size,
             progress=True,
         )
         elapsed = time.perf_counter() - start
     except CondsearchError as exc:
         raise _fail(exc) from exc
+    names = [r.name for r in reports]
+    for r in reports:
+        if r.n_reused or r.n_resumed:
+            click.echo(
+                f"condsearch: {r.n_encoded} row(s) encoded, {r.n_reused} kept from the last index"
+                + (f", {r.n_resumed} resumed" if r.n_resumed else ""),
+                err=True,
+            )
     rate = len(data) * len(names) / elapsed if elapsed > 0 else float("inf")
-    for name in names:
+    for name, report in zip(names, reports, strict=True):
         m = store.read_manifest(name)
         if as_json:
             click.echo(
@@ -234,6 +287,10 @@ def index_cmd(
                         "dim": m.dim,
                         "model": m.model_id,
                         "head": m.head,
+                        "factory": m.factory,
+                        "search_params": m.search_params,
+                        "encoded": report.n_encoded,
+                        "reused": report.n_reused,
                         "path": str(store.root / name),
                     },
                     ensure_ascii=False,
@@ -298,6 +355,8 @@ def _one_thread() -> None:
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
 @click.option("--head", default=None, help="Must match the index's head [default: the index's].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per query: query, condition, results.")
+@quantize_check_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -313,6 +372,8 @@ def query_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
     from condsearch.pipeline import check_condition, numpy_vectorizer_for, query_index, vectorizer_for
@@ -327,13 +388,21 @@ def query_cmd(
         stored = store.load(store.find(check_condition(condition), corpus_name))
         # A few queries on the CPU skip torch (its import costs more than they do) where numpy can
         # compute the index's own model; otherwise, and for any override, torch loads it.
-        light = few and model is None and head is None and device in (None, "cpu")
+        light = few and model is None and head is None and quantize is None and device in (None, "cpu")
         vec = numpy_vectorizer_for(stored.manifest) if light else None
         on_device = vec is None  # the numpy path searches on the CPU too, without importing torch to ask
         if vec is None:
-            if few:
+            if few and threads is None:
                 _one_thread()
-            vec = vectorizer_for(stored.manifest, model, head, device=device, trust_remote_code=trust_remote_code)
+            vec = vectorizer_for(
+                stored.manifest,
+                model,
+                head,
+                device=device,
+                trust_remote_code=trust_remote_code,
+                quantize=quantize,
+                threads=threads,
+            )
         notice = k_notice(k, stored.manifest.n_vectors)
         if notice:
             click.echo(f"condsearch: {notice}", err=True)
@@ -686,6 +755,8 @@ def demo_corpus_cmd(out: Path) -> None:
     help="How long a batch waits for more requests after its first.",
 )
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
+@quantize_check_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -699,6 +770,8 @@ def serve_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
 ) -> None:
     """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs.
 
@@ -725,6 +798,8 @@ def serve_cmd(
         max_batch=max_batch,
         batch_window_ms=batch_window_ms,
         preload=preload,
+        quantize=quantize,
+        threads=threads,
     )
     try:
         run_server(config)

@@ -1,8 +1,14 @@
-"""Reading corpora: a parquet file with a text column and an optional id column."""
+"""Reading corpora: a parquet file with a text column and an optional id column.
+
+:func:`read_corpus` loads one whole; :func:`scan_corpus` checks one in a streaming pass and
+returns a :class:`CorpusFile` that is read again in record batches, so that a corpus of
+millions of rows is never held in memory.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,103 @@ class Corpus:
 
     def __len__(self) -> int:
         return len(self.texts)
+
+    def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
+        """Yield (ids, texts) of consecutive rows, ``rows`` at a time (the last batch may be shorter)."""
+        for start in range(0, len(self.texts), rows):
+            yield self.ids[start : start + rows], self.texts[start : start + rows]
+
+
+#: rows per record batch when a parquet corpus is streamed
+READ_BATCH_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class CorpusFile:
+    """A parquet corpus checked by :func:`scan_corpus` and read again batch by batch."""
+
+    path: str
+    checksum: str
+    text_column: str
+    id_column: str | None
+    n_rows: int  # rows kept (non-blank texts)
+    n_skipped: int = 0
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
+        """Yield (ids, texts) of the kept rows in file order, exactly ``rows`` per batch but the last."""
+        ids: list[str | int] = []
+        texts: list[str] = []
+        offset = 0
+        for raw_ids, raw_texts in _record_batches(Path(self.path), self.text_column, self.id_column):
+            numbers = raw_ids if raw_ids is not None else range(offset, offset + len(raw_texts))
+            for i, t in zip(numbers, raw_texts, strict=True):
+                if t is not None and t.strip():
+                    ids.append(i)
+                    texts.append(t)
+            offset += len(raw_texts)
+            while len(texts) >= rows:
+                yield ids[:rows], texts[:rows]
+                del ids[:rows], texts[:rows]
+        if texts:
+            yield ids, texts
+
+
+def _record_batches(
+    path: Path, text_column: str, id_column: str | None
+) -> Iterator[tuple[list[str | int] | None, list[str | None]]]:
+    """Yield (ids or None, texts) per parquet record batch."""
+    try:
+        reader = pq.ParquetFile(path)
+        columns = [text_column] if id_column is None else [text_column, id_column]
+        for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns):
+            texts = batch.column(text_column).to_pylist()
+            yield (batch.column(id_column).to_pylist() if id_column else None), texts
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
+
+
+def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | None = None) -> CorpusFile:
+    """Check a parquet corpus in one streaming pass, as :func:`read_corpus` would, keeping only the ids seen.
+
+    Skips null or blank texts, refuses null or duplicate ids, a text column of non-strings and
+    a corpus with no text at all.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CorpusError(f"{path}: no such file")
+    try:
+        schema = pq.read_schema(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
+    columns = schema.names
+    if text_column not in columns:
+        raise CorpusError(f"{path}: no column {text_column!r}; columns are {', '.join(columns)}")
+    if id_column is not None and id_column not in columns:
+        raise CorpusError(f"{path}: no column {id_column!r}; columns are {', '.join(columns)}")
+    if id_column is None and "id" in columns and text_column != "id":
+        id_column = "id"
+    kind = schema.field(text_column).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        raise CorpusError(f"{path}: column {text_column!r} does not hold strings")
+    seen: set[str | int] = set()
+    n_total = 0
+    for raw_ids, texts in _record_batches(path, text_column, id_column):
+        ids = raw_ids if raw_ids is not None else range(n_total, n_total + len(texts))
+        n_total += len(texts)
+        for i, t in zip(ids, texts, strict=True):
+            if t is None or not t.strip():
+                continue
+            if i is None:
+                raise CorpusError(f"{path}: column {id_column!r} has null ids")
+            if i in seen:
+                raise CorpusError(f"{path}: duplicate id {i!r} in column {id_column!r}")
+            seen.add(i)
+    if not seen:
+        raise CorpusError(f"{path}: no non-empty texts in column {text_column!r}")
+    return CorpusFile(str(path.resolve()), file_checksum(path), text_column, id_column, len(seen), n_total - len(seen))
 
 
 def file_checksum(path: Path) -> str:

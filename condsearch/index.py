@@ -26,22 +26,41 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
     return out
 
 
-def build_index(vectors: np.ndarray, factory: str = DEFAULT_FACTORY) -> faiss.Index:
+def build_index(
+    vectors: np.ndarray,
+    factory: str = DEFAULT_FACTORY,
+    *,
+    search_params: str = "",
+    train_size: int | None = None,
+    chunk_rows: int = 1 << 16,
+) -> faiss.Index:
     """Build an inner-product index over already normalised (n, d) float32 vectors.
 
-    Raises ValueError for a factory string FAISS rejects or a training set too small for it.
+    ``vectors`` is an array or anything with ``shape``, row slicing and ``take(rows, axis=0)``
+    (a file of vectors read by rows): an index that needs training is trained on a seeded sample
+    of ``train_size`` rows [default: :func:`condsearch.ann.train_rows`], then rows are added
+    ``chunk_rows`` at a time, so no copy of all vectors is made. ``search_params`` (e.g.
+    ``nprobe=32``) are set with FAISS's ParameterSpace.
+
+    Raises ValueError for a factory string FAISS rejects, a training set too small for it or
+    search parameters that do not apply.
     """
+    from condsearch.ann import apply_search_params, sample_rows, train_rows
+
     n, d = vectors.shape
     try:
         index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
         raise ValueError(f"FAISS rejects index factory {factory!r}") from exc
+    apply_search_params(index, search_params)
     if not index.is_trained:
+        sample = sample_rows(n, train_size if train_size is not None else train_rows(n, factory))
         try:
-            index.train(vectors)
+            index.train(np.ascontiguousarray(vectors.take(sample, axis=0), dtype=np.float32))
         except RuntimeError as exc:
-            raise ValueError(f"cannot train {factory!r} on {n} vectors: too few for this index") from exc
-    index.add(vectors)
+            raise ValueError(f"cannot train {factory!r} on {len(sample)} vectors: too few for this index") from exc
+    for start in range(0, n, chunk_rows):
+        index.add(np.ascontiguousarray(vectors[start : start + chunk_rows], dtype=np.float32))
     return index
 
 

@@ -6,18 +6,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from condsearch.corpus import Corpus
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.errors import CondsearchError, ModelError, StoreError
 from condsearch.finetune.adapter_files import adapter_checksum, has_adapter
 from condsearch.head_files import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, NumpyHead, head_checksum, load_numpy_head
 from condsearch.head_files import WEIGHTS_FILE as HEAD_WEIGHTS
-from condsearch.index import DEFAULT_FACTORY, SearchResult, build_index, normalize, search, to_search_device
+from condsearch.index import DEFAULT_FACTORY, SearchResult, normalize, search, to_search_device
+from condsearch.ingest import BuildReport, CorpusSource, build_condition_index
 from condsearch.models import DEFAULT_MODEL, resolve_model
 from condsearch.store import IndexStore, Manifest, StoredIndex
 
@@ -187,7 +187,7 @@ def check_condition(condition: str) -> str:
 
 
 def index_corpus(
-    corpus: Corpus,
+    corpus: CorpusSource,
     conditions: Sequence[str],
     vectorizer: Vectorizer,
     store: IndexStore,
@@ -196,35 +196,33 @@ def index_corpus(
     factory: str = DEFAULT_FACTORY,
     batch_size: int = 64,
     progress: bool = False,
+    **build: Any,
 ) -> list[str]:
-    """Encode the corpus under each condition and write one index each; return their names."""
-    names = []
+    """Encode the corpus under each condition and write one index each; return their names.
+
+    ``build`` takes :func:`condsearch.ingest.build_condition_index`'s options (search_params,
+    max_index_memory, full, chunk_rows).
+    """
+    reports = index_conditions(
+        corpus,
+        conditions,
+        vectorizer,
+        store,
+        corpus_name=corpus_name,
+        factory=factory,
+        batch_size=batch_size,
+        progress=progress,
+        **build,
+    )
+    return [r.name for r in reports]
+
+
+def index_conditions(
+    corpus: CorpusSource, conditions: Sequence[str], vectorizer: Vectorizer, store: IndexStore, **build: Any
+) -> list[BuildReport]:
+    """Index the corpus under each distinct condition (streamed, incremental, resumable); return what each did."""
     conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
-    for condition in conditions:
-        vecs = vectorizer.vectors(corpus.texts, condition, batch_size=batch_size, progress=progress)
-        try:
-            index = build_index(vecs, factory)
-        except ValueError as exc:
-            raise CondsearchError(str(exc)) from exc
-        manifest = Manifest(
-            condition=condition,
-            corpus_name=corpus_name,
-            corpus_path=corpus.path,
-            corpus_checksum=corpus.checksum,
-            model_id=vectorizer.encoder.model_id,
-            model_revision=vectorizer.encoder.revision,
-            encoder=vectorizer.encoder.describe(),
-            mode=vectorizer.mode,
-            head=vectorizer.head_name,
-            head_checksum=vectorizer.head_checksum,
-            dim=vectorizer.dim,
-            metric="inner_product",
-            factory=factory,
-            n_vectors=len(corpus),
-            n_skipped=corpus.n_skipped,
-        )
-        names.append(store.write(manifest, index, corpus.ids, corpus.texts))
-    return names
+    return [build_condition_index(corpus, c, vectorizer, store, **build) for c in conditions]
 
 
 def vectorizer_for(

@@ -1,7 +1,9 @@
 """Where indexes live: one index per (corpus, condition), replaced atomically, read without locks.
 
 Layout: ``<root>/<name>`` is a relative symlink to ``<root>/.versions/<name>/<version>/``, the
-folder that holds ``manifest.json``, ``index.faiss`` and ``rows.parquet``. A write fills a new
+folder that holds ``manifest.json``, ``index.faiss``, ``rows.parquet`` (ids, texts and text hashes)
+and ``vectors.npy`` (the indexed vectors, so that a re-index encodes only changed rows and a new
+index type needs no encoder). A write fills a new
 version folder, then points the symlink at it with one ``os.replace`` (atomic on POSIX) and
 deletes the older versions; writers of one name take a file lock. Readers never rename or
 delete: they open the folder the symlink points to once and read all three files from that
@@ -12,6 +14,10 @@ Folders written before versioning (``<root>/<name>`` a real directory, format 1)
 the next write of that index moves it into the versioned layout. A ``.trash-<name>-*`` folder
 that an older condsearch left when killed between its two renames is read in place when
 ``<name>`` is missing.
+
+A long build (:meth:`IndexStore.writing`) holds the lock and fills ``<root>/.versions/<name>.partial/``,
+which survives an interruption so that the next build resumes there; the published index keeps
+answering until the build's version replaces it.
 
 Loading checks the index file cheaply (size, modification time and the first and last 64 KiB
 against the manifest) and hashes it in full only when its modification time has changed;
@@ -26,7 +32,7 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,14 +44,19 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 from condsearch import __version__
+from condsearch.ann import apply_search_params
 from condsearch.errors import StoreError, first_line
+from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
-FORMAT_VERSION = 2  # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
-READABLE_FORMATS = (1, 2)
+# 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
+# 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
+FORMAT_VERSION = 3
+READABLE_FORMATS = (1, 2, 3)
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
 VERSIONS = ".versions"
+PARTIAL = ".partial"  # <root>/.versions/<name>.partial: a build's resumable work
 _TRASH = ".trash-"
 _PROBE = 64 << 10
 _ATTEMPTS = 20
@@ -70,6 +81,8 @@ class Manifest:
     factory: str
     n_vectors: int
     n_skipped: int
+    search_params: str = ""  # FAISS ParameterSpace string set on every load, e.g. "nprobe=32"
+    fingerprint: str = ""  # condsearch.vectors.vector_fingerprint of the kept vectors ("" when none are kept)
     index_checksum: str = ""  # sha256 of index.faiss
     index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
     index_mtime_ns: int = 0  # its modification time when written
@@ -77,6 +90,16 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""
+
+
+@dataclass(frozen=True)
+class KeptVectors:
+    """The vectors kept beside an index, with the ids and text hashes of their rows (row i ↔ vector i)."""
+
+    manifest: Manifest
+    ids: list[str | int]
+    hashes: list[bytes]
+    vectors: VectorFile
 
 
 @dataclass(frozen=True)
@@ -155,28 +178,53 @@ class IndexStore:
 
     # ------------------------------------------------------------------ writing
 
-    def write(self, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]) -> str:
-        """Write one index; an existing one for the same (corpus, condition) is replaced."""
+    def write(
+        self,
+        manifest: Manifest,
+        index: faiss.Index,
+        ids: list[str | int],
+        texts: list[str],
+        vectors: object | None = None,
+    ) -> str:
+        """Write one index (and the (n, d) float32 vectors it holds, if given); replace any earlier one."""
         if index.ntotal != len(ids) or len(ids) != len(texts):
             raise ValueError("index, ids and texts differ in length")
         name = index_name(manifest.corpus_name, manifest.condition)
+
+        def place(version: Path) -> None:
+            write_rows(version / ROWS_FILE, ids, texts)
+            if vectors is not None:
+                import numpy as np
+
+                np.save(version / VECTORS_FILE, np.ascontiguousarray(vectors, dtype="<f4"), allow_pickle=False)
+
+        with self.writing(manifest.corpus_name, manifest.condition) as draft:
+            draft.publish(manifest, index, place)
+        return name
+
+    @contextmanager
+    def writing(self, corpus_name: str, condition: str) -> Iterator[Draft]:
+        """Hold the write lock of one index and yield a :class:`Draft` to publish its next version through."""
+        name = index_name(corpus_name, condition)
         try:
             (self.root / VERSIONS / name).mkdir(parents=True, exist_ok=True)
             with FileLock(self.root / VERSIONS / f"{name}.lock"):
-                version = self._write_version(name, manifest, index, ids, texts)
-                self._publish(name, version)
-                self._collect(name, keep=version)
+                yield Draft(self, name, condition, self.root / VERSIONS / f"{name}{PARTIAL}")
         except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
             reason = exc.strerror or first_line(exc)
-            raise StoreError(f"{self.root}: cannot write the index of {manifest.condition!r} ({reason})") from exc
-        return name
+            raise StoreError(f"{self.root}: cannot write the index of {condition!r} ({reason})") from exc
 
-    def _write_version(
-        self, name: str, manifest: Manifest, index: faiss.Index, ids: list[str | int], texts: list[str]
-    ) -> Path:
+    def _replace(self, name: str, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None]) -> None:
+        """Write a new version (index and manifest here, rows and vectors by place) and publish it (lock held)."""
+        version = self._write_version(name, manifest, index, place)
+        self._publish(name, version)
+        self._collect(name, keep=version)
+
+    def _write_version(self, name: str, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None]) -> Path:
         version = self.root / VERSIONS / name / f"{time.time_ns()}-{os.getpid()}"
         version.mkdir()
         try:
+            place(version)
             with open(version / INDEX_FILE, "wb+") as fh:
                 # through Python's file, so that a full disk is an OSError rather than faiss's RuntimeError
                 faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
@@ -185,10 +233,10 @@ class IndexStore:
                 checksum = _sha256(fh)
                 size = os.fstat(fh.fileno()).st_size
                 probe = _probe(fh, size)
-            with open(version / ROWS_FILE, "wb") as fh:
-                pq.write_table(pa.table({"id": ids, "text": texts}), fh)
-                fh.flush()
-                os.fsync(fh.fileno())
+            for kept in (ROWS_FILE, VECTORS_FILE):
+                if (version / kept).is_file():
+                    with open(version / kept, "rb+") as fh:
+                        os.fsync(fh.fileno())
             final = Manifest(
                 **{
                     **asdict(manifest),
@@ -393,15 +441,41 @@ class IndexStore:
                 self._check_index_file(index_path, files.index, manifest, verify=verify)
                 files.index.seek(0)
                 index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))
-                rows = pq.read_table(files.rows)
+                rows = pq.read_table(files.rows, columns=[c for c in ("id", "text") if c in _columns(files.rows)])
+                apply_search_params(index, manifest.search_params)
             except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
                 raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
+            except ValueError as exc:
+                raise StoreError(f"{files.folder}: {first_line(exc)}; rebuild this index") from exc
         folder = self.root / name
         ids = rows.column("id").to_pylist() if "id" in rows.column_names else []
         texts = rows.column("text").to_pylist() if "text" in rows.column_names else []
         if not (index.ntotal == manifest.n_vectors == len(ids) == len(texts)) or index.d != manifest.dim:
             raise StoreError(f"{folder}: index, rows and manifest disagree; rebuild this index")
         return StoredIndex(name, manifest, index, ids, texts)
+
+    def kept_vectors(self, name: str) -> KeptVectors | None:
+        """Return the vectors kept beside an index with their rows' ids and text hashes, or None if it has none.
+
+        Meant for the index's writer (holding :meth:`writing`'s lock), so the version read stays in place.
+        """
+        if self._folder(name) is None:
+            return None
+        with self._open(name, data=False) as files:
+            manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
+            folder = files.folder.resolve()
+        if manifest.format_version < 3 or not manifest.fingerprint or not (folder / VECTORS_FILE).is_file():
+            return None
+        try:
+            rows = pq.read_table(folder / ROWS_FILE, columns=["id", "text_hash"])
+            vectors = VectorFile(folder / VECTORS_FILE)
+        except (OSError, ValueError, KeyError, pa.ArrowInvalid):
+            return None  # damaged or missing: the next build encodes every row
+        ids, hashes = rows.column("id").to_pylist(), rows.column("text_hash").to_pylist()
+        if not (len(ids) == len(hashes) == vectors.shape[0] == manifest.n_vectors) or vectors.shape[1] != manifest.dim:
+            vectors.close()
+            return None
+        return KeptVectors(manifest, ids, hashes, vectors)
 
     def verify(self, name: str) -> Manifest:
         """Check one index in full (sha256 of its index file, rows and counts); return its manifest."""
@@ -423,3 +497,44 @@ class IndexStore:
                 return
         if _sha256(fh) != manifest.index_checksum:
             raise damaged
+
+
+def _columns(fh: IO[bytes]) -> list[str]:
+    fh.seek(0)
+    names = pq.read_schema(fh).names
+    fh.seek(0)
+    return names
+
+
+def write_rows(path: Path, ids: list[str | int], texts: list[str]) -> None:
+    """Write an index's rows file: id, text and the text's hash (which re-indexing compares)."""
+    hashes = pa.array([text_hash(t) for t in texts], type=pa.binary(16))
+    pq.write_table(pa.table({"id": ids, "text": texts, "text_hash": hashes}), path)
+
+
+class Draft:
+    """The next version of one index, built while the published one keeps answering (the lock is held).
+
+    ``staging`` is a folder for work that should survive an interruption (a resumable build puts its
+    rows and vectors there); :meth:`publish` writes the index and manifest and swaps the version in.
+    """
+
+    def __init__(self, store: IndexStore, name: str, condition: str, staging: Path) -> None:
+        self.store, self.name, self.condition, self.staging = store, name, condition, staging
+
+    def publish(self, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None] | None = None) -> str:
+        """Publish index with manifest; place(version) writes the rows (and vectors), else they move from staging."""
+        if index_name(manifest.corpus_name, manifest.condition) != self.name:
+            raise ValueError("the manifest names another index than this draft's")
+
+        def move(version: Path) -> None:
+            for kept in (ROWS_FILE, VECTORS_FILE):
+                if (self.staging / kept).is_file():
+                    os.replace(self.staging / kept, version / kept)
+
+        self.store._replace(self.name, manifest, index, place or move)  # noqa: SLF001 - the draft is the store's
+        return self.name
+
+    def discard_staging(self) -> None:
+        """Delete the staging folder (after a publish, or to start a build afresh)."""
+        shutil.rmtree(self.staging, ignore_errors=True)

@@ -1,0 +1,288 @@
+"""Building one condition's index in chunks: reuse kept vectors, encode the rest, resume after an interruption.
+
+A corpus is read ``chunk_rows`` rows at a time. A row whose id and text hash match a row of the
+published index, built with the same vector fingerprint (encoder, adapter, head, router), takes
+that row's kept vector; every other row is encoded. Each finished chunk's vectors and rows are
+written to the store's staging folder with a record of progress, so an interrupted build starts
+again after its last finished chunk. The index is then built from the vectors file alone, and
+published in one step: until then the previous version keeps answering. Since every vector is
+what a full rebuild would compute, and the index is rebuilt from all of them in corpus order,
+the result is the full rebuild's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from tqdm.auto import tqdm
+
+from condsearch.ann import (
+    AUTO,
+    IndexConfig,
+    apply_search_params,
+    choose_index,
+    format_search_params,
+    ivf_lists,
+    parse_memory,
+    parse_search_params,
+)
+from condsearch.errors import CondsearchError
+from condsearch.index import build_index
+from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
+from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
+
+if TYPE_CHECKING:
+    from condsearch.pipeline import Vectorizer
+
+log = logging.getLogger(__name__)
+
+#: rows encoded and written between two resumable checkpoints
+CHUNK_ROWS = 8192
+_PROGRESS = "progress.json"
+_CHUNKS = "rows"
+
+
+class CorpusSource(Protocol):
+    """A corpus as ingestion reads it (:class:`condsearch.corpus.Corpus` or :class:`~condsearch.corpus.CorpusFile`)."""
+
+    path: str
+    checksum: str
+    n_skipped: int
+
+    def __len__(self) -> int: ...
+
+    def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]: ...
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What one build did: rows indexed, encoded, reused from the last index, and resumed from staging."""
+
+    name: str
+    n_rows: int
+    n_encoded: int
+    n_reused: int
+    n_resumed: int
+    factory: str
+    search_params: str
+
+
+def plan_index(n: int, dim: int, factory: str, search_params: str, max_index_memory: str) -> tuple[str, str]:
+    """Return the (factory, canonical search params) to build, checked before any encoding; raise CondsearchError."""
+    try:
+        if factory == AUTO:
+            plan = choose_index(n, dim, parse_memory(max_index_memory))
+            factory, search_params = plan.factory, search_params or plan.search_params
+        try:
+            probe = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError as exc:
+            raise ValueError(f"FAISS rejects index factory {factory!r}") from exc
+        apply_search_params(probe, search_params)
+    except ValueError as exc:
+        raise CondsearchError(str(exc)) from exc
+    if ivf_lists(factory) > n:
+        raise CondsearchError(f"cannot train {factory!r} on {n} vectors: too few for this index")
+    return factory, format_search_params(parse_search_params(search_params))
+
+
+def build_condition_index(
+    corpus: CorpusSource,
+    condition: str,
+    vectorizer: Vectorizer,
+    store: IndexStore,
+    *,
+    corpus_name: str,
+    factory: str = IndexConfig.factory,
+    search_params: str = IndexConfig.search_params,
+    max_index_memory: str = IndexConfig.max_index_memory,
+    full: bool = False,
+    batch_size: int = 64,
+    chunk_rows: int = CHUNK_ROWS,
+    progress: bool = False,
+) -> BuildReport:
+    """Index corpus under one condition, encoding only rows the published index does not hold (all with full)."""
+    n, dim = len(corpus), vectorizer.dim
+    factory, search_params = plan_index(n, dim, factory, search_params, max_index_memory)
+    fingerprint = vector_fingerprint(
+        vectorizer.encoder.describe(), mode=vectorizer.mode, head_checksum=vectorizer.head_checksum, dim=dim
+    )
+    with store.writing(corpus_name, condition) as draft:
+        kept = None if full else _usable(store.kept_vectors(draft.name), fingerprint)
+        try:
+            counts = _encode_chunks(
+                corpus, condition, vectorizer, draft, kept, fingerprint, batch_size, chunk_rows, full, progress
+            )
+        finally:
+            if kept is not None:
+                kept.vectors.close()
+        vectors = VectorFile(draft.staging / VECTORS_FILE)
+        try:
+            index = build_index(vectors, factory, search_params=search_params)
+        except ValueError as exc:
+            raise CondsearchError(str(exc)) from exc
+        finally:
+            vectors.close()
+        manifest = Manifest(
+            condition=condition,
+            corpus_name=corpus_name,
+            corpus_path=corpus.path,
+            corpus_checksum=corpus.checksum,
+            model_id=vectorizer.encoder.model_id,
+            model_revision=vectorizer.encoder.revision,
+            encoder=vectorizer.encoder.describe(),
+            mode=vectorizer.mode,
+            head=vectorizer.head_name,
+            head_checksum=vectorizer.head_checksum,
+            dim=dim,
+            metric="inner_product",
+            factory=factory,
+            n_vectors=n,
+            n_skipped=corpus.n_skipped,
+            search_params=search_params,
+            fingerprint=fingerprint,
+        )
+        draft.publish(manifest, index)
+        draft.discard_staging()
+    return BuildReport(draft.name, n, *counts, factory, search_params)
+
+
+def _usable(kept: KeptVectors | None, fingerprint: str) -> KeptVectors | None:
+    if kept is not None and kept.manifest.fingerprint != fingerprint:
+        log.info("the encoder, adapter, head or router changed since the last build: encoding every row")
+        kept.vectors.close()
+        return None
+    return kept
+
+
+@dataclass
+class _Progress:
+    key: str
+    chunks_done: int = 0
+    rows_done: int = 0
+    n_encoded: int = 0
+    n_reused: int = 0
+
+
+def _load_progress(staging: Path, key: str) -> _Progress | None:
+    try:
+        raw = json.loads((staging / _PROGRESS).read_text(encoding="utf-8"))
+        state = _Progress(**raw)
+    except (OSError, ValueError, TypeError):
+        return None
+    return state if state.key == key and (staging / VECTORS_FILE).is_file() else None
+
+
+def _save_progress(staging: Path, state: _Progress) -> None:
+    tmp = staging / f".{_PROGRESS}.tmp"
+    tmp.write_text(json.dumps(asdict(state)), encoding="utf-8")
+    os.replace(tmp, staging / _PROGRESS)
+
+
+def _encode_chunks(
+    corpus: CorpusSource,
+    condition: str,
+    vectorizer: Vectorizer,
+    draft: Draft,
+    kept: KeptVectors | None,
+    fingerprint: str,
+    batch_size: int,
+    chunk_rows: int,
+    full: bool,
+    progress: bool,
+) -> tuple[int, int, int]:
+    """Fill the staging folder's vectors.npy and rows.parquet; return (encoded, reused, resumed) row counts."""
+    n, dim = len(corpus), vectorizer.dim
+    staging = draft.staging
+    key = hashlib.sha256(
+        json.dumps([corpus.checksum, corpus.path, condition, fingerprint, chunk_rows, n, dim]).encode()
+    ).hexdigest()
+    state = None if full else _load_progress(staging, key)
+    if state is None:
+        draft.discard_staging()
+        (staging / _CHUNKS).mkdir(parents=True)
+        state = _Progress(key)
+        _save_progress(staging, state)
+    resumed = state.rows_done
+    if resumed:
+        log.info("resuming %r after %d finished rows", condition, resumed)
+    previous = {i: (pos, h) for pos, (i, h) in enumerate(zip(kept.ids, kept.hashes, strict=True))} if kept else {}
+    writer = VectorWriter(staging / VECTORS_FILE, (n, dim), resume=resumed > 0)
+    bar = tqdm(total=n, initial=resumed, unit="row", desc=f"indexing {condition[:30]!r}", disable=not progress)
+    try:
+        for k, (ids, texts) in enumerate(corpus.batches(chunk_rows)):
+            if k < state.chunks_done:
+                continue
+            hashes = [text_hash(t) for t in texts]
+            out, n_encoded = _chunk_vectors(ids, texts, hashes, previous, kept, condition, vectorizer, batch_size)
+            writer.write(state.rows_done, out)
+            writer.sync()
+            chunk = pa.table({"id": ids, "text": texts, "text_hash": pa.array(hashes, type=pa.binary(16))})
+            tmp = staging / _CHUNKS / f".{k:08d}.tmp"
+            pq.write_table(chunk, tmp)
+            os.replace(tmp, staging / _CHUNKS / f"{k:08d}.parquet")
+            state.chunks_done, state.rows_done = k + 1, state.rows_done + len(ids)
+            state.n_encoded += n_encoded
+            state.n_reused += len(ids) - n_encoded
+            _save_progress(staging, state)
+            bar.update(len(ids))
+            bar.set_postfix(encoded=state.n_encoded, reused=state.n_reused, refresh=False)
+    finally:
+        bar.close()
+        writer.close()
+    if state.rows_done != n:
+        raise CondsearchError(f"{corpus.path}: read {state.rows_done} rows where {n} were counted; did it change?")
+    _merge_rows(staging)
+    return state.n_encoded, state.n_reused, resumed
+
+
+def _chunk_vectors(
+    ids: list[str | int],
+    texts: list[str],
+    hashes: list[bytes],
+    previous: dict[str | int, tuple[int, bytes]],
+    kept: KeptVectors | None,
+    condition: str,
+    vectorizer: Vectorizer,
+    batch_size: int,
+) -> tuple[np.ndarray, int]:
+    """Return one chunk's vectors, kept ones copied and the rest encoded, and how many were encoded."""
+    reuse_at, reuse_from, encode_at = [], [], []
+    for j, (i, h) in enumerate(zip(ids, hashes, strict=True)):
+        hit = previous.get(i)
+        if hit is not None and hit[1] == h:
+            reuse_at.append(j)
+            reuse_from.append(hit[0])
+        else:
+            encode_at.append(j)
+    out = np.empty((len(ids), vectorizer.dim), dtype=np.float32)
+    if reuse_at and kept is not None:
+        out[reuse_at] = kept.vectors.take(reuse_from)
+    if encode_at:
+        out[encode_at] = vectorizer.vectors([texts[j] for j in encode_at], condition, batch_size=batch_size)
+    return out, len(encode_at)
+
+
+def _merge_rows(staging: Path) -> None:
+    """Join the chunks' rows files into one rows.parquet, a chunk at a time."""
+    parts = sorted((staging / _CHUNKS).glob("*.parquet"))
+    writer: pq.ParquetWriter | None = None
+    try:
+        for part in parts:
+            table = pq.read_table(part)
+            if writer is None:
+                writer = pq.ParquetWriter(staging / ROWS_FILE, table.schema)
+            writer.write_table(table.cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()
