@@ -36,6 +36,7 @@ from condsearch import __version__  # noqa: E402
 from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
+from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 from condsearch.errors import CondsearchError  # noqa: E402
 from condsearch.metrics import cosine_to_mean, isotropy  # noqa: E402
 from condsearch.pipeline import SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
@@ -92,6 +93,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=64, help="pairs per encoder forward pass")
     p.add_argument("--no-cache", action="store_true", help="do not use the encoder-output cache")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_CHOICES,
+        default=CpuConfig.quantize,
+        help="int8: encode with the int8 encoder (CPU, onnxruntime) and score float32 on dev beside it",
+    )
+    p.add_argument("--threads", type=int, default=CpuConfig.threads, help="intra-op threads [default: every core]")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
     p.add_argument(
@@ -104,6 +112,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--train and --dev are required (except with --smoke)")
     if args.head not in HEAD_CHOICES and not Path(args.head).is_dir():
         p.error(f"--head {args.head!r}: choose from {', '.join(HEAD_CHOICES)} or give a folder")
+    if args.mode == "csr" and args.quantize != "none":
+        p.error("--quantize applies to --mode case and unconditional (the CSR remainder stays float32)")
     if args.mode == "csr" and args.head not in ("auto", "none"):
         p.error("--mode csr evaluates the routed vectors directly: --head applies to case/unconditional only")
     return args
@@ -170,7 +180,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         epochs = 2
     if args.mode == "csr":
         return _run_csr(args, splits)
-    encoder = load_encoder(args.model, adapter=_adapter_folder(args))
+    encoder = load_encoder(args.model, adapter=_adapter_folder(args), quantize=args.quantize, threads=args.threads)
     cache = None if args.no_cache or args.smoke else EmbeddingCache(default_cache_dir() / "features")
     featurize = case_features if args.mode == "case" else plain_features
     head_choice = args.head
@@ -198,6 +208,12 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     result: dict[str, object] = {name: evaluate_head(head, f) for name, f in feats.items()}
     if args.dims and head_choice == "train":
         result["dim_sweep"] = _dim_sweep(args, feats, epochs)
+    if args.quantize == "int8":
+        result["float32"] = _float32_beside(args, splits["dev"], head, featurize, cache)
+        result["int8_minus_float32_dev_spearman"] = round(
+            float(result["dev"]["spearman"]) - float(result["float32"]["dev"]["spearman"]),
+            2,  # type: ignore[index]
+        )
     if args.mode == "case":
         _log(f"isotropy on dev ({args.isotropy_directions} directions)")
         result["isotropy"] = isotropy_report(
@@ -217,6 +233,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "files": {k: str(getattr(args, k)) for k in ("train", "dev", "test") if getattr(args, k)},
         "dropped_label_minus_1": {k: v.n_dropped for k, v in splits.items()},
         "encode_seconds": round(encode_s, 2),
+        "quantize": args.quantize,
+        "threads": torch.get_num_threads(),
         "condsearch_version": __version__,
         "torch": torch.__version__,
         "device": str(getattr(encoder, "device", "cpu")),
@@ -224,6 +242,16 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "git_commit": git_commit(),
     }
     return result
+
+
+def _float32_beside(
+    args: argparse.Namespace, dev: CstsData, head: object, featurize: object, cache: EmbeddingCache | None
+) -> dict[str, object]:
+    """Score dev in float32 with the same head (and adapter), to set beside the int8 score."""
+    _log("encoding dev in float32 to compare")
+    reference = load_encoder(args.model, adapter=_adapter_folder(args), inference=True, device="cpu")
+    feats = featurize(reference, dev, batch_size=args.batch_size, cache=cache, progress=True)  # type: ignore[operator]
+    return {"dev": evaluate_head(head, feats), "encoder": reference.describe()}  # type: ignore[arg-type]
 
 
 def _adapter_folder(args: argparse.Namespace) -> Path | None:
@@ -319,10 +347,16 @@ def markdown(result: dict[str, object]) -> str:
         "| split | n | Spearman×100 | Pearson×100 |",
         "|---|---:|---:|---:|",
     ]
+    quantize = config.get("quantize", "none")
     for split in ("train", "dev", "test"):
         r = result.get(split)
         if isinstance(r, dict):
-            lines.append(f"| {split} | {r['n']} | {r['spearman']:.2f} | {r['pearson']:.2f} |")
+            name = f"{split} ({quantize})" if quantize != "none" else split
+            lines.append(f"| {name} | {r['n']} | {r['spearman']:.2f} | {r['pearson']:.2f} |")
+    beside = result.get("float32")
+    if isinstance(beside, dict):
+        r = beside["dev"]
+        lines.append(f"| dev (float32) | {r['n']} | {r['spearman']:.2f} | {r['pearson']:.2f} |")
     sweep = result.get("dim_sweep")
     if isinstance(sweep, list) and sweep:
         lines += ["", "| head dim | dev Spearman×100 | dev Pearson×100 | best epoch |", "|---:|---:|---:|---:|"]

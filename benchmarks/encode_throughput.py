@@ -16,11 +16,22 @@ the cost of a 0.6B decoder embedder can be measured where its weights cannot be 
 
     python benchmarks/encode_throughput.py --csv $D/train.csv -n 20000 --device cuda --dtype bfloat16
     python benchmarks/encode_throughput.py --csv $D/train.csv -n 4000 --arch qwen3-0.6b --device cuda
+
+``--quantize int8`` measures instead, in one run and on the same pairs, CASE with the int8
+encoder (onnxruntime dynamic int8, see condsearch.encoders.int8), CASE in float32 (the same
+model loaded for inference) and sentence-transformers' ``encode()`` of each pair's sentence and
+condition joined by a space (one plain embedding per pair, about the same tokens). The three run
+in turn within each repeat, so a change in the machine's load falls on all of them; the JSON
+gives their median pairs/s, ``int8_speedup`` (int8 / float32) and how close the int8 CASE
+vectors are to float32's (cosine).
+
+    python benchmarks/encode_throughput.py --csv $D/dev.csv -n 2000 --quantize int8
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +46,7 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_outp
 
 from condsearch.csts import read_csts  # noqa: E402
 from condsearch.encoders import load_encoder  # noqa: E402
+from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 
 #: Qwen3-Embedding-0.6B's published shape (its vocabulary is replaced by the BPE trained here)
 QWEN3_06B = {
@@ -124,7 +136,7 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
             shape = TINY_QWEN3 if args.smoke else QWEN3_06B
             model = str(build_random_qwen3(Path(tmp), texts + conditions, shape, 512 if args.smoke else 16000))
             log("throughput", f"built a random {args.arch} in {tmp}")
-        encoder = load_encoder(model, device=args.device, dtype=args.dtype)
+        encoder = load_encoder(model, device=args.device, dtype=args.dtype, threads=args.threads)
         net = encoder.model  # type: ignore[attr-defined]
         device = next(net.parameters()).device
         dtype = next(net.parameters()).dtype
@@ -169,6 +181,80 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
         }
 
 
+def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[str]) -> dict[str, object]:
+    """Return pairs/s of int8 CASE, float32 CASE and sentence-transformers' encode() on the same pairs."""
+    import numpy as np
+    from sentence_transformers import SentenceTransformer
+
+    from condsearch.encoders.int8 import pooled_cosines
+    from condsearch.models import resolve_model
+
+    load_before = os.getloadavg()
+    int8 = load_encoder(args.model, quantize="int8", threads=args.threads)
+    float32 = load_encoder(args.model, inference=True, device="cpu", threads=args.threads)
+    peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
+    pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
+    n_tokens = count_tokens(float32, pairs)
+
+    def case(encoder: object, r: int) -> object:
+        conds = [f"{c} ({r})" for c, _ in pairs]  # a new suffix per repeat: nothing reused between repeats
+        return encoder.encode_case([s for _, s in pairs], conds, batch_size=args.batch_size)  # type: ignore[attr-defined]
+
+    runs = {
+        "int8": lambda r: case(int8, r),
+        "float32": lambda r: case(float32, r),
+        "sentence_transformers": lambda r: peer.encode(
+            [f"{s} {c} ({r})" for c, s in pairs], batch_size=args.batch_size, convert_to_numpy=True
+        ),
+    }
+    warm = min(len(pairs), 2 * args.batch_size)
+    int8.encode_case(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    float32.encode_case(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    peer.encode(texts[:warm], batch_size=args.batch_size)
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    outputs: dict[str, object] = {}
+    for r in range(args.repeats):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            outputs[name] = run(r)
+            seconds[name].append(time.perf_counter() - start)
+        log("throughput", " ".join(f"{n}: {len(pairs) / t[-1]:.0f}" for n, t in seconds.items()) + " pairs/s")
+    rate = {name: len(pairs) / statistics.median(t) for name, t in seconds.items()}
+    cos = pooled_cosines(np.asarray(outputs["int8"]), np.asarray(outputs["float32"]))
+    return {
+        "model": int8.model_id,
+        "quantize": "int8",
+        "runtime": int8.describe()["quantize_runtime"],
+        "device": "cpu",
+        "threads": torch.get_num_threads(),
+        "n_pairs": len(pairs),
+        "batch_size": args.batch_size,
+        "mean_tokens_per_pair": round(n_tokens / len(pairs), 1),
+        "seconds": {name: [round(x, 3) for x in t] for name, t in seconds.items()},
+        "pairs_per_s": {name: round(v, 1) for name, v in rate.items()},
+        "int8_speedup": round(rate["int8"] / rate["float32"], 3),
+        "int8_vs_sentence_transformers": round(rate["int8"] / rate["sentence_transformers"], 3),
+        "float32_vs_sentence_transformers": round(rate["float32"] / rate["sentence_transformers"], 3),
+        "case_cosine_int8_float32": {"median": round(float(np.median(cos)), 4), "min": round(float(cos.min()), 4)},
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def int8_table(r: dict[str, object]) -> str:
+    rate = r["pairs_per_s"]
+    assert isinstance(rate, dict)
+    return (
+        f"{r['model']}, {r['n_pairs']} pairs ({r['mean_tokens_per_pair']} tokens/pair), batch {r['batch_size']}, "
+        f"{r['threads']} threads, load {r['load_average_before']}\n\n"
+        "| encoder | pairs/s (median) | vs float32 |\n|---|---:|---:|\n"
+        + "".join(
+            f"| {name} | {rate[name]:.3g} | {rate[name] / rate['float32']:.2f}× |\n"
+            for name in ("int8", "float32", "sentence_transformers")
+        )
+    )
+
+
 def table(r: dict[str, object]) -> str:
     return (
         "| model | dtype | device | pairs | tokens/pair | pairs/s | tokens/s | matmul TFLOP/s "
@@ -191,6 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--peak-size", type=int, default=8192, help="side of the square matmul that measures the bound")
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_CHOICES,
+        default=CpuConfig.quantize,
+        help="int8: int8 CASE beside float32 CASE and sentence-transformers' encode() (CPU)",
+    )
+    p.add_argument("--threads", type=int, default=CpuConfig.threads, help="intra-op threads [default: every core]")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="synthetic pairs, a tiny architecture, seconds")
@@ -205,6 +298,12 @@ def main(argv: list[str] | None = None) -> int:
         data = read_csts(args.csv)
     texts = list(dict.fromkeys(data.sentence1 + data.sentence2))[: args.n]
     conditions = list(dict.fromkeys(data.condition))
+    if args.quantize == "int8":
+        if args.arch is not None or args.device not in (None, "cpu") or args.dtype != "auto":
+            p.error("--quantize int8 measures a BERT-style --model on the CPU; drop --arch, --device and --dtype")
+        result = {**measure_int8(args, texts, conditions), **run_info("cpu")}
+        write_outputs(result, int8_table(result), args.json_out, args.md_out)
+        return 0
     result = {**measure(args, texts, conditions), **run_info(args.device)}
     write_outputs(result, table(result), args.json_out, args.md_out)
     return 0

@@ -22,8 +22,11 @@ from condsearch.cli_options import (
     encoder_options,
     index_dir_option,
     mode_option,
+    quantize_check_option,
+    quantize_option,
     router_options,
     router_variant_option,
+    threads_option,
     trust_option,
 )
 from condsearch.errors import CondsearchError, first_line
@@ -157,6 +160,8 @@ def _quiet_transformers() -> None:
 @mode_option
 @router_options
 @encoder_options
+@quantize_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -188,6 +193,8 @@ def index_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str,
+    threads: int | None,
 ) -> None:
     """Encode CORPUS (parquet) under each condition and store one index per condition.
 
@@ -203,6 +210,8 @@ def index_cmd(
 
     if mode == "csr" and (bidirectional_layers is not None or preset is not None):
         raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
+    if mode == "csr" and quantize != "none":
+        raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
     try:
         for c in conditions:
             check_condition(c)
@@ -210,6 +219,9 @@ def index_cmd(
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
         if mode == "csr":
+            from condsearch.encoders.cpu import apply_threads
+
+            apply_threads(threads)
             vec = load_csr_vectorizer(
                 model,
                 head,
@@ -233,6 +245,8 @@ def index_cmd(
                 dtype=dtype,
                 bidirectional_layers=bidirectional_layers,
                 preset=preset,
+                quantize=quantize,
+                threads=threads,
             )
         store = _store(index_dir)
         start = time.perf_counter()
@@ -341,6 +355,8 @@ def _one_thread() -> None:
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
 @click.option("--head", default=None, help="Must match the index's head [default: the index's].")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per query: query, condition, results.")
+@quantize_check_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -356,6 +372,8 @@ def query_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
     from condsearch.pipeline import check_condition, numpy_vectorizer_for, query_index, vectorizer_for
@@ -370,13 +388,21 @@ def query_cmd(
         stored = store.load(store.find(check_condition(condition), corpus_name))
         # A few queries on the CPU skip torch (its import costs more than they do) where numpy can
         # compute the index's own model; otherwise, and for any override, torch loads it.
-        light = few and model is None and head is None and device in (None, "cpu")
+        light = few and model is None and head is None and quantize is None and device in (None, "cpu")
         vec = numpy_vectorizer_for(stored.manifest) if light else None
         on_device = vec is None  # the numpy path searches on the CPU too, without importing torch to ask
         if vec is None:
-            if few:
+            if few and threads is None:
                 _one_thread()
-            vec = vectorizer_for(stored.manifest, model, head, device=device, trust_remote_code=trust_remote_code)
+            vec = vectorizer_for(
+                stored.manifest,
+                model,
+                head,
+                device=device,
+                trust_remote_code=trust_remote_code,
+                quantize=quantize,
+                threads=threads,
+            )
         notice = k_notice(k, stored.manifest.n_vectors)
         if notice:
             click.echo(f"condsearch: {notice}", err=True)
@@ -729,6 +755,8 @@ def demo_corpus_cmd(out: Path) -> None:
     help="How long a batch waits for more requests after its first.",
 )
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
+@quantize_check_option
+@threads_option
 @index_dir_option
 @device_option
 @trust_option
@@ -742,6 +770,8 @@ def serve_cmd(
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
 ) -> None:
     """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs.
 
@@ -768,6 +798,8 @@ def serve_cmd(
         max_batch=max_batch,
         batch_window_ms=batch_window_ms,
         preload=preload,
+        quantize=quantize,
+        threads=threads,
     )
     try:
         run_server(config)

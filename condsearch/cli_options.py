@@ -135,3 +135,43 @@ def router_options(f):  # noqa: ANN001, ANN201 - a click decorator
         show_default=True,
         help="--mode csr: trained router folder, 'default' (shipped for the default model) or 'none' (untrained).",
     )(f)
+
+
+def quantize_option(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --quantize for building (index): the setting the encoder runs at, recorded in the manifest."""
+    from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig
+
+    return click.option(
+        "--quantize",
+        type=click.Choice(QUANTIZE_CHOICES),
+        default=CpuConfig.quantize,
+        show_default=True,
+        help=(
+            "int8: the encoder runs as onnxruntime's dynamic int8 export on the CPU (adapter merged; needs "
+            "condsearch[onnx]); recorded in the manifest, and a query with another setting is refused."
+        ),
+    )(command)
+
+
+def quantize_check_option(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --quantize for reading (query, serve): each index runs as built; another value is refused."""
+    from condsearch.encoders.cpu import QUANTIZE_CHOICES
+
+    return click.option(
+        "--quantize",
+        type=click.Choice(QUANTIZE_CHOICES),
+        default=None,
+        help="Refuse indexes built with another setting (none: float32) [default: as each index was built].",
+    )(command)
+
+
+def threads_option(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --threads (torch's and onnxruntime's intra-op threads)."""
+    from condsearch.encoders.cpu import CpuConfig
+
+    return click.option(
+        "--threads",
+        type=click.IntRange(min=1),
+        default=CpuConfig.threads,
+        help="Threads for the encoder's matrix products on the CPU [default: every core].",
+    )(command)

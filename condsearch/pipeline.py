@@ -12,6 +12,7 @@ import numpy as np
 
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
+from condsearch.encoders.cpu import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, StoreError
 from condsearch.finetune.adapter_files import adapter_checksum, has_adapter
 from condsearch.head_files import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, NumpyHead, head_checksum, load_numpy_head
@@ -125,10 +126,13 @@ def load_vectorizer(
     bidirectional_layers: int | None = None,
     preset: str | None = None,
     inference: bool = False,
+    quantize: str = CpuConfig.quantize,
+    threads: int | None = CpuConfig.threads,
 ) -> Vectorizer:
     """Load the encoder and head that --model and --head name (with the head folder's adapter, if any).
 
-    ``bidirectional_layers``, ``preset`` and ``inference`` are :func:`condsearch.encoders.load_encoder`'s.
+    ``bidirectional_layers``, ``preset``, ``inference``, ``quantize`` and ``threads`` are
+    :func:`condsearch.encoders.load_encoder`'s.
     """
     model_id = resolve_model(model).model_id if head in (None, HEAD_AUTO) else ""
     folder = head_folder(head, model_id)
@@ -145,6 +149,8 @@ def load_vectorizer(
         bidirectional_layers=bidirectional_layers,
         preset=preset,
         inference=inference,
+        quantize=quantize,
+        threads=threads,
     )
     h, name, checksum = resolve_head(head, encoder)
     return Vectorizer(encoder, h, name, checksum)
@@ -232,8 +238,20 @@ def vectorizer_for(
     *,
     device: str | None = None,
     trust_remote_code: bool = False,
+    quantize: str | None = None,
+    threads: int | None = CpuConfig.threads,
 ) -> Vectorizer:
-    """Load the model and head an index was built with, refusing any other."""
+    """Load the model and head an index was built with, refusing any other.
+
+    ``quantize``: None loads the quantisation the index records; another value than the recorded one
+    is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
+    """
+    built_with = str(manifest.encoder.get("quantize", "none"))  # absent: float32, as before int8 existed
+    if quantize is not None and quantize != built_with:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with --quantize {built_with}, not {quantize}; "
+            "re-index or drop --quantize"
+        )
     wanted = resolve_model(model or manifest.model_id)
     if wanted.model_id != manifest.model_id:
         raise StoreError(
@@ -256,6 +274,7 @@ def vectorizer_for(
         device=device,
         trust_remote_code=trust_remote_code,
         inference=True,
+        threads=threads,
         **encoder_options(manifest.encoder),
     )
     described = vec.encoder.describe()

@@ -136,6 +136,27 @@ def test_encode_throughput_smoke(arch: str | None, tiny_bert_dir: Path, tmp_path
     assert result["model"] == (arch or str(tiny_bert_dir))
 
 
+def test_encode_throughput_int8_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    result = _run(
+        "encode_throughput", ["--smoke", "--model", str(tiny_bert_dir), "--quantize", "int8"], tmp_path / "o.json"
+    )
+    assert set(result["pairs_per_s"]) == {"int8", "float32", "sentence_transformers"}
+    assert result["int8_speedup"] > 0 and result["case_cosine_int8_float32"]["median"] > 0.9
+
+
+def test_csts_int8_smoke_scores_float32_beside(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    argv = ["--smoke", "--mode", "case", "--model", str(tiny_bert_dir), "--quantize", "int8", "--head", "none"]
+    result = _run("csts", argv, tmp_path / "out.json")
+    assert result["config"]["quantize"] == "int8" and result["config"]["encoder"]["quantize"] == "int8"
+    assert set(result["float32"]["dev"]) == {"spearman", "pearson", "n"}
+    assert "quantize" not in result["float32"]["encoder"]
+    assert result["int8_minus_float32_dev_spearman"] == pytest.approx(
+        result["dev"]["spearman"] - result["float32"]["dev"]["spearman"], abs=0.01
+    )
+
+
 def test_serve_smoke_drives_the_real_server(tiny_bert_dir: Path, tmp_path: Path) -> None:
     argv = ["--smoke", "--model", str(tiny_bert_dir), "--head", "none", "--md-out", str(tmp_path / "serve.md")]
     result = _run("serve", argv, tmp_path / "serve.json")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
+from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig, apply_threads, check_quantize
 from condsearch.encoders.family import (
     DTYPES,
     POOLINGS,
@@ -60,6 +61,8 @@ def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
             options[key] = described[key]
     if described.get("dtype") in DTYPES:
         options["dtype"] = described["dtype"]
+    if described.get("quantize") in QUANTIZE_CHOICES:  # absent: float32, as every record before int8
+        options["quantize"] = described["quantize"]
     # absent from records of causal decoders (and of everything before it existed): 0
     layers = described.get("bidirectional_layers", DecoderAttention.bidirectional_layers)
     if described.get("family") == "decoder" and isinstance(layers, int):
@@ -93,6 +96,8 @@ def load_encoder(
     bidirectional_layers: int | None = None,
     preset: str | None = None,
     inference: bool = False,
+    quantize: str = CpuConfig.quantize,
+    threads: int | None = CpuConfig.threads,
 ) -> Encoder:
     """Resolve a model name or folder and return the encoder for its family.
 
@@ -104,6 +109,9 @@ def load_encoder(
     :data:`PRESETS` name) supplies the pooling, prompts and bidirectional layers left unset.
     ``inference``: the encoder only encodes (no training); a plain BERT then loads from a cached
     copy with its adapter merged, without importing transformers (see :mod:`.bert_inference`).
+    ``quantize="int8"`` (BERT-style, condition-mean pooling, CPU): the adapter merged, the model runs
+    as onnxruntime's dynamic int8 export (see :mod:`.int8`). ``threads``: intra-op threads [default:
+    torch's, one per physical core].
     """
     import torch
 
@@ -139,11 +147,18 @@ def load_encoder(
         raise ModelError(f"unknown pooling {pooling!r} (choose from {', '.join(POOLINGS)})")
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
+    quantize = check_quantize(quantize)
+    apply_threads(threads)
     source = resolve_model(model)
     config = model_config(source)
     family = detect_family(config)
     chosen = default_pooling(family, config) if pooling == "auto" else pooling
-    devices = parse_devices(device)
+    devices = parse_devices("cpu" if quantize == "int8" and device is None else device)
+    if quantize == "int8":
+        if family != "bert" or chosen != "condition-mean":
+            raise ModelError("--quantize int8 applies to BERT-style encoders with condition-mean pooling")
+        if dtype not in ("auto", "float32") or any(d.type != "cpu" for d in devices):
+            raise ModelError("--quantize int8 runs on the CPU from float32 weights; drop --device and --dtype")
     custom = prompt_template is not None or unconditional_template is not None
     if adapter is not None and (family == "nvembed" or (family == "bert" and chosen != "condition-mean")):
         raise ModelError("LoRA adapters apply to BERT-style encoders with condition-mean pooling, or to decoders")
@@ -175,6 +190,10 @@ def load_encoder(
             raise ModelError("prompt templates need --pooling last or mean; condition-mean encodes the text pair")
 
         def build(dev: torch.device) -> Encoder:
+            if quantize == "int8":
+                from condsearch.encoders.int8 import load_int8_encoder
+
+                return load_int8_encoder(source, max_length=max_length, adapter=adapter, threads=threads)
             if inference and dtype in ("auto", "float32"):
                 from condsearch.encoders import bert_inference
 

@@ -37,6 +37,10 @@ class ServeConfig:
     request_timeout_s: float = 120.0
     #: load every index and its model at startup instead of on first use
     preload: bool = False
+    #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built
+    quantize: str | None = None
+    #: the encoders' intra-op threads on the CPU (None: every core)
+    threads: int | None = None
 
 
 def is_loopback(host: str) -> bool:

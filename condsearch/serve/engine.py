@@ -92,10 +92,14 @@ class Resident:
         reload_interval_s: float = 0.5,
         device: str | None = None,
         trust_remote_code: bool = False,
+        quantize: str | None = None,
+        threads: int | None = None,
     ) -> None:
         self.store = store
         self._load_vectorizer = load_vectorizer or (
-            lambda m: vectorizer_for(m, device=device, trust_remote_code=trust_remote_code)
+            lambda m: vectorizer_for(
+                m, device=device, trust_remote_code=trust_remote_code, quantize=quantize, threads=threads
+            )
         )
         self.reload_interval_s = reload_interval_s
         self._indexes: dict[str, LoadedIndex] = {}

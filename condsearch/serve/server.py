@@ -23,6 +23,8 @@ def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:
         reload_interval_s=config.reload_interval_s,
         device=config.device,
         trust_remote_code=config.trust_remote_code,
+        quantize=config.quantize,
+        threads=config.threads,
     )
     if config.preload:
         resident.preload()

@@ -1,0 +1,47 @@
+"""CPU speed settings: int8 quantisation and threads (the single home of their defaults).
+
+Kept free of torch so that the CLI's choices and ``--help`` import nothing heavy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Quantize = Literal["none", "int8"]
+#: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .int8)
+QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
+#: the package extra that --quantize int8 needs
+ONNX_EXTRA = "condsearch[onnx]"
+
+
+@dataclass(frozen=True)
+class CpuConfig:
+    """How an encoder runs on the CPU."""
+
+    #: weights and activations of the encoder's linear layers
+    quantize: Quantize = "none"
+    #: intra-op threads for torch and onnxruntime; None keeps torch's default, one per physical core
+    threads: int | None = None
+
+
+def check_quantize(value: str) -> Quantize:
+    """Return a --quantize value, refusing unknown ones."""
+    from condsearch.errors import ModelError
+
+    if value not in QUANTIZE_CHOICES:
+        raise ModelError(f"unknown quantisation {value!r} (choose from {', '.join(QUANTIZE_CHOICES)})")
+    return value  # type: ignore[return-value]
+
+
+def apply_threads(threads: int | None) -> int:
+    """Set torch's intra-op thread count when given (>= 1); return the count now in force."""
+    import torch
+
+    from condsearch.errors import ModelError
+
+    if threads is not None:
+        if threads < 1:
+            raise ModelError(f"--threads must be at least 1, got {threads}")
+        torch.set_num_threads(threads)
+    return torch.get_num_threads()

@@ -1,0 +1,136 @@
+"""--quantize int8: onnxruntime's dynamic int8 export of the tiny BERT, its cache and the manifest rule."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from condsearch.encoders import encoder_options, load_encoder  # noqa: E402
+from condsearch.encoders import int8 as int8_module  # noqa: E402
+from condsearch.encoders.int8 import pooled_cosines  # noqa: E402
+from condsearch.errors import ModelError  # noqa: E402
+from tests.conftest import SENTENCES as CORPUS  # noqa: E402
+from tests.test_cli import assert_clean_error, ok, query, run  # noqa: E402
+
+SENTENCES = [
+    "A girl in an orange dress serves the ball",
+    "Two dogs run on the beach",
+    "A man rides a red bike on the road",
+    "the team plays soccer on the grass field",
+]
+COLOUR = "color of the dress"
+
+
+@pytest.fixture(scope="module")
+def int8_dir(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache folder holding the tiny BERT's int8 export (written once for the module)."""
+    cache = tmp_path_factory.mktemp("int8-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CONDSEARCH_CACHE_DIR", str(cache))
+        load_encoder(str(tiny_bert_dir), quantize="int8")
+    return cache
+
+
+def test_int8_case_vectors_are_close_to_float32(
+    tiny_bert_dir: Path, int8_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
+    float32 = load_encoder(str(tiny_bert_dir), inference=True, device="cpu")
+    int8 = load_encoder(str(tiny_bert_dir), quantize="int8")
+    assert type(int8).__name__ == "Int8BertEncoder"
+    a, b = float32.encode_case(SENTENCES, COLOUR), int8.encode_case(SENTENCES, COLOUR)
+    assert a.shape == b.shape and b.dtype == np.float32
+    assert pooled_cosines(a, b).min() > 0.95
+    # the pooled condition segment too, and one input alone is its value in a padded batch, nearly:
+    # dynamic quantisation takes one activation scale per batch, so the batch moves it a little
+    pairs = [(COLOUR, s) for s in SENTENCES]
+    assert pooled_cosines(float32.encode_pairs(pairs), int8.encode_pairs(pairs)).min() > 0.99
+    np.testing.assert_allclose(int8.encode_pairs(pairs[:1]), int8.encode_pairs(pairs)[:1], atol=2e-3)
+
+
+def test_describe_records_int8_and_rebuilds_it(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
+    described = load_encoder(str(tiny_bert_dir), quantize="int8").describe()
+    assert described["quantize"] == "int8" and str(described["quantize_runtime"]).startswith("onnxruntime ")
+    assert encoder_options(described)["quantize"] == "int8"
+    assert "quantize" not in load_encoder(str(tiny_bert_dir), inference=True).describe()
+
+
+def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
+    folders = [p for p in (int8_dir / int8_module.CACHE_SUBDIR).iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1 and (folders[0] / int8_module.MODEL_FILE).is_file()
+    assert json.loads((folders[0] / int8_module.META_FILE).read_text())["runtime"]["onnxruntime"]
+
+    def no_export(*args: object, **kwargs: object) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(int8_module, "export_int8", no_export)
+    load_encoder(str(tiny_bert_dir), quantize="int8")  # read from the cache, not exported
+    # another runtime version is another key: exported again
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1" if name == "onnxruntime" else real(name))
+    with pytest.raises(AssertionError, match="exported again"):
+        load_encoder(str(tiny_bert_dir), quantize="int8")
+
+
+def test_a_damaged_export_is_only_a_cache_miss(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(tmp_path))
+    load_encoder(str(tiny_bert_dir), quantize="int8")
+    (folder,) = (tmp_path / int8_module.CACHE_SUBDIR).iterdir()
+    (folder / int8_module.MODEL_FILE).write_bytes(b"not a model")
+    assert load_encoder(str(tiny_bert_dir), quantize="int8").encode_case(SENTENCES[:1], COLOUR).shape == (1, 32)
+
+
+def test_missing_onnxruntime_is_one_line(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.metadata.version
+
+    def version(name: str) -> str:
+        if name == "onnxruntime":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    with pytest.raises(ModelError, match=r"pip install 'condsearch\[onnx\]'"):
+        load_encoder(str(tiny_bert_dir), quantize="int8")
+
+
+def test_int8_refuses_what_it_does_not_cover(tiny_bert_dir: Path) -> None:
+    with pytest.raises(ModelError, match="CPU"):
+        load_encoder(str(tiny_bert_dir), quantize="int8", dtype="bfloat16")
+    with pytest.raises(ModelError, match="condition-mean"):
+        load_encoder(str(tiny_bert_dir), quantize="int8", pooling="mean")
+    with pytest.raises(ModelError, match="unknown quantisation"):
+        load_encoder(str(tiny_bert_dir), quantize="int4")
+
+
+def test_query_refuses_another_quantisation(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, int8_dir: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
+    int8_index, float_index = tmp_path / "int8", tmp_path / "float32"
+    common = ["-c", COLOUR, "--model", tiny_bert_dir, "--head", "none", "--threads", "1"]
+    ok(run("index", corpus_file, *common, "--quantize", "int8", "--index-dir", int8_index))
+    ok(run("index", corpus_file, *common, "--index-dir", float_index))
+    manifest = json.loads(next(int8_index.glob("*/manifest.json")).read_text())
+    assert manifest["encoder"]["quantize"] == "int8"
+    # as built: the int8 index answers with the int8 encoder, and ranks its own rows first
+    hits = json.loads(ok(query(int8_index, CORPUS[0], "-c", COLOUR, "-k", 1, "--json")).stdout)
+    assert hits["results"][0]["text"] == CORPUS[0] and hits["results"][0]["score"] > 0.99
+    ok(query(int8_index, SENTENCES[0], "-c", COLOUR, "--quantize", "int8"))
+    message = assert_clean_error(query(int8_index, SENTENCES[0], "-c", COLOUR, "--quantize", "none"))
+    assert "--quantize int8, not none" in message
+    message = assert_clean_error(query(float_index, SENTENCES[0], "-c", COLOUR, "--quantize", "int8"))
+    assert "--quantize none, not int8" in message
+
+
+def test_csr_index_refuses_int8(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+    result = run("index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--mode", "csr", "--quantize", "int8")
+    assert result.exit_code == 2 and "--quantize applies to --mode case" in result.output
