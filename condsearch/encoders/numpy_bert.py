@@ -128,7 +128,7 @@ class NumpyBertEncoder(Encoder):
         return info
 
     def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
-        from threadpoolctl import threadpool_limits
+        from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
         batch, pool = case_inputs(self.tokenizer, pairs, self.max_length, self.stats)
         # Waking BLAS threads for matrices this small costs more than the products, and on a busy

@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from condsearch.encoders.decoder import PromptEncoder
     from condsearch.encoders.numpy_bert import NumpyBertEncoder
 
-    Encoder = BertStyleEncoder | PromptEncoder | NumpyBertEncoder
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +29,7 @@ ADAPTER_CONFIG = "adapter.json"
 _ENCODER_SETTINGS = ("prompt_template", "unconditional_template", "bidirectional_layers")
 
 
-def encoder_settings(encoder: Encoder) -> dict[str, object]:
+def encoder_settings(encoder: BertStyleEncoder | PromptEncoder | NumpyBertEncoder) -> dict[str, object]:
     """Return the settings of encoder's describe() that an adapter trained on it depends on ({} for BERT-style)."""
     described = encoder.describe()
     return {key: described[key] for key in _ENCODER_SETTINGS if key in described}
@@ -60,7 +59,7 @@ def read_adapter_config(folder: Path) -> dict[str, object]:
     return meta
 
 
-def check_adapter(encoder: Encoder, folder: Path) -> dict[str, object]:
+def check_adapter(encoder: BertStyleEncoder | PromptEncoder | NumpyBertEncoder, folder: Path) -> dict[str, object]:
     """Return the folder's adapter.json after checking that its adapter was trained on this encoder."""
     folder = Path(folder)
     meta = read_adapter_config(folder)
