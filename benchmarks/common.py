@@ -148,3 +148,30 @@ def write_csts_csv(data: CstsData, path: Path) -> Path:
         for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
             writer.writerow(row)
     return path
+
+
+#: real texts at hand for benchmarks that need many rows: WN18RR entity texts and C-STS sentences
+REAL_TEXTS = [
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "wn18rr" / "entity2text.txt",
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "csts-reannotated" / "train.csv",
+]
+
+
+def read_texts(paths: list[Path]) -> list[str]:
+    """Return the distinct texts of tab-separated ``id<TAB>text`` files and C-STS CSVs, in file order."""
+    import csv
+
+    seen: dict[str, None] = {}
+    for path in paths:
+        if path.suffix == ".csv":
+            with open(path, newline="", encoding="utf-8") as fh:
+                for row in csv.DictReader(fh):
+                    for key in ("sentence1", "sentence2"):
+                        if (row.get(key) or "").strip():
+                            seen.setdefault(row[key].strip())
+        else:
+            for line in path.read_text(encoding="utf-8").splitlines():
+                text = line.split("\t", 1)[-1].strip()
+                if text:
+                    seen.setdefault(text)
+    return list(seen)

@@ -121,7 +121,7 @@ def choose_index(n: int, d: int, max_bytes: int, config: IndexConfig = IndexConf
         return IndexPlan("Flat", "")
     if hnsw_bytes(n, d, config.hnsw_m) <= max_bytes:
         return IndexPlan(f"HNSW{config.hnsw_m}", f"efSearch={config.hnsw_ef_search}")
-    nlist = _nlist(n, config)
+    nlist = ivf_nlist(n, config)
     for code in _pq_codes(d):
         if ivf_pq_bytes(n, d, nlist, code) <= max_bytes:
             nprobe = max(1, min(nlist, round(nlist * config.probe_share)))
@@ -129,7 +129,7 @@ def choose_index(n: int, d: int, max_bytes: int, config: IndexConfig = IndexConf
     raise ValueError(f"no index of {n} {d}-d vectors fits in {max_bytes} bytes; raise --max-index-memory")
 
 
-def _nlist(n: int, config: IndexConfig) -> int:
+def ivf_nlist(n: int, config: IndexConfig) -> int:
     """Return a power of two near both n / rows_per_list and 4·sqrt(n), so lists are neither huge nor tiny."""
     target = max(16.0, min(n / config.rows_per_list, 4 * math.sqrt(n)) if n else 16.0)
     return int(2 ** round(math.log2(target)))

@@ -166,3 +166,36 @@ def test_serve_smoke_drives_the_real_server(tiny_bert_dir: Path, tmp_path: Path)
     assert result["served_p50_ms_1_client"] > 0 and result["served_queries_per_s_max_clients"] > 0
     assert result["cli"]["median_s"] > 0 and len(result["cli"]["runs_s"]) == 1
     assert result["index"]["n"] == 2000 and "| clients |" in (tmp_path / "serve.md").read_text()
+
+
+def test_index_throughput_incremental_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    texts = tmp_path / "texts.tsv"
+    texts.write_text("".join(f"{i}\tsentence number {i} about a girl in a red dress\n" for i in range(260)))
+    argv = ["--incremental", "--smoke", "--texts", str(texts), "--model", str(tiny_bert_dir), "--head", "none"]
+    result = _run("index_throughput", [*argv, "--save-vectors", str(tmp_path / "v")], tmp_path / "o.json")
+    assert result["rows_encoded_per_step"] == [2] and result["same_rows"] is True  # 1% of 200: 1 edited, 1 added
+    assert result["top10_identical_queries"] == result["queries"] and result["peak_rss_mib"] > 0
+    ann = ["--smoke", "--vectors", "case", "--case-vectors", str(tmp_path / "v" / "case_vectors.npy")]
+    ann += ["--case-queries", str(tmp_path / "v" / "case_queries.npy"), "--rows", "150", "--kinds", "flat,hnsw"]
+    real = _run("ann", ann, tmp_path / "ann.json")
+    assert {r["factory"] for r in real["results"]} == {"Flat", "HNSW32"} and real["dim"] == 32
+
+
+def test_index_throughput_stream_smoke(tmp_path: Path) -> None:
+    argv = ["--stream-rows", "1", "--smoke", "--encoder", "hash", "--dim", "16"]
+    result = _run("index_throughput", argv, tmp_path / "o.json")
+    assert result["rows"] == 5000 and result["peak_rss_mib"] >= result["rss_before_indexing_mib"] > 0
+    assert result["index_mib"] == pytest.approx(5000 * 16 * 4 / 2**20, rel=0.05)
+
+
+def test_ann_smoke(tmp_path: Path) -> None:
+    plotting = importlib.util.find_spec("matplotlib") is not None
+    argv = ["--smoke"] + (["--plot", str(tmp_path / "ann.png")] if plotting else [])
+    result = _run("ann", argv, tmp_path / "o.json")
+    by = {(r["factory"], r["search_params"]): r for r in result["results"]}
+    assert by[("Flat", "")]["recall_at_10"] == 1.0 and result["complete"] is True
+    assert {f for f, _ in by} == {"Flat", "HNSW32", "IVF16,Flat", "IVF16,PQ4x4"}
+    # more probes never find less, and probing every list is exact
+    ivf = [by[("IVF16,Flat", f"nprobe={p}")]["recall_at_10"] for p in (1, 4, 16)]
+    assert ivf == sorted(ivf) and ivf[-1] == 1.0
+    assert (tmp_path / "ann.png").is_file() or not plotting
