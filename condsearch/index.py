@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
+
+if TYPE_CHECKING:
+    from condsearch.vectors import VectorFile
 
 DEFAULT_FACTORY = "Flat"
 
@@ -27,7 +31,7 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 def build_index(
-    vectors: np.ndarray,
+    vectors: np.ndarray | VectorFile,
     factory: str = DEFAULT_FACTORY,
     *,
     search_params: str = "",

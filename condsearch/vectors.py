@@ -65,7 +65,7 @@ class VectorWriter:
         if rows.ndim != 2 or rows.shape[1] != self.shape[1] or start + rows.shape[0] > self.shape[0]:
             raise ValueError(f"rows of shape {rows.shape} do not fit at row {start} of {self.shape}")
         offset = len(self._header) + 4 * start * self.shape[1]
-        view = memoryview(rows).cast("B")
+        view = rows.data.cast("B")
         while view:
             written = os.pwrite(self._fd, view, offset)
             view, offset = view[written:], offset + written
@@ -105,7 +105,7 @@ class VectorFile:
     def _read(self, start: int, count: int) -> np.ndarray:
         d = self.shape[1]
         out = np.empty((count, d), dtype=np.float32)
-        view, offset = memoryview(out).cast("B"), self._offset + 4 * start * d
+        view, offset = out.data.cast("B"), self._offset + 4 * start * d
         while view:
             got = os.preadv(self._fd, [view], offset)
             if got <= 0:

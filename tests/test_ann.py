@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 
@@ -76,6 +77,10 @@ def test_recall_through_the_store_against_exact_search(
     [name] = index_corpus(corpus, ["c"], vec, store, corpus_name="x", factory=factory, search_params=params)
     stored = store.load(name)
     assert (stored.manifest.factory, stored.manifest.search_params) == (factory, params)
+    # set on load, which query and serve both go through
+    inner = faiss.downcast_index(stored.index)
+    expected = int(params.split("=")[1])
+    assert (inner.hnsw.efSearch if "HNSW" in factory else faiss.extract_index_ivf(stored.index).nprobe) == expected
     exact = exact_search(np.load(tmp_path / name / "vectors.npy", allow_pickle=False), vec.vectors(queries, "c"), 10)
     tuned = _recall(query_index(stored, vec, queries, 10).ids, exact.ids)
     assert tuned >= floor
