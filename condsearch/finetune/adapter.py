@@ -1,4 +1,4 @@
-"""Adapter folders on disk: LoRA weights (safetensors) + config (JSON), optionally with a head.
+"""Adapter folders on disk: LoRA or low-rank delta weights (safetensors) + config (JSON), optionally with a head.
 
 A folder written by ``condsearch train --finetune lora`` holds ``adapter.safetensors`` and
 ``adapter.json``, plus ``head.safetensors`` and ``head.json`` when the head was trained on
@@ -30,6 +30,7 @@ from condsearch.finetune.adapter_files import (  # noqa: F401 - re-exported: the
     read_adapter_config,
 )
 from condsearch.finetune.lora import LoraConfig, add_lora, load_lora_state, lora_state, merge_lora
+from condsearch.finetune.lowrank import DELTA_KIND, apply_deltas
 from condsearch.head import ProjectionHead, write_head_files
 
 if TYPE_CHECKING:
@@ -75,17 +76,48 @@ def save_adapter(
     with replacing_dir(directory) as tmp:
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in params.items()}
         save_file(state, str(tmp / ADAPTER_FILE), metadata={"format": "pt"})
-        meta = {
-            "format_version": ADAPTER_FORMAT_VERSION,
-            "kind": "lora",
-            **asdict(config),
-            "model_id": encoder.model_id,
-            "model_revision": encoder.revision,
-            "encoder_pooling": encoder.pooling,
-            "max_length": encoder.max_length,
-            **({"encoder": encoder_settings(encoder)} if encoder_settings(encoder) else {}),
-            **(extra or {}),
-        }
+        meta = _adapter_meta(encoder, {"kind": "lora", **asdict(config)}, extra)
+        (tmp / ADAPTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
+        if head is not None:
+            write_head_files(head, tmp, extra)
+    return adapter_checksum(directory)
+
+
+def _adapter_meta(
+    encoder: BertStyleEncoder | PromptEncoder, kind: dict[str, object], extra: dict[str, object] | None
+) -> dict[str, object]:
+    """Return adapter.json: the format, the adapter's kind and settings, the encoder it was made for."""
+    return {
+        "format_version": ADAPTER_FORMAT_VERSION,
+        **kind,
+        "model_id": encoder.model_id,
+        "model_revision": encoder.revision,
+        "encoder_pooling": encoder.pooling,
+        "max_length": encoder.max_length,
+        **({"encoder": encoder_settings(encoder)} if encoder_settings(encoder) else {}),
+        **(extra or {}),
+    }
+
+
+def save_delta_adapter(
+    encoder: BertStyleEncoder,
+    state: dict[str, torch.Tensor],
+    directory: Path,
+    *,
+    rank: int | None,
+    head: ProjectionHead | None = None,
+    extra: dict[str, object] | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> str:
+    """Write weight changes (from lowrank.weight_deltas) as an adapter folder; return its checksum.
+
+    encoder is the base model the changes apply to; rank is what the matrices were cut to (None: full).
+    """
+    directory = Path(directory)
+    with replacing_dir(directory) as tmp:
+        tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
+        save_file(tensors, str(tmp / ADAPTER_FILE), metadata={"format": "pt"})
+        meta = _adapter_meta(encoder, {"kind": DELTA_KIND, "rank": rank}, extra)
         (tmp / ADAPTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n")
         if head is not None:
             write_head_files(head, tmp, extra)
@@ -101,9 +133,12 @@ def apply_adapter(encoder: BertStyleEncoder | PromptEncoder, folder: Path) -> No
     except Exception as exc:  # safetensors raises several types for damaged files
         raise ModelError(f"{folder}: adapter weights unreadable ({type(exc).__name__})") from exc
     try:
-        add_lora(encoder.model, lora_config_of(meta))
-        load_lora_state(encoder.model, state)
-        merge_lora(encoder.model)  # loaded adapters only serve inference: no extra cost per layer
+        if meta.get("kind") == DELTA_KIND:
+            apply_deltas(encoder.model, state)
+        else:
+            add_lora(encoder.model, lora_config_of(meta))
+            load_lora_state(encoder.model, state)
+            merge_lora(encoder.model)  # loaded adapters only serve inference: no extra cost per layer
     except ValueError as exc:
         raise ModelError(f"{folder}: {exc}") from exc
     encoder.model.to(encoder.device, encoder.dtype).eval()

@@ -1,0 +1,116 @@
+"""A full fine-tune shipped small: each weight matrix's change as a truncated SVD, an adapter of kind ``delta``.
+
+For a matrix, ``ΔW = W_tuned - W_base ≈ B A`` with ``B = U_r S_r`` (out, r) and ``A = V_rᵀ``
+(r, in), the best rank-r approximation in Frobenius norm (Eckart–Young); at ``r = min(out, in)``
+it is ΔW itself. Vectors (biases, LayerNorm) are few numbers and are kept whole; unchanged
+tensors (the pooler, which C-STS training never reaches) are left out. The factors live in an
+adapter folder (``adapter.safetensors`` keyed ``<parameter>.delta_b`` / ``.delta_a`` /
+``.delta``, ``adapter.json`` with ``"kind": "delta"``) that ``--head FOLDER`` loads like a LoRA
+adapter: the products are added to the base weights, so inference costs what the base model costs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from condsearch.errors import ModelError
+
+DELTA_KIND = "delta"
+_SUFFIXES = (".delta_b", ".delta_a", ".delta")
+
+
+def low_rank(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return (B, A), (out, r) and (r, in) float32, whose product is delta's best rank-r approximation."""
+    u, s, vh = torch.linalg.svd(delta.float(), full_matrices=False)
+    r = min(rank, s.numel())
+    return (u[:, :r] * s[:r]).contiguous(), vh[:r].contiguous()
+
+
+def weight_deltas(
+    base: Mapping[str, torch.Tensor], tuned: Mapping[str, torch.Tensor], rank: int | None
+) -> dict[str, torch.Tensor]:
+    """Return the adapter tensors for tuned - base: matrices as rank-``rank`` factors (None: full rank), vectors whole.
+
+    Raises ModelError when tuned names a tensor base lacks or has another shape.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, weight in tuned.items():
+        if name not in base or tuple(base[name].shape) != tuple(weight.shape):
+            raise ModelError(f"{name}: the tuned weights do not fit the base model")
+        delta = weight.float() - base[name].float()
+        if not torch.any(delta):
+            continue
+        if delta.ndim == 2:
+            out[f"{name}.delta_b"], out[f"{name}.delta_a"] = low_rank(delta, rank or min(delta.shape))
+        else:
+            out[f"{name}.delta"] = delta
+    return out
+
+
+def apply_deltas(model: nn.Module, state: Mapping[str, torch.Tensor]) -> int:
+    """Add the adapter's weight changes to model's parameters in place; return how many tensors changed.
+
+    Raises ValueError when a key names no parameter of model or a shape differs.
+    """
+    params = dict(model.named_parameters())
+    names = {key[: -len(s)] for key in state for s in _SUFFIXES if key.endswith(s)}
+    unknown = sorted(n for n in names if n not in params) + sorted(
+        k for k in state if not any(k.endswith(s) for s in _SUFFIXES)
+    )
+    if unknown:
+        raise ValueError(f"adapter does not fit the model (unexpected {unknown[:2]})")
+    with torch.no_grad():
+        for name in sorted(names):
+            p = params[name]
+            if f"{name}.delta" in state:
+                delta = state[f"{name}.delta"].float()
+            elif f"{name}.delta_b" in state and f"{name}.delta_a" in state:
+                delta = state[f"{name}.delta_b"].float() @ state[f"{name}.delta_a"].float()
+            else:
+                raise ValueError(f"adapter tensor {name}: one of its two factors is missing")
+            if tuple(delta.shape) != tuple(p.shape):
+                raise ValueError(f"adapter tensor {name} has shape {tuple(delta.shape)}, not {tuple(p.shape)}")
+            p.add_(delta.to(p.device, p.dtype))
+    return len(names)
+
+
+def read_tuned(path: Path) -> dict[str, torch.Tensor]:
+    """Return a fine-tune's encoder weights from a model folder, a checkpoint folder or a checkpoint's tensor file.
+
+    A checkpoint's tensors are keyed ``encoder.<name>`` (and ``head.``/``contrastive.``, dropped here).
+    """
+    from condsearch.finetune.checkpoint import STATE_FILE, TRAINABLE_FILE
+
+    path = Path(path)
+    if path.is_dir():
+        if (path / STATE_FILE).is_file():
+            path = path / TRAINABLE_FILE
+        else:
+            path = path / "model.safetensors"
+    try:
+        state = load_file(str(path))
+    except Exception as exc:  # safetensors raises several types for damaged or missing files
+        raise ModelError(f"{path}: fine-tuned weights unreadable ({type(exc).__name__})") from exc
+    if any(k.startswith("encoder.") for k in state):
+        state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
+    return state
+
+
+def average_weights(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """Return the element-wise mean of several fine-tunes of one model (a uniform weight average, a 'soup')."""
+    if not states:
+        raise ValueError("nothing to average")
+    names = set(states[0])
+    if any(set(s) != names for s in states[1:]):
+        raise ModelError("the weights to average name different tensors")
+    return {n: torch.stack([s[n].float() for s in states]).mean(0).to(states[0][n].dtype) for n in states[0]}
+
+
+def delta_bytes(state: Mapping[str, torch.Tensor], bytes_per_value: int = 2) -> int:
+    """Return the size of the adapter tensors at bytes_per_value (2: float16 as saved)."""
+    return sum(t.numel() for t in state.values()) * bytes_per_value

@@ -1,0 +1,95 @@
+"""A full fine-tune as a low-rank delta adapter (truncated SVD of each ΔW), and weight averaging, on the tiny BERT."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from condsearch.csts import CstsData
+from condsearch.encoders import load_encoder
+from condsearch.errors import ModelError
+from condsearch.finetune.adapter import ADAPTER_CONFIG, save_delta_adapter
+from condsearch.finetune.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
+from condsearch.finetune.trainer import FinetuneConfig, finetune
+
+TEXTS = ["a girl in an orange dress serves the ball", "two men play soccer on a grass field"]
+COND = "color of the dress"
+
+
+def _encoder(folder: Path, adapter: Path | None = None):  # noqa: ANN202 - a BertStyleEncoder
+    return load_encoder(str(folder), device="cpu", adapter=adapter)
+
+
+def _data() -> CstsData:
+    rows = [
+        ("a girl in a red dress", "a woman in a red dress", COND, 5),
+        ("a girl in a red dress", "a woman in a red dress", "the sport", 2),
+        ("two men play soccer", "a boy plays soccer", "the sport", 5),
+        ("two men play soccer", "a boy plays soccer", COND, 1),
+    ]
+    return CstsData(*[list(c) for c in zip(*[r[:3] for r in rows], strict=True)], np.array([r[3] for r in rows], "f4"))
+
+
+def _base_state(folder: Path) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in _encoder(folder).model.state_dict().items()}
+
+
+def test_low_rank_is_exact_at_full_rank_and_optimal_below() -> None:
+    torch.manual_seed(0)
+    delta = torch.randn(12, 7)
+    b, a = low_rank(delta, 7)
+    assert b.shape == (12, 7) and a.shape == (7, 7)
+    torch.testing.assert_close(b @ a, delta, rtol=0, atol=1e-5)
+    b, a = low_rank(delta, 3)
+    s = torch.linalg.svdvals(delta)
+    # Eckart–Young: the error is exactly the dropped singular values
+    assert torch.linalg.norm(delta - b @ a).item() == pytest.approx(torch.linalg.norm(s[3:]).item(), rel=1e-4)
+    assert low_rank(delta, 50)[1].shape == (7, 7)  # a rank above the matrix's is its full rank
+
+
+def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    config = FinetuneConfig(kind="full", epochs=1, batch_size=4, lr=1e-2)
+    tuned = _encoder(tiny_bert_dir)
+    finetune(tuned, _data(), config, checkpoint_dir=tmp_path / "ckpt")
+    expected = tuned.encode_case(TEXTS, COND)
+    base = _encoder(tiny_bert_dir)
+    assert not np.allclose(base.encode_case(TEXTS, COND), expected, atol=1e-3)  # training moved it
+
+    state = weight_deltas(_base_state(tiny_bert_dir), read_tuned(tmp_path / "ckpt"), rank=None)
+    assert not any(k.startswith("pooler.") for k in state)  # untouched by training: left out
+    save_delta_adapter(base, state, tmp_path / "full", rank=None, dtype=torch.float32)
+    assert json.loads((tmp_path / "full" / ADAPTER_CONFIG).read_text())["kind"] == "delta"
+    loaded = _encoder(tiny_bert_dir, adapter=tmp_path / "full")
+    np.testing.assert_allclose(loaded.encode_case(TEXTS, COND), expected, rtol=1e-4, atol=1e-4)
+    assert loaded.describe()["adapter_checksum"]
+
+    # float16 as shipped: the same vectors up to rounding; rank 1: another model, and a smaller file
+    save_delta_adapter(base, state, tmp_path / "half", rank=None)
+    half = _encoder(tiny_bert_dir, adapter=tmp_path / "half").encode_case(TEXTS, COND)
+    np.testing.assert_allclose(half, expected, rtol=1e-2, atol=1e-2)
+    small = weight_deltas(_base_state(tiny_bert_dir), read_tuned(tmp_path / "ckpt"), rank=1)
+    assert sum(t.numel() for t in small.values()) < sum(t.numel() for t in state.values())
+    save_delta_adapter(base, small, tmp_path / "r1", rank=1)
+    assert not np.allclose(_encoder(tiny_bert_dir, adapter=tmp_path / "r1").encode_case(TEXTS, COND), expected)
+
+
+def test_apply_deltas_refuses_what_does_not_fit(tiny_bert_dir: Path) -> None:
+    model = _encoder(tiny_bert_dir).model
+    with pytest.raises(ValueError, match="does not fit"):
+        apply_deltas(model, {"no.such.weight.delta": torch.zeros(3)})
+    name, p = next((n, p) for n, p in model.named_parameters() if p.ndim == 2)
+    with pytest.raises(ValueError, match="missing"):
+        apply_deltas(model, {f"{name}.delta_b": torch.zeros(p.shape[0], 1)})
+    with pytest.raises(ModelError, match="do not fit"):
+        weight_deltas({name: p.detach()}, {name: torch.zeros(1, 1)}, rank=2)
+
+
+def test_average_weights_is_the_mean() -> None:
+    a, b = {"w": torch.zeros(2, 2)}, {"w": torch.full((2, 2), 2.0)}
+    torch.testing.assert_close(average_weights([a, b])["w"], torch.ones(2, 2))
+    with pytest.raises(ModelError, match="different tensors"):
+        average_weights([a, {"v": torch.zeros(1)}])
