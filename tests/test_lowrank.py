@@ -93,3 +93,15 @@ def test_average_weights_is_the_mean() -> None:
     torch.testing.assert_close(average_weights([a, b])["w"], torch.ones(2, 2))
     with pytest.raises(ModelError, match="different tensors"):
         average_weights([a, {"v": torch.zeros(1)}])
+
+
+def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from tests.test_benchmarks import load_script
+
+    out = tmp_path / "out.json"
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--ranks", "1,64", "--out", str(tmp_path / "ad")]
+    assert load_script("lowrank").main([*argv, "--out-rank", "64", "--json-out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["setting"] for r in rows] == ["base (no fine-tuning)", "full fine-tune", "rank 1", "rank 64"]
+    assert rows[3]["vs_full"] == pytest.approx(0, abs=0.5)  # full rank (float16): the fine-tune itself
+    assert (tmp_path / "ad" / ADAPTER_CONFIG).is_file()
