@@ -18,7 +18,7 @@ the cost of a 0.6B decoder embedder can be measured where its weights cannot be 
     python benchmarks/encode_throughput.py --csv $D/train.csv -n 4000 --arch qwen3-0.6b --device cuda
 
 ``--quantize int8`` measures instead, in one run and on the same pairs, CASE with the int8
-encoder (onnxruntime dynamic int8, see condsearch.encoders.int8), CASE in float32 (the same
+encoder (onnxruntime dynamic int8, see condsearch.encoders.onnx_export), CASE in float32 (the same
 model loaded for inference) and sentence-transformers' ``encode()`` of each pair's sentence and
 condition joined by a space (one plain embedding per pair, about the same tokens). The three run
 in turn within each repeat, so a change in the machine's load falls on all of them; the JSON
@@ -186,7 +186,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from condsearch.encoders.int8 import pooled_cosines
+    from condsearch.encoders.onnx_export import pooled_cosines
     from condsearch.models import resolve_model
 
     load_before = os.getloadavg()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -14,6 +15,19 @@ def default_cache_dir() -> Path:
     """Return ``$CONDSEARCH_CACHE_DIR`` or ``~/.cache/condsearch``."""
     env = os.environ.get("CONDSEARCH_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "condsearch"
+
+
+def swap_in(tmp: Path, folder: Path) -> None:
+    """Make a finished temporary folder the cached folder, replacing an unreadable one there.
+
+    The old folder is moved aside, not deleted in place, so that a reader never sees half of one.
+    Raises OSError if another process put its folder there in between: that one is as good.
+    """
+    if folder.exists():
+        aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=folder.parent))
+        os.replace(folder, aside / "copy")
+        shutil.rmtree(aside, ignore_errors=True)
+    os.rename(tmp, folder)
 
 
 def pair_key(ident: str, condition: str, sentence: str | None) -> str:

@@ -376,7 +376,7 @@ def query_cmd(
     threads: int | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
-    from condsearch.pipeline import check_condition, numpy_vectorizer_for, query_index, vectorizer_for
+    from condsearch.pipeline import cache_onnx_export, check_condition, onnx_vectorizer_for, query_index, vectorizer_for
     from condsearch.serve.answers import capped_k, k_notice, query_answer
 
     queries = _read_queries(texts, query_file)
@@ -386,11 +386,11 @@ def query_cmd(
     try:
         store = _store(index_dir)
         stored = store.load(store.find(check_condition(condition), corpus_name))
-        # A few queries on the CPU skip torch (its import costs more than they do) where numpy can
-        # compute the index's own model; otherwise, and for any override, torch loads it.
+        # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
+        # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and head is None and quantize is None and device in (None, "cpu")
-        vec = numpy_vectorizer_for(stored.manifest) if light else None
-        on_device = vec is None  # the numpy path searches on the CPU too, without importing torch to ask
+        vec = onnx_vectorizer_for(stored.manifest) if light else None
+        on_device = vec is None  # the onnxruntime path searches on the CPU too, without importing torch to ask
         if vec is None:
             if few and threads is None:
                 _one_thread()
@@ -420,6 +420,8 @@ def query_cmd(
             click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
         if qi + 1 < len(queries):
             click.echo("")
+    if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
+        cache_onnx_export(stored.manifest, vec)
     _quick_exit()
 
 

@@ -147,8 +147,8 @@ def quantize_option(command: Callable[..., None]) -> Callable[..., None]:
         default=CpuConfig.quantize,
         show_default=True,
         help=(
-            "int8: the encoder runs as onnxruntime's dynamic int8 export on the CPU (adapter merged; needs "
-            "condsearch[onnx]); recorded in the manifest, and a query with another setting is refused."
+            "int8: the encoder runs as onnxruntime's dynamic int8 export on the CPU (adapter merged); "
+            "recorded in the manifest, and a query with another setting is refused."
         ),
     )(command)
 

@@ -13,16 +13,17 @@ import numpy as np
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.encoders.cpu import CpuConfig
-from condsearch.errors import CondsearchError, ModelError, StoreError
+from condsearch.errors import CondsearchError, ModelError, StoreError, first_line
 from condsearch.finetune.adapter_files import adapter_checksum, has_adapter
 from condsearch.head_files import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, NumpyHead, head_checksum, load_numpy_head
 from condsearch.head_files import WEIGHTS_FILE as HEAD_WEIGHTS
 from condsearch.index import DEFAULT_FACTORY, SearchResult, normalize, search, to_search_device
 from condsearch.ingest import BuildReport, CorpusSource, build_condition_index
-from condsearch.models import DEFAULT_MODEL, resolve_model
+from condsearch.models import DEFAULT_MODEL, ModelSource, resolve_model
 from condsearch.store import IndexStore, Manifest, StoredIndex
 
 if TYPE_CHECKING:
+    from condsearch.encoders.onnx_files import Precision
     from condsearch.head import ProjectionHead
 
 log = logging.getLogger(__name__)
@@ -325,36 +326,63 @@ def _csr_vectorizer_for(
     return vec
 
 
-def numpy_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
-    """Return the model and head an index was built with, computed by numpy, or None where that cannot be.
+#: onnxruntime's threads for a one-shot query: waking more for a few short inputs costs more than they save
+ONE_SHOT_THREADS = 1
 
-    For a one-shot query of a few texts on the CPU: ``import torch`` alone costs more than their
-    forward pass. It applies to CASE indexes of a plain BERT (condition-mean pooling, float32)
-    whose inference copy was written and checked by an earlier load (see
-    :mod:`condsearch.encoders.numpy_bert`), and only when the model revision, adapter and head
-    are those the index records. Otherwise it returns None, and :func:`vectorizer_for` loads
-    the model with torch (or says why the index cannot be queried).
-    """
-    from condsearch.encoders.numpy_bert import load_numpy_encoder
 
+@dataclass(frozen=True)
+class _OneShot:
+    """What a torch-free one-shot query of an index runs: its model, adapter and head folder, as recorded."""
+
+    source: ModelSource
+    precision: Precision
+    adapter: Path | None
+    head: Path | None
+    max_length: int | None
+
+
+def _one_shot(manifest: Manifest) -> _OneShot | None:
     described = manifest.encoder
     if manifest.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
         return None
+    source = resolve_model(manifest.model_id)
+    if source.revision != manifest.model_revision:
+        return None
+    folder = head_folder(manifest.head, manifest.model_id)
+    adapter = folder if folder is not None and has_adapter(folder) else None
+    max_length = described.get("max_length")
+    precision: Precision = "int8" if described.get("quantize") == "int8" else "float32"
+    return _OneShot(source, precision, adapter, folder, max_length if isinstance(max_length, int) else None)
+
+
+def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
+    """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
+
+    For a one-shot query of a few texts on the CPU: ``import torch`` alone costs more than their
+    forward pass. It applies to CASE indexes of a BERT-style model (condition-mean pooling)
+    whose ONNX export an earlier query wrote and checked against torch (see
+    :func:`cache_onnx_export`; int8 indexes use their int8 export), and only when the model
+    revision, adapter and head are those the index records. Otherwise it returns None, and
+    :func:`vectorizer_for` loads the model with torch (or says why the index cannot be queried).
+    """
+    from condsearch.encoders.onnx_files import load_cached_export
+
     try:
-        source = resolve_model(manifest.model_id)
-        folder = head_folder(manifest.head, manifest.model_id)
-        if source.revision != manifest.model_revision:
+        target = _one_shot(manifest)
+        if target is None:
             return None
-        adapter = folder if folder is not None and has_adapter(folder) else None
-        max_length = described.get("max_length")
-        encoder = load_numpy_encoder(
-            source, max_length=max_length if isinstance(max_length, int) else None, adapter=adapter
+        encoder = load_cached_export(
+            target.source,
+            target.precision,
+            max_length=target.max_length,
+            adapter=target.adapter,
+            threads=ONE_SHOT_THREADS,
         )
-        if encoder is None or encoder.describe() != described:  # the same model, adapter and token limit
+        if encoder is None or encoder.describe() != manifest.encoder:  # the same model, adapter and token limit
             return None
         head, checksum = None, ""
-        if folder is not None and (adapter is None or (folder / HEAD_WEIGHTS).is_file()):
-            head, checksum = load_numpy_head(folder), head_checksum(folder)
+        if target.head is not None and (target.adapter is None or (target.head / HEAD_WEIGHTS).is_file()):
+            head, checksum = load_numpy_head(target.head), head_checksum(target.head)
             if head.config.input_dim != encoder.dim:
                 return None
     except (CondsearchError, OSError):
@@ -362,6 +390,38 @@ def numpy_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
     if checksum != manifest.head_checksum:
         return None
     return Vectorizer(encoder, head, manifest.head, checksum)
+
+
+def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:
+    """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
+
+    Checked against that encoder before it is marked usable (see :mod:`condsearch.encoders.onnx_export`);
+    nothing is written where :func:`onnx_vectorizer_for` would not use it, where it is cached
+    already, or where it was refused before. A failure is a warning: the query has its answers.
+    """
+    from condsearch.encoders.bert import BertStyleEncoder
+
+    encoder = vectorizer.encoder
+    try:
+        target = _one_shot(manifest)
+        if target is None or target.precision != "float32" or not isinstance(encoder, BertStyleEncoder):
+            return
+        from condsearch.encoders.onnx_export import write_export
+        from condsearch.encoders.onnx_files import export_folder, read_export, refusal
+
+        folder = export_folder(target.source, target.adapter, "float32")
+        if folder is None or refusal(folder) is not None:
+            return
+        if read_export(folder, target.source, max_length=target.max_length, threads=ONE_SHOT_THREADS) is not None:
+            return
+        _, refused = write_export(
+            encoder, target.source, folder, "float32", max_length=target.max_length, threads=ONE_SHOT_THREADS
+        )
+    except (CondsearchError, OSError) as exc:
+        log.warning("one-shot queries of this index will load torch: %s", first_line(exc))
+        return
+    if refused is not None:
+        log.warning("one-shot queries of this index will load torch: its ONNX export differs (%s)", refused)
 
 
 def query_index(

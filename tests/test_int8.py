@@ -9,15 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnx")
-
-from condsearch.encoders import encoder_options, load_encoder  # noqa: E402
-from condsearch.encoders import int8 as int8_module  # noqa: E402
-from condsearch.encoders.int8 import pooled_cosines  # noqa: E402
-from condsearch.errors import ModelError  # noqa: E402
-from tests.conftest import SENTENCES as CORPUS  # noqa: E402
-from tests.test_cli import assert_clean_error, ok, query, run  # noqa: E402
+from condsearch.encoders import encoder_options, load_encoder, onnx_export, onnx_files
+from condsearch.encoders.onnx_export import pooled_cosines
+from condsearch.errors import ModelError
+from condsearch.models import resolve_model
+from tests.conftest import SENTENCES as CORPUS
+from tests.test_cli import assert_clean_error, ok, query, run
 
 SENTENCES = [
     "A girl in an orange dress serves the ball",
@@ -44,7 +41,7 @@ def test_int8_case_vectors_are_close_to_float32(
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
     float32 = load_encoder(str(tiny_bert_dir), inference=True, device="cpu")
     int8 = load_encoder(str(tiny_bert_dir), quantize="int8")
-    assert type(int8).__name__ == "Int8BertEncoder"
+    assert type(int8).__name__ == "OnnxBertEncoder" and int8.precision == "int8"
     a, b = float32.encode_case(SENTENCES, COLOUR), int8.encode_case(SENTENCES, COLOUR)
     assert a.shape == b.shape and b.dtype == np.float32
     assert pooled_cosines(a, b).min() > 0.95
@@ -65,14 +62,15 @@ def test_describe_records_int8_and_rebuilds_it(tiny_bert_dir: Path, int8_dir: Pa
 
 def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
-    folders = [p for p in (int8_dir / int8_module.CACHE_SUBDIR).iterdir() if not p.name.startswith(".")]
-    assert len(folders) == 1 and (folders[0] / int8_module.MODEL_FILE).is_file()
-    assert json.loads((folders[0] / int8_module.META_FILE).read_text())["runtime"]["onnxruntime"]
+    folders = [p for p in (int8_dir / onnx_files.CACHE_SUBDIR).iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1 and (folders[0] / onnx_files.MODEL_FILE).is_file()
+    meta = json.loads((folders[0] / onnx_files.META_FILE).read_text())
+    assert meta["runtime"]["onnxruntime"] and meta["precision"] == "int8" and meta["usable"] is True
 
     def no_export(*args: object, **kwargs: object) -> None:
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(int8_module, "export_int8", no_export)
+    monkeypatch.setattr(onnx_export, "export_onnx", no_export)
     load_encoder(str(tiny_bert_dir), quantize="int8")  # read from the cache, not exported
     # another runtime version is another key: exported again
     real = importlib.metadata.version
@@ -84,9 +82,10 @@ def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, mo
 def test_a_damaged_export_is_only_a_cache_miss(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(tmp_path))
     load_encoder(str(tiny_bert_dir), quantize="int8")
-    (folder,) = (tmp_path / int8_module.CACHE_SUBDIR).iterdir()
-    (folder / int8_module.MODEL_FILE).write_bytes(b"not a model")
+    (folder,) = (tmp_path / onnx_files.CACHE_SUBDIR).iterdir()
+    (folder / onnx_files.MODEL_FILE).write_bytes(b"not a model")
     assert load_encoder(str(tiny_bert_dir), quantize="int8").encode_case(SENTENCES[:1], COLOUR).shape == (1, 32)
+    assert onnx_files.read_export(folder, resolve_model(str(tiny_bert_dir)), max_length=None, threads=1) is not None
 
 
 def test_missing_onnxruntime_is_one_line(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -98,7 +97,7 @@ def test_missing_onnxruntime_is_one_line(tiny_bert_dir: Path, monkeypatch: pytes
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    with pytest.raises(ModelError, match=r"pip install 'condsearch\[onnx\]'"):
+    with pytest.raises(ModelError, match=r"^the ONNX encoder needs onnxruntime: pip install onnxruntime$"):
         load_encoder(str(tiny_bert_dir), quantize="int8")
 
 

@@ -110,7 +110,7 @@ def load_encoder(
     ``inference``: the encoder only encodes (no training); a plain BERT then loads from a cached
     copy with its adapter merged, without importing transformers (see :mod:`.bert_inference`).
     ``quantize="int8"`` (BERT-style, condition-mean pooling, CPU): the adapter merged, the model runs
-    as onnxruntime's dynamic int8 export (see :mod:`.int8`). ``threads``: intra-op threads [default:
+    as onnxruntime's dynamic int8 export (see :mod:`.onnx_export`). ``threads``: intra-op threads [default:
     torch's, one per physical core].
     """
     import torch
@@ -191,7 +191,7 @@ def load_encoder(
 
         def build(dev: torch.device) -> Encoder:
             if quantize == "int8":
-                from condsearch.encoders.int8 import load_int8_encoder
+                from condsearch.encoders.onnx_export import load_int8_encoder
 
                 return load_int8_encoder(source, max_length=max_length, adapter=adapter, threads=threads)
             if inference and dtype in ("auto", "float32"):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -22,14 +21,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from condsearch.cache import swap_in
 from condsearch.encoders.inference_copy import (
-    CHECKED_KEY,
     CONFIG_FILE,
     FORMAT_VERSION,
     TOKENIZER_FILE,
@@ -178,26 +176,20 @@ def _probe(tokenizer: Any, model: nn.Module, device: torch.device) -> torch.Tens
     return hidden * batch["attention_mask"].unsqueeze(-1)
 
 
-def _numpy_probe(tokenizer: Any, config: Mapping[str, Any], state: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    from condsearch.encoders.numpy_bert import NumpyBert
+def as_plain(model: nn.Module) -> PlainBert | None:
+    """Return a PlainBert (CPU, float32) holding a loaded transformers BERT's weights, or None if they do not fit.
 
-    weights = {k: v.numpy() for k, v in state.items() if not k.endswith("position_ids")}
-    enc = tokenizer(["a probe sentence, with a comma", "short"], ["the condition", "another one"], truncation=True)
-    width = max(len(ids) for ids in enc["input_ids"])
-    batch = {k: np.array([row + [0] * (width - len(row)) for row in rows]) for k, rows in enc.items()}
-    hidden = NumpyBert(config, weights).forward(
-        batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")
-    )
-    return torch.from_numpy(hidden * batch["attention_mask"][:, :, None])
-
-
-def _swap_in(tmp: Path, folder: Path) -> None:
-    # An unreadable copy is moved aside, not deleted in place, so that a reader never sees half of one.
-    if folder.exists():
-        aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=folder.parent))
-        os.replace(folder, aside / "copy")
-        shutil.rmtree(aside, ignore_errors=True)
-    os.rename(tmp, folder)  # fails if another process got there first: its copy is as good
+    Only the names and shapes are checked here; whether it computes the same is for the caller to check.
+    """
+    config = {k: getattr(model.config, k, None) for k in _CONFIG_KEYS}
+    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
+    try:
+        plain = PlainBert(config)
+        wanted = set(plain.state_dict())
+        return plain.load({k: v for k, v in state.items() if k in wanted})
+    except (RuntimeError, TypeError) as exc:  # names or shapes differ: not the architecture PlainBert computes
+        log.info("PlainBert does not compute this model (%s)", exc)
+        return None
 
 
 def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
@@ -206,20 +198,15 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
     Returns whether it was written. Another process writing the same copy at once is harmless.
     """
     device = next(model.parameters()).device
-    config = {k: getattr(model.config, k, None) for k in _CONFIG_KEYS}
-    state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
-    try:
-        plain = PlainBert(config)
-        wanted = set(plain.state_dict())
-        plain.load({k: v for k, v in state.items() if k in wanted})
-    except (RuntimeError, TypeError) as exc:  # names or shapes differ: not the architecture PlainBert computes
-        log.info("no inference copy of this model (%s)", exc)
+    plain = as_plain(model)
+    if plain is None:
         return False
+    config = vars(plain.config)
+    state = dict(sorted(plain.state_dict().items()))  # on the CPU, before plain moves to the model's device
     gap = (_probe(tokenizer, model, device) - _probe(tokenizer, plain.to(device), device)).abs().max().item()
     if not gap <= _TOLERANCE:
         log.info("no inference copy of this model: the plain forward pass differs by %.3g", gap)
         return False
-    numpy_gap = (_probe(tokenizer, model, device).cpu() - _numpy_probe(tokenizer, config, state)).abs().max().item()
     from tokenizers import Tokenizer
 
     backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())  # a copy: the loaded one stays as it is
@@ -228,8 +215,6 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
     meta = {
         "format_version": FORMAT_VERSION,
         "config": config,
-        # a one-shot query may compute this copy with numpy (no torch import) only where it agrees too
-        CHECKED_KEY: bool(numpy_gap <= _TOLERANCE),
         "tokenizer": {
             "pad_token_id": tokenizer.pad_token_id,
             "model_max_length": int(min(tokenizer.model_max_length, 1 << 30)),
@@ -242,9 +227,9 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
         try:
             (tmp / TOKENIZER_FILE).write_text(backend.to_str())
-            save_file({k: state[k] for k in sorted(wanted)}, str(tmp / WEIGHTS_FILE))
+            save_file(state, str(tmp / WEIGHTS_FILE))
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-            _swap_in(tmp, folder)
+            swap_in(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:

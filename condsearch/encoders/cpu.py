@@ -9,10 +9,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 Quantize = Literal["none", "int8"]
-#: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .int8)
+#: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .onnx_export)
 QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
-#: the package extra that --quantize int8 needs
-ONNX_EXTRA = "condsearch[onnx]"
 
 
 @dataclass(frozen=True)

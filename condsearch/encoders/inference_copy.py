@@ -1,8 +1,10 @@
-"""The cached inference copy of a BERT, read without torch: where it lives, its files, its tokenizer.
+"""The cached inference copy of a BERT without torch: where it lives, its files, its tokenizer.
 
 ``bert_inference`` writes the copy (checked against transformers) and loads it into a torch
-module; ``numpy_bert`` reads the same files for a torch-free forward pass. The copy is keyed by
-the model's revision, the adapter's sha256 and config, and the transformers and torch versions.
+module. The copy is keyed by the model's revision, the adapter's sha256 and config, and the
+transformers and torch versions. Its tokenizer (``tokenizers`` alone) and the adapter's key also
+serve the ONNX exports (:mod:`condsearch.encoders.onnx_files`), which a one-shot query runs
+without torch.
 """
 
 from __future__ import annotations
@@ -18,13 +20,11 @@ from condsearch.cache import default_cache_dir
 from condsearch.finetune.adapter_files import ADAPTER_CONFIG, adapter_checksum
 from condsearch.models import ModelSource
 
-#: 2: the config records whether numpy_bert's forward pass was checked (CHECKED_KEY)
+#: 2 (a key it held, whether a numpy forward pass was checked on it, is no longer written nor read)
 FORMAT_VERSION = 2
 WEIGHTS_FILE = "weights.safetensors"
 TOKENIZER_FILE = "tokenizer.json"
 CONFIG_FILE = "inference.json"
-#: in the config: numpy_bert's forward pass agreed with transformers' when the copy was written
-CHECKED_KEY = "numpy_checked"
 
 
 class _Encoded(dict):  # type: ignore[type-arg]

@@ -17,7 +17,7 @@ from condsearch.errors import ModelError
 if TYPE_CHECKING:
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.decoder import PromptEncoder
-    from condsearch.encoders.numpy_bert import NumpyBertEncoder
+    from condsearch.encoders.onnx_files import OnnxBertEncoder
 
 
 log = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ ADAPTER_CONFIG = "adapter.json"
 _ENCODER_SETTINGS = ("prompt_template", "unconditional_template", "bidirectional_layers")
 
 
-def encoder_settings(encoder: BertStyleEncoder | PromptEncoder | NumpyBertEncoder) -> dict[str, object]:
+def encoder_settings(encoder: BertStyleEncoder | PromptEncoder | OnnxBertEncoder) -> dict[str, object]:
     """Return the settings of encoder's describe() that an adapter trained on it depends on ({} for BERT-style)."""
     described = encoder.describe()
     return {key: described[key] for key in _ENCODER_SETTINGS if key in described}
@@ -59,7 +59,7 @@ def read_adapter_config(folder: Path) -> dict[str, object]:
     return meta
 
 
-def check_adapter(encoder: BertStyleEncoder | PromptEncoder | NumpyBertEncoder, folder: Path) -> dict[str, object]:
+def check_adapter(encoder: BertStyleEncoder | PromptEncoder | OnnxBertEncoder, folder: Path) -> dict[str, object]:
     """Return the folder's adapter.json after checking that its adapter was trained on this encoder."""
     folder = Path(folder)
     meta = read_adapter_config(folder)

@@ -1,5 +1,5 @@
-"""The torch-free one-shot query: numpy's BERT forward pass and head give torch's vectors, and only
-for the model, adapter and head an index was built with."""
+"""The torch-free one-shot query: the float32 ONNX export and the numpy head give torch's vectors, and
+only for the model, adapter and head an index was built with."""
 
 from __future__ import annotations
 
@@ -15,54 +15,46 @@ from click.testing import CliRunner
 
 from condsearch.cache import default_cache_dir
 from condsearch.cli import main
-from condsearch.encoders import bert_inference, load_encoder
-from condsearch.encoders.inference_copy import CHECKED_KEY, CONFIG_FILE
-from condsearch.encoders.numpy_bert import NumpyBert, NumpyBertEncoder, gelu, load_numpy_encoder
+from condsearch.encoders import load_encoder, onnx_export
+from condsearch.encoders.onnx_export import write_export
+from condsearch.encoders.onnx_files import (
+    CACHE_SUBDIR,
+    META_FILE,
+    MODEL_FILE,
+    OnnxBertEncoder,
+    export_folder,
+    load_cached_export,
+    refusal,
+)
 from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.head_files import load_numpy_head
 from condsearch.models import resolve_model
-from condsearch.pipeline import numpy_vectorizer_for, vectorizer_for
+from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
 from condsearch.store import IndexStore
 from tests.conftest import SENTENCES
-from tests.test_bert_inference import PAIRS, _adapter
+from tests.test_bert_inference import _adapter
 
 COLOUR = "color of the dress"
 
 
-def _copy() -> Path:
-    (folder,) = [p for p in (default_cache_dir() / "bert-inference").glob("*") if not p.name.startswith(".")]
-    return folder
-
-
-def test_gelu_equals_torch() -> None:
-    x = np.linspace(-8, 8, 10_001, dtype=np.float32)
-    want = torch.nn.functional.gelu(torch.from_numpy(x)).numpy()
-    np.testing.assert_allclose(gelu(x), want, rtol=0, atol=2e-6)  # float32 spacing at 8 is 1e-6
-
-
-def test_numpy_forward_equals_transformers(tiny_bert_dir: Path) -> None:
-    hf = load_encoder(str(tiny_bert_dir), device="cpu")
-    weights = {k: v.numpy() for k, v in hf.model.state_dict().items()}
-    batch, _ = hf._tokenize(PAIRS)  # padded, one input truncated
-    with torch.inference_mode():
-        want = hf.model(**batch).last_hidden_state.numpy()
-    arrays = {k: v.numpy() for k, v in batch.items()}
-    got = NumpyBert(hf.model.config.to_dict(), weights).forward(
-        arrays["input_ids"], arrays["attention_mask"], arrays.get("token_type_ids")
-    )
-    real = arrays["attention_mask"].astype(bool)
-    np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5)
+def _exports() -> list[Path]:
+    root = default_cache_dir() / CACHE_SUBDIR
+    return [p for p in root.glob("*") if not p.name.startswith(".")] if root.is_dir() else []
 
 
 @pytest.mark.parametrize("with_adapter", [False, True])
-def test_numpy_encoder_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: Path, with_adapter: bool) -> None:
+def test_float32_export_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: Path, with_adapter: bool) -> None:
     adapter = _adapter(tiny_bert_dir, tmp_path / "ad") if with_adapter else None
     source = resolve_model(str(tiny_bert_dir))
-    assert load_numpy_encoder(source, max_length=None, adapter=adapter) is None  # no copy yet
-    reference = load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)  # writes it
-    assert json.loads((_copy() / CONFIG_FILE).read_text())[CHECKED_KEY] is True
-    light = load_numpy_encoder(source, max_length=None, adapter=adapter)
-    assert isinstance(light, NumpyBertEncoder) and light.describe() == reference.describe()
+    assert load_cached_export(source, "float32", max_length=None, adapter=adapter, threads=1) is None  # none yet
+    reference = load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)
+    folder = export_folder(source, adapter, "float32")
+    assert folder is not None
+    written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
+    assert refused is None and written is not None
+    assert json.loads((folder / META_FILE).read_text())["usable"] is True
+    light = load_cached_export(source, "float32", max_length=None, adapter=adapter, threads=1)
+    assert isinstance(light, OnnxBertEncoder) and light.describe() == reference.describe()
     want = reference.encode_case(SENTENCES, COLOUR)
     np.testing.assert_allclose(light.encode_case(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(light.encode_case(SENTENCES[:1], COLOUR), want[:1], rtol=1e-5, atol=1e-5)
@@ -71,17 +63,21 @@ def test_numpy_encoder_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: P
         light.encode_case(long, COLOUR), reference.encode_case(long, COLOUR), rtol=1e-5, atol=1e-5
     )
     assert light.report_truncation() is not None
-    short = load_numpy_encoder(source, max_length=12, adapter=adapter)
+    short = load_cached_export(source, "float32", max_length=12, adapter=adapter, threads=1)
     assert short is not None and short.max_length == 12
+    # the int8 export of the same model is another folder
+    assert export_folder(source, adapter, "int8") != folder
 
 
-def test_a_copy_not_checked_for_numpy_is_not_used(tiny_bert_dir: Path) -> None:
-    load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
-    meta_file = _copy() / CONFIG_FILE
-    meta = json.loads(meta_file.read_text())
-    meta_file.write_text(json.dumps({**meta, CHECKED_KEY: False}))
-    assert load_numpy_encoder(resolve_model(str(tiny_bert_dir)), max_length=None, adapter=None) is None
-    assert bert_inference.load_copy(_copy()) is not None  # torch still reads it
+def test_a_refused_export_is_recorded_and_not_used(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = resolve_model(str(tiny_bert_dir))
+    reference = load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
+    folder = export_folder(source, None, "float32")
+    monkeypatch.setattr(onnx_export, "FLOAT32_TOLERANCE", -1.0)  # nothing agrees
+    written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
+    assert written is None and refused is not None and "max difference" in refused
+    assert folder is not None and refusal(folder) == refused and not (folder / MODEL_FILE).exists()
+    assert load_cached_export(source, "float32", max_length=None, adapter=None, threads=1) is None
 
 
 def test_numpy_head_equals_the_torch_head(tmp_path: Path) -> None:
@@ -100,7 +96,7 @@ def _index(tiny_bert_dir: Path, corpus_file: Path, index_dir: Path, head: str) -
     assert result.exit_code == 0, result.output
 
 
-def test_numpy_vectorizer_only_for_the_index_own_model_and_head(
+def test_onnx_vectorizer_only_for_the_index_own_model_and_head(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path
 ) -> None:
     torch.manual_seed(1)
@@ -110,9 +106,11 @@ def test_numpy_vectorizer_only_for_the_index_own_model_and_head(
     _index(tiny_bert_dir, corpus_file, index_dir, str(head_dir))
     store = IndexStore(index_dir)
     manifest = store.read_manifest(store.find(COLOUR))
-    reference = vectorizer_for(manifest, device="cpu")  # the torch path; it writes the copy
-    light = numpy_vectorizer_for(manifest)
-    assert light is not None and isinstance(light.encoder, NumpyBertEncoder)
+    reference = vectorizer_for(manifest, device="cpu")  # the torch path
+    assert onnx_vectorizer_for(manifest) is None  # no export yet
+    cache_onnx_export(manifest, reference)
+    light = onnx_vectorizer_for(manifest)
+    assert light is not None and isinstance(light.encoder, OnnxBertEncoder)
     assert (light.head_name, light.head_checksum, light.dim) == (manifest.head, manifest.head_checksum, 16)
     np.testing.assert_allclose(
         light.vectors(SENTENCES, COLOUR), reference.vectors(SENTENCES, COLOUR), rtol=1e-5, atol=1e-5
@@ -120,7 +118,7 @@ def test_numpy_vectorizer_only_for_the_index_own_model_and_head(
     # a head changed since indexing: not this path (vectorizer_for says why the index cannot be used)
     torch.manual_seed(2)
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=16, model_id=str(tiny_bert_dir))), head_dir)
-    assert numpy_vectorizer_for(manifest) is None
+    assert onnx_vectorizer_for(manifest) is None
 
 
 def test_a_repeated_one_shot_query_imports_no_torch_and_answers_alike(
@@ -129,9 +127,12 @@ def test_a_repeated_one_shot_query_imports_no_torch_and_answers_alike(
     index_dir = str(tmp_path / "indexes")
     _index(tiny_bert_dir, corpus_file, Path(index_dir), "none")
     argv = ["query", SENTENCES[2], SENTENCES[5], "-c", COLOUR, "-k", "3", "--json", "--index-dir", index_dir]
-    # --head none names the index's own head, which takes the torch path (and writes the copy)
-    with_torch = CliRunner().invoke(main, [*argv, "--head", "none"])
+    assert not _exports()
+    # the first query goes through torch, then writes and checks the export
+    with_torch = CliRunner().invoke(main, argv)
     assert with_torch.exit_code == 0, with_torch.output
+    (folder,) = _exports()
+    assert json.loads((folder / META_FILE).read_text())["usable"] is True
     code = (
         "import sys\nfrom condsearch.cli import main\ntry:\n"
         f"    main({argv!r})\nexcept SystemExit as exc:\n    assert not exc.code\n"

@@ -1,0 +1,259 @@
+"""Write an ONNX export of a BERT-style encoder through torch, checked against it before it is used.
+
+The float32 encoder (its LoRA adapter merged) is exported with ``torch.onnx``. For ``int8`` the
+export is then quantised by onnxruntime's ``quantize_dynamic``: int8 weights per output
+channel, activations quantised per batch at run time, for the encoder's matrix products only
+(embeddings, LayerNorm, softmax and GELU stay float32). Measured here against PyTorch's own
+dynamic quantisation, onnxruntime was the faster and the closer to float32
+(benchmarks/README.md). Tokenisation, condition-segment pooling and the head are the float32
+encoder's, untouched.
+
+Before an export is marked usable its pooled outputs on probe pairs are compared with the torch
+model's: float32 must agree within :data:`FLOAT32_TOLERANCE`, int8 within a cosine of
+:data:`MIN_INT8_COSINE`. A refused export is recorded, so that it is not tried again.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from condsearch.cache import swap_in
+from condsearch.encoders.base import Pair
+from condsearch.encoders.bert import BertStyleEncoder
+from condsearch.encoders.onnx_files import (
+    FORMAT_VERSION,
+    INPUTS,
+    META_FILE,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    USABLE_KEY,
+    OnnxBertEncoder,
+    Precision,
+    export_folder,
+    load_cached_export,
+    read_export,
+    refusal,
+    runtime_versions,
+)
+from condsearch.errors import ModelError
+from condsearch.models import ModelSource
+
+log = logging.getLogger(__name__)
+
+#: a float32 export whose pooled outputs differ from torch's by more than this on the probe is refused
+FLOAT32_TOLERANCE = 1e-4
+#: an int8 export whose pooled outputs fall below this cosine to float32 on the probe is refused
+MIN_INT8_COSINE = 0.9
+_CONFIG_KEYS = ("hidden_size", "max_position_embeddings", "model_type")
+_PROBE: list[Pair] = [
+    ("the condition", "a probe sentence, with a comma"),
+    ("another one", "short"),
+    ("the colour of the dress", "A girl in an orange dress serves the ball."),
+    ("the sport", None),
+]
+
+
+class _Last(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> Any:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out.last_hidden_state
+
+
+@contextmanager
+def _root_quiet() -> Iterator[None]:
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def _tokenizer_files(tokenizer: Any) -> tuple[str, dict[str, Any]]:
+    """Return (tokenizer.json text, the settings BackendTokenizer reads) of a loaded fast tokenizer."""
+    from tokenizers import Tokenizer
+
+    # a transformers fast tokenizer, or the BackendTokenizer of a cached inference copy
+    backend = tokenizer.backend_tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer.backend
+    plain = Tokenizer.from_str(backend.to_str())  # the loaded one keeps its truncation and padding
+    plain.no_truncation()
+    plain.no_padding()
+    meta = {
+        "pad_token_id": tokenizer.pad_token_id,
+        "model_max_length": int(min(tokenizer.model_max_length, 1 << 30)),
+        "model_input_names": list(tokenizer.model_input_names),
+        "truncation_side": getattr(tokenizer, "truncation_side", "right"),
+    }
+    return plain.to_str(), meta
+
+
+def on_cpu(encoder: BertStyleEncoder, source: ModelSource) -> BertStyleEncoder:
+    """Return the encoder if it runs on the CPU in float32, else such a copy of it (the export's reference)."""
+    if encoder.device.type == "cpu" and encoder.dtype == torch.float32:
+        return encoder
+    loaded = (encoder.tokenizer, copy.deepcopy(encoder.model))
+    twin = BertStyleEncoder(source, device="cpu", max_length=encoder.max_length, loaded=loaded)
+    twin.adapter_checksum = encoder.adapter_checksum
+    return twin
+
+
+def _traceable(model: nn.Module) -> nn.Module:
+    # transformers' BertModel traces to a graph that computes something else here (its mask
+    # handling); PlainBert, with the same weights, traces to the right one
+    from condsearch.encoders.bert_inference import PlainBert, as_plain, supports
+
+    config: Any = getattr(model, "config", None)
+    if isinstance(model, PlainBert) or config is None or not supports(config.to_dict()):
+        return model
+    return as_plain(model) or model
+
+
+def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, versions: dict[str, str]) -> None:
+    """Write the export of a CPU float32 encoder (model, tokenizer, meta not yet usable) into an empty folder."""
+    batch, _ = encoder._tokenize(_PROBE)
+    if "token_type_ids" not in batch:
+        batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
+    args = tuple(batch[name] for name in INPUTS)
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
+    plain = folder / ("model.float32.onnx" if precision == "int8" else MODEL_FILE)
+    try:
+        # the TorchScript exporter's deprecation notice and onnxruntime's pre-processing advice
+        # (logged on the root logger) concern neither the user nor this model
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), _root_quiet():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(
+                _Last(_traceable(encoder.model)),
+                args,
+                str(plain),
+                input_names=list(INPUTS),
+                output_names=["hidden"],
+                dynamic_axes=axes,
+                opset_version=17,
+                dynamo=False,
+            )
+            if precision == "int8":
+                from onnxruntime.quantization import QuantType, quantize_dynamic
+
+                quantize_dynamic(
+                    str(plain),
+                    str(folder / MODEL_FILE),
+                    weight_type=QuantType.QInt8,
+                    per_channel=True,
+                    op_types_to_quantize=["MatMul"],
+                )
+                plain.unlink()
+    except Exception as exc:  # noqa: BLE001 - the exporter's and quantiser's errors have no common base
+        raise ModelError(
+            f"{encoder.model_id}: cannot export to {precision} ONNX ({type(exc).__name__}: {exc})"
+        ) from exc
+    text, tokenizer_meta = _tokenizer_files(encoder.tokenizer)
+    (folder / TOKENIZER_FILE).write_text(text)
+    config = {k: getattr(encoder.model.config, k, None) for k in _CONFIG_KEYS}
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "precision": precision,
+        USABLE_KEY: False,
+        "config": config,
+        "tokenizer": tokenizer_meta,
+        "runtime": versions,
+    }
+    (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def pooled_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return the row-wise cosine of two (n, dim) arrays (int8 against float32 outputs, for reports)."""
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
+
+
+def _disagreement(reference: BertStyleEncoder, export: OnnxBertEncoder) -> str | None:
+    """Return why the export's probe outputs stray too far from the reference's, or None if they agree."""
+    want, got = reference.embed_batch(_PROBE), export.embed_batch(_PROBE)
+    if export.precision == "int8":
+        cosine = float(pooled_cosines(want, got).min())
+        return None if cosine >= MIN_INT8_COSINE else f"cosine {cosine:.3f} < {MIN_INT8_COSINE}"
+    gap = float(np.abs(want - got).max())
+    return None if gap <= FLOAT32_TOLERANCE else f"max difference {gap:.3g} > {FLOAT32_TOLERANCE}"
+
+
+def write_export(
+    reference: BertStyleEncoder,
+    source: ModelSource,
+    folder: Path | None,
+    precision: Precision,
+    *,
+    max_length: int | None,
+    threads: int,
+) -> tuple[OnnxBertEncoder | None, str | None]:
+    """Export a float32 encoder of source, check it and cache it in folder (None: not cached).
+
+    Returns (encoder, None), or (None, why) when the export was refused; a refusal is cached too,
+    so that it is not tried again. An unreadable folder there is replaced.
+    """
+    reference = on_cpu(reference, source)
+    parent = folder.parent if folder is not None else None
+    if parent is not None:
+        parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
+    try:
+        export_onnx(reference, tmp, precision, runtime_versions())
+        encoder = read_export(tmp, source, max_length=max_length, threads=threads)
+        if encoder is None:
+            raise ModelError(f"{reference.model_id}: the {precision} ONNX export cannot be read back")
+        encoder.adapter_checksum = reference.adapter_checksum
+        refused = _disagreement(reference, encoder)
+        meta = json.loads((tmp / META_FILE).read_text())
+        meta[USABLE_KEY] = refused is None
+        if refused is not None:
+            meta["refused"] = refused
+            (tmp / MODEL_FILE).unlink()
+        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        if folder is not None:
+            try:
+                swap_in(tmp, folder)  # fails if another process got there first: its export is as good
+                log.info("cached the %s ONNX export of %s in %s", precision, reference.model_id, folder)
+            except OSError:
+                pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the session holds the model in memory
+    return (None, refused) if refused is not None else (encoder, None)
+
+
+def load_int8_encoder(
+    source: ModelSource, *, max_length: int | None, adapter: Path | None, threads: int | None = None
+) -> OnnxBertEncoder:
+    """Return the int8 encoder of a BERT-style model (adapter merged), exporting it the first time.
+
+    ``threads``: onnxruntime's intra-op threads [default: torch's count, one per physical core].
+    """
+    threads = threads or torch.get_num_threads()
+    encoder = load_cached_export(source, "int8", max_length=max_length, adapter=adapter, threads=threads)
+    if encoder is not None:
+        return encoder
+    folder = export_folder(source, adapter, "int8")
+    refused = refusal(folder)
+    if refused is None:
+        from condsearch.encoders.bert_inference import load_for_inference
+
+        reference = load_for_inference(source, device="cpu", max_length=max_length, adapter=adapter)
+        encoder, refused = write_export(reference, source, folder, "int8", max_length=max_length, threads=threads)
+    if encoder is None:
+        raise ModelError(f"{source.model_id}: int8 outputs stray from float32 ({refused})")
+    return encoder

@@ -1,0 +1,181 @@
+"""ONNX exports of a BERT-style encoder: where they are cached, and running one without torch.
+
+One export path, two precisions. ``float32`` is the encoder as it is (adapter merged): a one-shot
+query runs it with onnxruntime instead of importing torch, which costs more than a few queries'
+forward pass. ``int8`` is onnxruntime's dynamic int8 model (``--quantize int8``). Both are written
+by :mod:`condsearch.encoders.onnx_export` through torch, checked against the torch model, and
+only then marked usable; this module reads them with onnxruntime, ``tokenizers`` and numpy alone.
+
+An export is cached under the cache dir's ``onnx/``, keyed by model, revision, adapter,
+precision and the onnxruntime, onnx and torch versions (read from package metadata, so that
+computing the key imports none of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal
+
+import numpy as np
+
+from condsearch.cache import default_cache_dir
+from condsearch.encoders.base import Encoder, Pair
+from condsearch.encoders.bert_inputs import case_inputs, max_length_for
+from condsearch.encoders.inference_copy import BackendTokenizer, adapter_key
+from condsearch.errors import ModelError
+from condsearch.models import ModelSource
+
+log = logging.getLogger(__name__)
+
+Precision = Literal["float32", "int8"]
+FORMAT_VERSION = 1
+#: the cached exports live here, under default_cache_dir() (beside "features", the encoder outputs)
+CACHE_SUBDIR = "onnx"
+MODEL_FILE = "model.onnx"
+TOKENIZER_FILE = "tokenizer.json"
+META_FILE = "export.json"
+#: in the meta file: the export's outputs agreed with the torch model's when it was written
+USABLE_KEY = "usable"
+#: what an export depends on besides the model; a missing one is a one-line error
+RUNTIME_PACKAGES = ("onnxruntime", "onnx", "torch")
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def runtime_versions() -> dict[str, str]:
+    """Return the versions an export depends on; a one-line error if onnxruntime, onnx or torch is missing."""
+    versions = {}
+    for package in RUNTIME_PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelError(f"the ONNX encoder needs {package}: pip install {package}") from None
+    return versions
+
+
+def export_folder(source: ModelSource, adapter: Path | None, precision: Precision) -> Path | None:
+    """Return where an export of a model (with an adapter merged) is cached, or None if unsafe to cache.
+
+    A hub model that is not in the local cache resolves to revision 'main', which names no weights.
+    """
+    if source.revision == "main":
+        return None
+    key = [
+        FORMAT_VERSION,
+        source.model_id,
+        source.revision,
+        adapter_key(adapter) if adapter is not None else "",
+        precision,
+        runtime_versions(),
+    ]
+    return default_cache_dir() / CACHE_SUBDIR / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+
+
+def read_meta(folder: Path) -> dict[str, Any] | None:
+    """Return an export's meta file if it is there and of this format, else None (a cache miss)."""
+    try:
+        meta = json.loads((folder / META_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION else None
+
+
+class OnnxBertEncoder(Encoder):
+    """:class:`~condsearch.encoders.bert.BertStyleEncoder`'s vectors (condition-mean pooling) from onnxruntime.
+
+    Tokenisation and pooling are the torch encoder's (:mod:`.bert_inputs`). In float32 its
+    ``describe()`` equals the torch encoder's for the same model, adapter and token limit; int8
+    adds ``quantize`` and ``quantize_runtime``, so that int8 vectors never mix with float32 ones.
+    """
+
+    pooling = "condition-mean"
+
+    def __init__(
+        self,
+        source: ModelSource,
+        tokenizer: BackendTokenizer,
+        session: Any,
+        meta: dict[str, Any],
+        max_length: int | None,
+    ) -> None:
+        super().__init__()
+        self.tokenizer, self.session = tokenizer, session
+        self.model_id, self.revision = source.model_id, source.revision
+        config = SimpleNamespace(**meta["config"])
+        self.dim = int(config.hidden_size)
+        self.max_length = max_length_for(source.location, tokenizer.model_max_length, max_length, config)
+        self.precision: Precision = meta["precision"]
+        self.runtime = f"onnxruntime {meta['runtime']['onnxruntime']}"
+        self.adapter_checksum = ""
+        self._inputs = [i.name for i in session.get_inputs()]
+
+    def describe(self) -> dict[str, object]:
+        info = {**super().describe(), "pooling": self.pooling, "max_length": self.max_length}
+        if self.adapter_checksum:
+            info["adapter_checksum"] = self.adapter_checksum
+        if self.precision == "int8":
+            info |= {"quantize": "int8", "quantize_runtime": self.runtime}
+        return info
+
+    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+        batch, pool = case_inputs(self.tokenizer, pairs, self.max_length, self.stats)
+        zeros = np.zeros_like(batch["input_ids"])
+        (hidden,) = self.session.run(None, {name: batch.get(name, zeros) for name in self._inputs})
+        summed = (hidden * pool[:, :, None]).sum(axis=1)
+        return (summed / np.maximum(pool.sum(axis=1, keepdims=True), 1.0)).astype(np.float32)
+
+
+def _session(path: Path, threads: int) -> Any:
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise ModelError("the ONNX encoder needs onnxruntime: pip install onnxruntime") from None
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def read_export(folder: Path, source: ModelSource, *, max_length: int | None, threads: int) -> OnnxBertEncoder | None:
+    """Return the encoder of the export in folder (usable or not), or None if there is none or it is unreadable."""
+    meta = read_meta(folder)
+    if meta is None or not (folder / MODEL_FILE).is_file():
+        return None
+    try:
+        from tokenizers import Tokenizer
+
+        tokenizer = BackendTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), meta["tokenizer"])
+        return OnnxBertEncoder(source, tokenizer, _session(folder / MODEL_FILE, threads), meta, max_length)
+    except Exception as exc:  # noqa: BLE001 - a damaged export is only a cache miss
+        log.info("ignoring the ONNX export in %s (%s)", folder, type(exc).__name__)
+        return None
+
+
+def load_cached_export(
+    source: ModelSource, precision: Precision, *, max_length: int | None, adapter: Path | None, threads: int
+) -> OnnxBertEncoder | None:
+    """Return the encoder of a model's cached, usable export (adapter merged), or None (a cache miss)."""
+    from condsearch.finetune.adapter_files import adapter_checksum, check_adapter
+
+    folder = export_folder(source, adapter, precision)
+    meta = read_meta(folder) if folder is not None else None
+    if folder is None or meta is None or not meta.get(USABLE_KEY):
+        return None
+    encoder = read_export(folder, source, max_length=max_length, threads=threads)
+    if encoder is not None and adapter is not None:
+        check_adapter(encoder, adapter)
+        encoder.adapter_checksum = adapter_checksum(adapter)
+    return encoder
+
+
+def refusal(folder: Path | None) -> str | None:
+    """Return why the export cached in folder was refused when it was written, or None if it was not."""
+    meta = read_meta(folder) if folder is not None else None
+    return None if meta is None or meta.get(USABLE_KEY) else str(meta.get("refused", "refused"))
