@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 import faiss
 import numpy as np
 
+from condsearch.ann import IndexConfig, apply_search_params, sample_rows, train_rows
+
 if TYPE_CHECKING:
     from condsearch.vectors import VectorFile
 
-DEFAULT_FACTORY = "Flat"
+DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default is IndexConfig
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,6 @@ def build_index(
     Raises ValueError for a factory string FAISS rejects, a training set too small for it or
     search parameters that do not apply.
     """
-    from condsearch.ann import apply_search_params, sample_rows, train_rows
-
     n, d = vectors.shape
     try:
         index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
