@@ -21,6 +21,7 @@ from condsearch.encoders.onnx_files import (
     CACHE_SUBDIR,
     META_FILE,
     MODEL_FILE,
+    WEIGHTS_FILE,
     OnnxBertEncoder,
     export_folder,
     load_cached_export,
@@ -77,6 +78,7 @@ def test_a_refused_export_is_recorded_and_not_used(tiny_bert_dir: Path, monkeypa
     written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
     assert written is None and refused is not None and "max difference" in refused
     assert folder is not None and refusal(folder) == refused and not (folder / MODEL_FILE).exists()
+    assert not (folder / WEIGHTS_FILE).exists()
     assert load_cached_export(source, "float32", max_length=None, adapter=None, threads=1) is None
 
 

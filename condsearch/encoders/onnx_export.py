@@ -40,6 +40,7 @@ from condsearch.encoders.onnx_files import (
     MODEL_FILE,
     TOKENIZER_FILE,
     USABLE_KEY,
+    WEIGHTS_FILE,
     OnnxBertEncoder,
     Precision,
     export_folder,
@@ -160,6 +161,7 @@ def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, v
                     op_types_to_quantize=["MatMul"],
                 )
                 plain.unlink()
+            _weights_beside(folder / MODEL_FILE)
     except Exception as exc:  # noqa: BLE001 - the exporter's and quantiser's errors have no common base
         raise ModelError(
             f"{encoder.model_id}: cannot export to {precision} ONNX ({type(exc).__name__}: {exc})"
@@ -176,6 +178,14 @@ def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, v
         "runtime": versions,
     }
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def _weights_beside(path: Path) -> None:
+    """Move an ONNX model's weights out of its protobuf into WEIGHTS_FILE beside it."""
+    import onnx
+
+    model = onnx.load(str(path))
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=WEIGHTS_FILE)
 
 
 def pooled_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -224,6 +234,7 @@ def write_export(
         if refused is not None:
             meta["refused"] = refused
             (tmp / MODEL_FILE).unlink()
+            (tmp / WEIGHTS_FILE).unlink()
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if folder is not None:
             try:

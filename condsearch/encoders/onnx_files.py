@@ -38,6 +38,9 @@ FORMAT_VERSION = 1
 #: the cached exports live here, under default_cache_dir() (beside "features", the encoder outputs)
 CACHE_SUBDIR = "onnx"
 MODEL_FILE = "model.onnx"
+#: the model's weights, beside it: onnxruntime maps them instead of parsing them out of the
+#: protobuf, which halves a session's start here (0.3 -> 0.13 s for MiniLM)
+WEIGHTS_FILE = "model.onnx.data"
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "export.json"
 #: in the meta file: the export's outputs agreed with the torch model's when it was written
