@@ -89,7 +89,14 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help="Per-epoch checkpoints [default: under the cache folder, named after --out].",
         ),
-        click.option("--resume", is_flag=True, help="Continue from the last completed epoch of the checkpoint."),
+        click.option(
+            "--checkpoint-every",
+            default=0,
+            show_default=True,
+            type=click.IntRange(min=0),
+            help="Also checkpoint every N optimiser steps within an epoch (0: at epoch ends only).",
+        ),
+        click.option("--resume", is_flag=True, help="Continue from the last checkpoint (an epoch end or within one)."),
     ]
     for option in reversed(options):
         command = option(command)
@@ -110,6 +117,8 @@ def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
     """Refuse fine-tuning flags and objectives on the head-only (--finetune none) and csr paths."""
     if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None or options["init_head"]:
         raise click.UsageError("--head-on-top, --init-head, --resume and --checkpoint-dir need --finetune lora or full")
+    if options["checkpoint_every"]:
+        raise click.UsageError("--checkpoint-every needs --finetune lora or full")
     if mode == "csr" and loss not in CSR_LOSSES:
         raise click.UsageError(f"--mode csr takes --loss {', '.join(CSR_LOSSES)}")
     if mode == "case" and loss != "mse":
@@ -227,6 +236,7 @@ def run_finetune(
             trust_remote_code=trust_remote_code,
             checkpoint_dir=options["checkpoint_dir"],
             resume=options["resume"],
+            checkpoint_every=options["checkpoint_every"],
             eval_batch_size=batch_size,
             on_epoch=report,
             encoder_settings=settings,

@@ -3,13 +3,16 @@
 A checkpoint folder holds ``trainable.safetensors`` (the parameters being trained after the
 last completed epoch), ``best.safetensors`` (those of the best epoch on dev so far),
 ``optimizer.safetensors`` (AdamW's moment estimates, keyed ``<parameter>.exp_avg`` and
-``<parameter>.exp_avg_sq``) and ``checkpoint.json`` (epoch, step, history, the config and
-AdamW's per-parameter step counts). Each save replaces the folder atomically.
+``<parameter>.exp_avg_sq``, and the CPU random generator's state) and ``checkpoint.json`` (epoch,
+step, history, the config and AdamW's per-parameter step counts). A save within an epoch also
+records how many of that epoch's batches are done and the running loss sums, so that a resumed
+run skips them. Each save replaces the folder atomically.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +27,7 @@ STATE_FILE = "checkpoint.json"
 TRAINABLE_FILE = "trainable.safetensors"
 BEST_FILE = "best.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
+_RNG_KEY = "__cpu_rng_state__"
 
 
 @dataclass
@@ -36,9 +40,13 @@ class TrainingState:
     history: list[dict[str, float]] = field(default_factory=list)
     best_epoch: int = 0
     best_score: float = -float("inf")
+    #: within epoch ``epoch + 1``: batches done and running sums (loss terms, n_rows, seconds)
+    epoch_step: int = 0
+    partial: dict[str, float] = field(default_factory=dict)
+    rng: torch.Tensor | None = None  # the CPU generator's state when the checkpoint was written
 
 
-def _tensors(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _tensors(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu").contiguous() for k, v in params.items()}
 
 
@@ -64,6 +72,7 @@ def save_checkpoint(
             moments[f"{name}.exp_avg"] = slot["exp_avg"]
             moments[f"{name}.exp_avg_sq"] = slot["exp_avg_sq"]
             steps[name] = float(slot["step"])
+        moments[_RNG_KEY] = torch.get_rng_state()
         save_file(_tensors(moments), str(tmp / OPTIMIZER_FILE))
         info = {
             "format_version": CHECKPOINT_FORMAT_VERSION,
@@ -72,6 +81,8 @@ def save_checkpoint(
             "history": state.history,
             "best_epoch": state.best_epoch,
             "best_score": state.best_score if state.best_score != -float("inf") else None,
+            "epoch_step": state.epoch_step,
+            "partial": state.partial,
             "config": state.config,
             "optimizer_steps": steps,
         }
@@ -131,5 +142,8 @@ def load_checkpoint(
         history=list(info.get("history") or []),
         best_epoch=int(info.get("best_epoch") or 0),
         best_score=float(best_score) if best_score is not None else -float("inf"),
+        epoch_step=int(info.get("epoch_step") or 0),
+        partial={k: float(v) for k, v in (info.get("partial") or {}).items()},
+        rng=moments.get(_RNG_KEY),
     )
     return state, best

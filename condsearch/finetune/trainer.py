@@ -262,11 +262,13 @@ def finetune(
     eval_batch_size: int = 64,
     progress: bool = False,
     on_epoch: EpochCallback | None = None,
+    checkpoint_every: int = 0,
 ) -> FinetuneResult:
     """Fine-tune the encoder in place (and a head, with ``head_on_top``); keep the best dev epoch.
 
-    With ``checkpoint_dir``, the state after every epoch is written there; ``resume``
-    continues from it (same config required) instead of starting over.
+    With ``checkpoint_dir``, the state after every epoch is written there, and also every
+    ``checkpoint_every`` optimiser steps within an epoch (0: at epoch ends only; for epochs that
+    take hours); ``resume`` continues from it (same config required) instead of starting over.
     """
     head = prepare(encoder, config)
     settings = config.loss_settings
@@ -311,16 +313,20 @@ def finetune(
         # Seeding per epoch makes a resumed run draw the same order and dropout masks.
         torch.manual_seed(config.seed * 1000 + epoch)
         batches = length_grouped_batches(groups, lengths, per_batch, random.Random(config.seed * 1000 + epoch))
+        done, partial = state.epoch_step, dict(state.partial)  # batches of this epoch done before a resume
+        if done and state.rng is not None:
+            torch.set_rng_state(state.rng)
         encoder.model.train()
         if head is not None:
             head.train()
         if contrastive is not None:
             contrastive.train()
-        sums: dict[str, float] = {}
-        n_rows = 0
+        n_rows, before = int(partial.pop("n_rows", 0)), partial.pop("seconds", 0.0)
+        sums: dict[str, float] = partial
         start = time.perf_counter()
-        bar = tqdm(total=steps_per_epoch, desc=f"epoch {epoch}/{config.epochs}", unit="step", disable=not progress)
-        for batch in batches:
+        desc = f"epoch {epoch}/{config.epochs}"
+        bar = tqdm(total=steps_per_epoch, initial=done, desc=desc, unit="step", disable=not progress)
+        for i, batch in enumerate(batches[done:], start=done + 1):
             loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
             factor = lr_factor(state.step)
             for g, base_lr in zip(optim.param_groups, base_lrs, strict=True):
@@ -338,9 +344,14 @@ def finetune(
                 sums[name] = sums.get(name, 0.0) + value * n
             bar.update(1)
             bar.set_postfix(loss=f"{sums['loss'] / n_rows:.4f}")
+            if checkpoint_dir is not None and checkpoint_every > 0 and i % checkpoint_every == 0 and i < len(batches):
+                state.epoch_step = i
+                state.partial = {**sums, "n_rows": n_rows, "seconds": before + time.perf_counter() - start}
+                save_checkpoint(checkpoint_dir, state, params, optim, best)
         bar.close()
+        state.epoch_step, state.partial = 0, {}
         row: dict[str, float] = {"epoch": epoch, **{k: v / max(1, n_rows) for k, v in sums.items()}}
-        row["train_seconds"] = round(time.perf_counter() - start, 1)
+        row["train_seconds"] = round(before + time.perf_counter() - start, 1)
         if dev is not None:
             scores = evaluate_encoder(encoder, head, dev, batch_size=eval_batch_size)
             row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})

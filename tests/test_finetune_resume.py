@@ -1,0 +1,76 @@
+"""Resuming a fine-tune from a checkpoint written within an epoch: the same weights as a run never stopped."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from condsearch.csts import CstsData
+from condsearch.encoders import load_encoder
+from condsearch.finetune import trainer
+from condsearch.finetune.trainer import FinetuneConfig, finetune, trainable_parameters
+
+ROWS = [
+    ("a girl in a red dress", "a woman in a red dress", "the colour", 5),
+    ("a girl in a red dress", "a woman in a red dress", "the sport", 2),
+    ("two men play soccer", "a boy plays soccer", "the sport", 5),
+    ("two men play soccer", "a boy plays soccer", "the colour", 1),
+    ("a dog runs on the beach", "a cat runs on the beach", "the animal", 2),
+    ("a dog runs on the beach", "a cat runs on the beach", "the place", 5),
+]
+
+
+class _Stop(Exception):
+    pass
+
+
+def _data() -> CstsData:
+    cols = [list(c) for c in zip(*[r[:3] for r in ROWS], strict=True)]
+    return CstsData(*cols, np.array([r[3] for r in ROWS], np.float32))
+
+
+@pytest.mark.parametrize("kind", ["full", "lora"])
+def test_resume_within_an_epoch_matches_a_run_never_stopped(
+    kind: str, tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 3 pairs, 1 pair per batch: 3 steps an epoch; dropout on, so the random state must be restored too
+    config = FinetuneConfig(kind=kind, epochs=2, batch_size=2, lr=1e-2, head_on_top=True, head_dim=4)
+    data = _data()
+    straight = load_encoder(str(tiny_bert_dir), device="cpu")
+    expected = finetune(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a", checkpoint_every=1)
+
+    real, calls = trainer.batch_loss, []
+
+    def crash_at_step_5(*args: object, **kwargs: object):  # noqa: ANN202
+        calls.append(1)
+        if len(calls) == 5:  # the second of epoch 2's three steps
+            raise _Stop
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "batch_loss", crash_at_step_5)
+    with pytest.raises(_Stop):
+        finetune(
+            load_encoder(str(tiny_bert_dir), device="cpu"),
+            data,
+            config,
+            dev=data,
+            checkpoint_dir=tmp_path / "b",
+            checkpoint_every=1,
+        )
+    monkeypatch.setattr(trainer, "batch_loss", real)
+    info = json.loads((tmp_path / "b" / "checkpoint.json").read_text())
+    assert (info["epoch"], info["epoch_step"], info["step"]) == (1, 1, 4)
+
+    resumed_enc = load_encoder(str(tiny_bert_dir), device="cpu")
+    resumed = finetune(resumed_enc, data, config, dev=data, checkpoint_dir=tmp_path / "b", resume=True)
+    assert resumed.resumed_from == 1 and resumed.best_epoch == expected.best_epoch
+    for a, b in zip(expected.history, resumed.history, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["dev_spearman"] == pytest.approx(b["dev_spearman"])
+    a, b = trainable_parameters(straight, expected.head), trainable_parameters(resumed_enc, resumed.head)
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
+    assert json.loads((tmp_path / "b" / "checkpoint.json").read_text())["epoch_step"] == 0
