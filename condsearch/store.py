@@ -441,7 +441,8 @@ class IndexStore:
                 self._check_index_file(index_path, files.index, manifest, verify=verify)
                 files.index.seek(0)
                 index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))
-                rows = pq.read_table(files.rows, columns=[c for c in ("id", "text") if c in _columns(files.rows)])
+                # ParquetFile, not read_table: that imports pyarrow.dataset and with it pandas (1 s of a one-shot query)
+                rows = pq.ParquetFile(files.rows).read(columns=[c for c in ("id", "text") if c in _columns(files.rows)])
                 apply_search_params(index, manifest.search_params)
             except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
                 raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
