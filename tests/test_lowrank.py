@@ -60,6 +60,11 @@ def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, t
     assert not np.allclose(base.encode_case(TEXTS, COND), expected, atol=1e-3)  # training moved it
 
     state = weight_deltas(_base_state(tiny_bert_dir), read_tuned(tmp_path / "ckpt"), rank=None)
+    tuned.model.save_pretrained(str(tmp_path / "model"))  # a model folder reads as the same weights
+    from_folder = read_tuned(tmp_path / "model")
+    assert set(from_folder) <= set(dict(tuned.model.named_parameters()))
+    for key, value in weight_deltas(_base_state(tiny_bert_dir), from_folder, rank=None).items():
+        torch.testing.assert_close(value, state[key], msg=key)
     assert not any(k.startswith("pooler.") for k in state)  # untouched by training: left out
     save_delta_adapter(base, state, tmp_path / "full", rank=None, dtype=torch.float32)
     assert json.loads((tmp_path / "full" / ADAPTER_CONFIG).read_text())["kind"] == "delta"

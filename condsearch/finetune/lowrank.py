@@ -82,21 +82,20 @@ def apply_deltas(model: nn.Module, state: Mapping[str, torch.Tensor]) -> int:
 def read_tuned(path: Path) -> dict[str, torch.Tensor]:
     """Return a fine-tune's encoder weights from a model folder, a checkpoint folder or a checkpoint's tensor file.
 
-    A checkpoint's tensors are keyed ``encoder.<name>`` (and ``head.``/``contrastive.``, dropped here).
+    A checkpoint's tensors are keyed ``encoder.<name>`` (and ``head.``/``contrastive.``, dropped here);
+    a model folder's ``model.safetensors`` by the names themselves.
     """
     from condsearch.finetune.checkpoint import STATE_FILE, TRAINABLE_FILE
 
     path = Path(path)
+    checkpoint = not path.is_dir() or (path / STATE_FILE).is_file()
     if path.is_dir():
-        if (path / STATE_FILE).is_file():
-            path = path / TRAINABLE_FILE
-        else:
-            path = path / "model.safetensors"
+        path = path / (TRAINABLE_FILE if checkpoint else "model.safetensors")
     try:
         state = load_file(str(path))
     except Exception as exc:  # safetensors raises several types for damaged or missing files
         raise ModelError(f"{path}: fine-tuned weights unreadable ({type(exc).__name__})") from exc
-    if any(k.startswith("encoder.") for k in state):
+    if checkpoint:
         state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
     return state
 
