@@ -24,7 +24,14 @@ from condsearch.csts import CstsData, read_csts
 from condsearch.encoders import load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.finetune.adapter import save_delta_adapter
-from condsearch.finetune.lowrank import apply_deltas, average_weights, delta_bytes, read_tuned, weight_deltas
+from condsearch.finetune.lowrank import (
+    apply_deltas,
+    average_weights,
+    delta_bytes,
+    kept_energy,
+    read_tuned,
+    weight_deltas,
+)
 from condsearch.finetune.trainer import FinetuneConfig, evaluate_encoder, finetune
 
 
@@ -46,7 +53,13 @@ def measure(args: argparse.Namespace, dev: CstsData, tuned_paths: list[Path]) ->
     base = _base(args.model, args.device)
     base_state = {k: v.detach().clone() for k, v in base.model.state_dict().items()}
     tuned = average_weights([read_tuned(p) for p in tuned_paths])
+    energy = kept_energy(base_state, tuned, args.ranks)
     rows: list[dict[str, object]] = []
+    if args.energy_only:  # no dev passes: how much of the change each rank keeps, and its size
+        for rank in args.ranks:
+            mb = round(delta_bytes(weight_deltas(base_state, tuned, rank=rank)) / 1e6, 2)
+            rows.append({"setting": f"rank {rank}", "rank": rank, "mb": mb, "energy": round(energy[rank], 4)})
+        return rows
     spearman, seconds = _score(base, dev, args.batch_size)
     rows.append({"setting": "base (no fine-tuning)", "rank": None, "mb": 0.0, "dev_spearman": spearman})
     log("lowrank", f"base {spearman} ({seconds}s)")
@@ -68,6 +81,7 @@ def measure(args: argparse.Namespace, dev: CstsData, tuned_paths: list[Path]) ->
         spearman, seconds = _score(base, dev, args.batch_size)
         mb = round(delta_bytes(state) / 1e6, 2)
         rows.append({"setting": f"rank {rank}", "rank": rank, "mb": mb, "dev_spearman": spearman})
+        rows[-1]["energy"] = round(energy[rank], 4)
         rows[-1]["vs_full"] = round(spearman - full_score, 2)
         log("lowrank", f"rank {rank}: {spearman} ({mb} MB float16, {seconds}s)")
         if args.out is not None and rank == args.out_rank:
@@ -81,11 +95,12 @@ def table(rows: list[dict[str, object]], info: dict[str, object]) -> str:
     lines = [
         f"Full fine-tune vs its low-rank delta adapters (float16), {info.get('cpu_model', '')}",
         "",
-        "| setting | adapter MB | dev Spearman | vs full |",
-        "|---|---:|---:|---:|",
+        "| setting | adapter MB | ΔW energy kept | dev Spearman | vs full |",
+        "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r['setting']} | {r['mb']} | {r['dev_spearman']:.2f} | {r.get('vs_full', '')} |")
+        dev = f"{r['dev_spearman']:.2f}" if "dev_spearman" in r else ""
+        lines.append(f"| {r['setting']} | {r['mb']} | {r.get('energy', '')} | {dev} | {r.get('vs_full', '')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -97,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", default=None, help="the base model (default all-MiniLM-L6-v2)")
     p.add_argument("--batch-size", type=int, default=64, help="pairs per forward pass when scoring dev")
     p.add_argument("--device", default=None)
+    p.add_argument("--energy-only", action="store_true", help="no dev passes: each rank's share of ΔW and size")
     p.add_argument("--out", type=Path, default=None, help="write the --out-rank adapter folder here")
     p.add_argument("--out-rank", type=int, default=None)
     p.add_argument("--json-out", type=Path, default=None)
@@ -111,10 +127,10 @@ def main(argv: list[str] | None = None) -> int:
             config = FinetuneConfig(kind="full", epochs=1, batch_size=8, lr=1e-3)
             finetune(_base(args.model, args.device), synthetic_csts(32, seed=0), config, checkpoint_dir=Path(tmp))
             args.tuned = [Path(tmp)]
-        elif args.dev is None or not args.tuned:
-            p.error("--dev and --tuned are required (or --smoke)")
+        elif not args.tuned or (args.dev is None and not args.energy_only):
+            p.error("--tuned and --dev (unless --energy-only) are required (or --smoke)")
         else:
-            dev = read_csts(args.dev)
+            dev = read_csts(args.dev) if args.dev is not None else synthetic_csts(2)
         rows = measure(args, dev, args.tuned)
     info = run_info(args.device)
     result = {

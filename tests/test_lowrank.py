@@ -110,3 +110,8 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     assert [r["setting"] for r in rows] == ["base (no fine-tuning)", "full fine-tune", "rank 1", "rank 64"]
     assert rows[3]["vs_full"] == pytest.approx(0, abs=0.5)  # full rank (float16): the fine-tune itself
     assert (tmp_path / "ad" / ADAPTER_CONFIG).is_file()
+    assert rows[2]["energy"] < rows[3]["energy"] == pytest.approx(1.0)  # full rank keeps all of ΔW
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--ranks", "1,64", "--energy-only", "--json-out", str(out)]
+    assert load_script("lowrank").main(argv) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["rank"] for r in rows] == [1, 64] and "dev_spearman" not in rows[0]

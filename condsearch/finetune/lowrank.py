@@ -110,6 +110,19 @@ def average_weights(states: Sequence[Mapping[str, torch.Tensor]]) -> dict[str, t
     return {n: torch.stack([s[n].float() for s in states]).mean(0).to(states[0][n].dtype) for n in states[0]}
 
 
+def kept_energy(
+    base: Mapping[str, torch.Tensor], tuned: Mapping[str, torch.Tensor], ranks: Sequence[int]
+) -> dict[int, float]:
+    """Return, per rank, the share of the matrices' total ΔW energy (squared Frobenius norm) that rank keeps."""
+    values = [
+        torch.linalg.svdvals(weight.float() - base[name].float()) ** 2
+        for name, weight in tuned.items()
+        if weight.ndim == 2
+    ]
+    total = float(sum(v.sum() for v in values)) or 1.0
+    return {r: float(sum(v[:r].sum() for v in values)) / total for r in ranks}
+
+
 def delta_bytes(state: Mapping[str, torch.Tensor], bytes_per_value: int = 2) -> int:
     """Return the size of the adapter tensors at bytes_per_value (2: float16 as saved)."""
     return sum(t.numel() for t in state.values()) * bytes_per_value
