@@ -115,3 +115,19 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     assert load_script("lowrank").main(argv) == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["rank"] for r in rows] == [1, 64] and "dev_spearman" not in rows[0]
+
+
+def test_delta_adapter_loads_through_the_pipeline_and_the_inference_copy(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from condsearch.pipeline import load_vectorizer
+
+    base = _encoder(tiny_bert_dir)
+    torch.manual_seed(0)
+    tuned = {n: p.detach() + 0.05 * torch.randn_like(p) for n, p in base.model.named_parameters()}
+    save_delta_adapter(base, weight_deltas(_base_state(tiny_bert_dir), tuned, rank=4), tmp_path / "ad", rank=4)
+    vec = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu")
+    assert vec.head is None and vec.dim == 32
+    want = vec.vectors(TEXTS, COND)
+    assert not np.allclose(want, load_vectorizer(str(tiny_bert_dir), "none", device="cpu").vectors(TEXTS, COND))
+    fast = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu", inference=True)
+    assert fast.encoder.describe() == vec.encoder.describe()
+    np.testing.assert_allclose(fast.vectors(TEXTS, COND), want, rtol=1e-5, atol=1e-5)
