@@ -68,6 +68,13 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
             type=click.FloatRange(min=0, min_open=True),
             help="Learning rate of the head under --head-on-top.",
         ),
+        click.option(
+            "--layer-decay",
+            default=None,
+            type=click.FloatRange(0, 1, min_open=True),
+            help="Layer-wise learning-rate decay: each encoder layer below the top learns at this times the rate "
+            "of the one above, the embeddings one step lower still [default: 1.0, off].",
+        ),
         click.option("--quad-margin", default=1.0, show_default=True, type=float, help="Margin of the quad loss."),
         click.option(
             "--bcl-temperature",
@@ -117,8 +124,8 @@ def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
     """Refuse fine-tuning flags and objectives on the head-only (--finetune none) and csr paths."""
     if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None or options["init_head"]:
         raise click.UsageError("--head-on-top, --init-head, --resume and --checkpoint-dir need --finetune lora or full")
-    if options["checkpoint_every"]:
-        raise click.UsageError("--checkpoint-every needs --finetune lora or full")
+    if options["checkpoint_every"] or options["layer_decay"] is not None:
+        raise click.UsageError("--checkpoint-every and --layer-decay need --finetune lora or full")
     if mode == "csr" and loss not in CSR_LOSSES:
         raise click.UsageError(f"--mode csr takes --loss {', '.join(CSR_LOSSES)}")
     if mode == "case" and loss != "mse":
@@ -216,6 +223,8 @@ def run_finetune(
             init_head=_init_head(options["init_head"], model),
             lora=lora,
             seed=seed,
+            # left out when not given: the default lives in FinetuneConfig alone
+            **({"layer_decay": options["layer_decay"]} if options["layer_decay"] is not None else {}),
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

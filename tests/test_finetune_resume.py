@@ -74,3 +74,32 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
     assert json.loads((tmp_path / "b" / "checkpoint.json").read_text())["epoch_step"] == 0
+
+
+def test_layer_decay_scales_each_layer_and_keeps_old_checkpoints_resumable(tiny_bert_dir: Path) -> None:
+    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    names = [f"encoder.{n}" for n, _ in encoder.model.named_parameters()]
+    scales = trainer.layer_lr_scales(names, 0.5)  # the tiny BERT has 2 layers
+    assert scales["encoder.encoder.layer.1.output.dense.weight"] == 1.0
+    assert scales["encoder.encoder.layer.0.attention.self.query.weight"] == 0.5
+    assert scales["encoder.embeddings.word_embeddings.weight"] == 0.25
+    assert set(trainer.layer_lr_scales(names, 1.0).values()) == {1.0}
+    # at its default the new field is not in the record a checkpoint is compared on; set, it is
+    assert "layer_decay" not in FinetuneConfig(kind="full").record()
+    assert FinetuneConfig(kind="full", layer_decay=0.8).record()["layer_decay"] == 0.8
+    with pytest.raises(ValueError, match="layer_decay"):
+        FinetuneConfig(layer_decay=0.0)
+
+
+def test_layer_decay_trains_lower_layers_less(tiny_bert_dir: Path) -> None:
+    data = _data()
+    moved = {}
+    for decay in (1.0, 0.1):
+        encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+        before = {n: p.detach().clone() for n, p in encoder.model.named_parameters()}
+        finetune(encoder, data, FinetuneConfig(kind="full", epochs=1, batch_size=2, lr=1e-2, layer_decay=decay))
+        after = dict(encoder.model.named_parameters())
+        moved[decay] = {n: float((after[n] - before[n]).abs().max()) for n in before}
+    emb, top = "embeddings.word_embeddings.weight", "encoder.layer.1.output.dense.weight"
+    assert moved[0.1][emb] < 0.2 * moved[1.0][emb]
+    assert moved[0.1][top] > 0.5 * moved[1.0][top]

@@ -14,6 +14,7 @@ import hashlib
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -76,6 +77,7 @@ class FinetuneConfig:
     head_lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.1  # fraction of steps with a linear warm-up, then linear decay to 0
+    layer_decay: float = 1.0  # layer-wise lr decay: each layer below the top learns at this times its upper's rate
     max_grad_norm: float = 1.0
     losses: tuple[tuple[str, float], ...] = (("mse", 1.0),)
     margin: float = 1.0
@@ -95,6 +97,8 @@ class FinetuneConfig:
             raise ValueError("epochs must be >= 1 and batch_size >= 2")
         if self.init_head is not None and not self.head_on_top:
             raise ValueError("init_head needs head_on_top")
+        if not 0.0 < self.layer_decay <= 1.0:
+            raise ValueError("layer_decay must be in (0, 1]")
 
     @property
     def loss_settings(self) -> LossSettings:
@@ -107,7 +111,34 @@ class FinetuneConfig:
         out["lora"]["targets"] = list(self.lora.targets)
         if self.kind != "lora":
             out.pop("lora")
+        for name, default in _ADDED_FIELDS.items():  # at their defaults, older checkpoints still resume
+            if out[name] == default:
+                out.pop(name)
         return out
+
+
+#: fields added after checkpoints were first written, with the value those checkpoints imply
+_ADDED_FIELDS: dict[str, object] = {"layer_decay": 1.0}
+_LAYER = re.compile(r"\blayers?\.(\d+)\.")
+
+
+def layer_lr_scales(names: Sequence[str], decay: float) -> dict[str, float]:
+    """Return each encoder parameter's learning-rate factor under layer-wise decay.
+
+    Layer i of L (``layer.i.`` / ``layers.i.`` in the name, from 0) gets ``decay ** (L - 1 - i)``,
+    the embeddings ``decay ** L``, anything above the layers (a pooler, a final norm) 1.
+    """
+    depth = {n: int(m.group(1)) for n in names if (m := _LAYER.search(n))}
+    n_layers = max(depth.values(), default=-1) + 1
+    scales = {}
+    for n in names:
+        if n in depth:
+            scales[n] = decay ** (n_layers - 1 - depth[n])
+        elif "embed" in n:
+            scales[n] = decay**n_layers
+        else:
+            scales[n] = 1.0
+    return scales
 
 
 @dataclass
@@ -276,8 +307,12 @@ def finetune(
     if settings.needs_projection:
         contrastive = ContrastiveProjection(head.config.dim if head is not None else encoder.dim).to(encoder.device)
     params = trainable_parameters(encoder, head, contrastive)
-    encoder_params = [p for n, p in params.items() if n.startswith("encoder.")]
-    param_groups = [{"params": encoder_params, "lr": config.lr}]
+    encoder_names = [n for n in params if n.startswith("encoder.")]
+    scales = layer_lr_scales(encoder_names, config.layer_decay)
+    param_groups = [
+        {"params": [params[n] for n in encoder_names if scales[n] == scale], "lr": config.lr * scale}
+        for scale in sorted(set(scales.values()), reverse=True)
+    ]
     if head is not None:
         param_groups.append({"params": list(head.parameters()), "lr": config.head_lr})
     if contrastive is not None:  # new like a head, so it learns at the head's rate
