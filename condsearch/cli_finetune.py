@@ -103,6 +103,11 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
             type=click.IntRange(min=0),
             help="Also checkpoint every N optimiser steps within an epoch (0: at epoch ends only).",
         ),
+        click.option(
+            "--keep-epochs",
+            is_flag=True,
+            help="Keep each epoch's weights in the checkpoint folder (epoch-N.safetensors), e.g. to average them.",
+        ),
         click.option("--resume", is_flag=True, help="Continue from the last checkpoint (an epoch end or within one)."),
     ]
     for option in reversed(options):
@@ -124,8 +129,8 @@ def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
     """Refuse fine-tuning flags and objectives on the head-only (--finetune none) and csr paths."""
     if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None or options["init_head"]:
         raise click.UsageError("--head-on-top, --init-head, --resume and --checkpoint-dir need --finetune lora or full")
-    if options["checkpoint_every"] or options["layer_decay"] is not None:
-        raise click.UsageError("--checkpoint-every and --layer-decay need --finetune lora or full")
+    if options["checkpoint_every"] or options["keep_epochs"] or options["layer_decay"] is not None:
+        raise click.UsageError("--checkpoint-every, --keep-epochs and --layer-decay need --finetune lora or full")
     if mode == "csr" and loss not in CSR_LOSSES:
         raise click.UsageError(f"--mode csr takes --loss {', '.join(CSR_LOSSES)}")
     if mode == "case" and loss != "mse":
@@ -246,6 +251,7 @@ def run_finetune(
             checkpoint_dir=options["checkpoint_dir"],
             resume=options["resume"],
             checkpoint_every=options["checkpoint_every"],
+            keep_epochs=options["keep_epochs"],
             eval_batch_size=batch_size,
             on_epoch=report,
             encoder_settings=settings,

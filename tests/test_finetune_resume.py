@@ -103,3 +103,46 @@ def test_layer_decay_trains_lower_layers_less(tiny_bert_dir: Path) -> None:
     emb, top = "embeddings.word_embeddings.weight", "encoder.layer.1.output.dense.weight"
     assert moved[0.1][emb] < 0.2 * moved[1.0][emb]
     assert moved[0.1][top] > 0.5 * moved[1.0][top]
+
+
+def test_keep_epochs_keeps_each_epoch_through_later_saves_and_a_resume(
+    tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from safetensors.torch import load_file
+
+    config = FinetuneConfig(kind="full", epochs=2, batch_size=2, lr=1e-2)
+    real, calls = trainer.batch_loss, []
+
+    def crash_at_step_5(*args: object, **kwargs: object):  # noqa: ANN202
+        calls.append(1)
+        if len(calls) == 5:
+            raise _Stop
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "batch_loss", crash_at_step_5)
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(_Stop):
+        finetune(
+            load_encoder(str(tiny_bert_dir), device="cpu"),
+            _data(),
+            config,
+            checkpoint_dir=ckpt,
+            checkpoint_every=1,
+            keep_epochs=True,
+        )
+    monkeypatch.setattr(trainer, "batch_loss", real)
+    assert sorted(f.name for f in ckpt.glob("epoch-*")) == ["epoch-1.safetensors"]  # kept through a mid-epoch save
+    first = load_file(str(ckpt / "epoch-1.safetensors"))
+    finetune(
+        load_encoder(str(tiny_bert_dir), device="cpu"),
+        _data(),
+        config,
+        checkpoint_dir=ckpt,
+        resume=True,
+        keep_epochs=True,
+    )
+    assert sorted(f.name for f in ckpt.glob("epoch-*")) == ["epoch-1.safetensors", "epoch-2.safetensors"]
+    last, trained = load_file(str(ckpt / "epoch-2.safetensors")), load_file(str(ckpt / "trainable.safetensors"))
+    for name, value in load_file(str(ckpt / "epoch-1.safetensors")).items():
+        torch.testing.assert_close(value, first[name], rtol=0, atol=0)
+        torch.testing.assert_close(last[name], trained[name], rtol=0, atol=0)

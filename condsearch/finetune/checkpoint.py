@@ -6,12 +6,16 @@ last completed epoch), ``best.safetensors`` (those of the best epoch on dev so f
 ``<parameter>.exp_avg_sq``, and the CPU random generator's state) and ``checkpoint.json`` (epoch,
 step, history, the config and AdamW's per-parameter step counts). A save within an epoch also
 records how many of that epoch's batches are done and the running loss sums, so that a resumed
-run skips them. Each save replaces the folder atomically.
+run skips them. With ``keep_epoch``, a save at an epoch's end also writes that epoch's parameters
+as ``epoch-N.safetensors``, and every later save carries them over (hard links): the weights a
+soup averages. Each save replaces the folder atomically.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +31,7 @@ STATE_FILE = "checkpoint.json"
 TRAINABLE_FILE = "trainable.safetensors"
 BEST_FILE = "best.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
+EPOCH_FILES = "epoch-*.safetensors"  # each kept epoch's trainable parameters, keyed like TRAINABLE_FILE
 _RNG_KEY = "__cpu_rng_state__"
 
 
@@ -56,11 +61,20 @@ def save_checkpoint(
     params: dict[str, torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,
     best: dict[str, torch.Tensor] | None,
+    *,
+    keep_epoch: bool = False,
 ) -> None:
-    """Write the training state after an epoch into folder (replaced atomically)."""
+    """Write the training state into folder (replaced atomically); with keep_epoch, also the epoch's own copy."""
     folder = Path(folder)
     with replacing_dir(folder) as tmp:
+        for kept in sorted(folder.glob(EPOCH_FILES)) if folder.is_dir() else []:
+            try:
+                os.link(kept, tmp / kept.name)
+            except OSError:  # a filesystem without hard links
+                shutil.copy2(kept, tmp / kept.name)
         save_file(_tensors(params), str(tmp / TRAINABLE_FILE))
+        if keep_epoch:
+            save_file(_tensors(params), str(tmp / f"epoch-{state.epoch}.safetensors"))
         if best is not None:
             save_file(_tensors(best), str(tmp / BEST_FILE))
         moments: dict[str, torch.Tensor] = {}

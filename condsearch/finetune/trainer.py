@@ -294,12 +294,14 @@ def finetune(
     progress: bool = False,
     on_epoch: EpochCallback | None = None,
     checkpoint_every: int = 0,
+    keep_epochs: bool = False,
 ) -> FinetuneResult:
     """Fine-tune the encoder in place (and a head, with ``head_on_top``); keep the best dev epoch.
 
     With ``checkpoint_dir``, the state after every epoch is written there, and also every
     ``checkpoint_every`` optimiser steps within an epoch (0: at epoch ends only; for epochs that
     take hours); ``resume`` continues from it (same config required) instead of starting over.
+    ``keep_epochs`` keeps every epoch's weights in the checkpoint folder (``epoch-N.safetensors``).
     """
     head = prepare(encoder, config)
     settings = config.loss_settings
@@ -397,7 +399,7 @@ def finetune(
         state.epoch = epoch
         state.history.append(row)
         if checkpoint_dir is not None:
-            save_checkpoint(checkpoint_dir, state, params, optim, best)
+            save_checkpoint(checkpoint_dir, state, params, optim, best, keep_epoch=keep_epochs)
         if on_epoch is not None:
             on_epoch(epoch, row)
     if best is not None:
