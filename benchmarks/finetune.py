@@ -104,6 +104,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             init_head=str(args.init_head) if args.init_head else None,
             lora=LoraConfig(rank=args.lora_rank, alpha=2.0 * args.lora_rank),
             seed=args.seed,
+            **({"layer_decay": args.layer_decay} if args.layer_decay is not None else {}),
         )
         log("finetune", f"{name}: {args.epochs} epochs, lr {config.lr:g}, head on top: {args.head_on_top}")
         start = time.perf_counter()
@@ -115,6 +116,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             model=args.model,
             device=args.device,
             checkpoint_dir=work_dir / "checkpoints" / name,
+            keep_epochs=args.keep_epochs,
             eval_batch_size=args.batch_size,
             encoder_settings=encoder_settings(args),
             progress=not args.smoke,
@@ -184,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--train-batch-size", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=64, help="pairs per forward pass when scoring dev")
     p.add_argument("--lora-rank", type=int, default=16)
+    p.add_argument("--layer-decay", type=float, default=None, help="layer-wise lr decay [default: off]")
+    p.add_argument("--keep-epochs", action="store_true", help="keep each epoch's weights (for a soup)")
     p.add_argument("--head-on-top", action="store_true", help="train a projection head jointly")
     p.add_argument("--dim", type=int, default=256, help="head dimension under --head-on-top")
     p.add_argument("--init-head", type=Path, default=None, help="head folder to start the joint head from")
@@ -219,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_pairs": args.train_pairs,
             "train_batch_size": args.train_batch_size,
             "lora_rank": args.lora_rank,
+            "layer_decay": args.layer_decay,
             "dim": args.dim if args.head_on_top else None,
             "init_head": str(args.init_head) if args.init_head else None,
             "seed": args.seed,
