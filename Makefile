@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.condsearch-installed
 DEMO_QUERY := A girl in an orange dress serves the ball
 
-.PHONY: install demo test test-slow bench-smoke lint clean
+.PHONY: install demo test test-slow test-ray bench-smoke lint clean
 
 install: $(STAMP)
 
@@ -33,6 +33,10 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# --ray against the local path on a 2-CPU Ray instance (each test starts Ray: minutes, not seconds)
+test-ray: $(STAMP)
+	$(BIN)/python -m pytest -q -m ray
 
 bench-smoke: $(STAMP)
 	$(BIN)/python benchmarks/csts.py --smoke --mode case

@@ -29,6 +29,7 @@ from condsearch.cli_options import (
     threads_option,
     trust_option,
 )
+from condsearch.cli_scale import export_cmd, index_store_option, query_store_option, ray_options
 from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
@@ -165,6 +166,8 @@ def _quiet_transformers() -> None:
 @index_dir_option
 @device_option
 @trust_option
+@ray_options
+@index_store_option
 def index_cmd(
     corpus: Path,
     conditions: tuple[str, ...],
@@ -195,6 +198,10 @@ def index_cmd(
     trust_remote_code: bool,
     quantize: str,
     threads: int | None,
+    ray_address: str | None,
+    ray_actors: int | None,
+    ray_work_dir: Path | None,
+    store_spec: str | None,
 ) -> None:
     """Encode CORPUS (parquet) under each condition and store one index per condition.
 
@@ -203,7 +210,8 @@ def index_cmd(
     (rows are matched by id); the old index answers until the new one is in. The corpus is
     read and encoded in chunks, and an interrupted run resumes after its last finished chunk.
     With --mode csr, sentence states are cached once (env CONDSEARCH_CACHE_DIR), so each
-    further condition costs only the router's per-pair remainder.
+    further condition costs only the router's per-pair remainder. --ray encodes on Ray Data
+    (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus import scan_corpus
     from condsearch.pipeline import check_condition, index_conditions, load_csr_vectorizer, load_vectorizer
@@ -222,39 +230,41 @@ def index_cmd(
             from condsearch.encoders.cpu import apply_threads
 
             apply_threads(threads)
-            vec = load_csr_vectorizer(
-                model,
-                head,
-                router=router,
-                router_layer=router_layer,
-                router_variant=router_variant,
-                device=device,
-                max_length=max_length,
-                trust_remote_code=trust_remote_code,
+            load, options = (
+                load_csr_vectorizer,
+                dict(
+                    model=model,
+                    head=head,
+                    router=router,
+                    router_layer=router_layer,
+                    router_variant=router_variant,
+                    device=device,
+                    max_length=max_length,
+                    trust_remote_code=trust_remote_code,
+                ),
             )
         else:
-            vec = load_vectorizer(
-                model,
-                head,
-                device=device,
-                max_length=max_length,
-                trust_remote_code=trust_remote_code,
-                pooling=pooling,
-                prompt_template=prompt_template,
-                unconditional_template=unconditional_template,
-                dtype=dtype,
-                bidirectional_layers=bidirectional_layers,
-                preset=preset,
-                quantize=quantize,
-                threads=threads,
+            load, options = (
+                load_vectorizer,
+                dict(
+                    model=model,
+                    head=head,
+                    device=device,
+                    max_length=max_length,
+                    trust_remote_code=trust_remote_code,
+                    pooling=pooling,
+                    prompt_template=prompt_template,
+                    unconditional_template=unconditional_template,
+                    dtype=dtype,
+                    bidirectional_layers=bidirectional_layers,
+                    preset=preset,
+                    quantize=quantize,
+                    threads=threads,
+                ),
             )
         store = _store(index_dir)
         start = time.perf_counter()
-        reports = index_conditions(
-            data,
-            conditions,
-            vec,
-            store,
+        build: dict[str, Any] = dict(
             corpus_name=corpus_name or corpus.stem,
             factory=index_factory,
             search_params=search_params,
@@ -263,7 +273,27 @@ def index_cmd(
             batch_size=batch_size,
             progress=True,
         )
+        if ray_address is None:
+            reports = index_conditions(data, conditions, load(**options), store, **build)  # type: ignore[operator]
+        else:
+            from condsearch.cli_scale import ray_index
+
+            reports = ray_index(
+                data,
+                conditions,
+                mode,
+                options,
+                store,
+                address=ray_address,
+                actors=ray_actors,
+                work_dir=ray_work_dir,
+                **build,
+            )
         elapsed = time.perf_counter() - start
+        if store_spec is not None:
+            from condsearch.cli_scale import publish_to_milvus
+
+            publish_to_milvus(store, [r.name for r in reports], store_spec)
     except CondsearchError as exc:
         raise _fail(exc) from exc
     names = [r.name for r in reports]
@@ -360,6 +390,7 @@ def _one_thread() -> None:
 @index_dir_option
 @device_option
 @trust_option
+@query_store_option
 def query_cmd(
     texts: tuple[str, ...],
     condition: str,
@@ -374,6 +405,7 @@ def query_cmd(
     trust_remote_code: bool,
     quantize: str | None,
     threads: int | None,
+    store_spec: str | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
     from condsearch.pipeline import cache_onnx_export, check_condition, onnx_vectorizer_for, query_index, vectorizer_for
@@ -383,6 +415,26 @@ def query_cmd(
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")
     few = len(queries) <= _FEW_QUERIES
+    if store_spec is not None:
+        from condsearch.cli_scale import milvus_query
+
+        def checked(manifest: Any) -> Any:  # the same model, head, adapter and router checks as for FAISS
+            return vectorizer_for(
+                manifest,
+                model,
+                head,
+                device=device,
+                trust_remote_code=trust_remote_code,
+                quantize=quantize,
+                threads=threads,
+            )
+
+        try:
+            manifest, answers = milvus_query(store_spec, condition, corpus_name, queries, k, checked)
+        except CondsearchError as exc:
+            raise _fail(exc) from exc
+        _print_answers(answers, manifest.condition, as_json)
+        return
     try:
         store = _store(index_dir)
         stored = store.load(store.find(check_condition(condition), corpus_name))
@@ -409,20 +461,26 @@ def query_cmd(
         result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors), on_device=on_device)
     except CondsearchError as exc:
         raise _fail(exc) from exc
-    for qi, q in enumerate(queries):
-        answer = query_answer(q, stored.manifest.condition, result.scores[qi], result.ids[qi], stored.ids, stored.texts)
-        if as_json:
-            click.echo(json.dumps(answer, ensure_ascii=False))
-            continue
-        rows = answer["results"]
-        click.echo(f"query: {q}\ncondition: {stored.manifest.condition}")
-        for row in rows:
-            click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
-        if qi + 1 < len(queries):
-            click.echo("")
+    answers = [
+        query_answer(q, stored.manifest.condition, result.scores[qi], result.ids[qi], stored.ids, stored.texts)
+        for qi, q in enumerate(queries)
+    ]
+    _print_answers(answers, stored.manifest.condition, as_json)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
+
+
+def _print_answers(answers: list[dict[str, Any]], condition: str, as_json: bool) -> None:
+    for qi, answer in enumerate(answers):
+        if as_json:
+            click.echo(json.dumps(answer, ensure_ascii=False))
+            continue
+        click.echo(f"query: {answer['query']}\ncondition: {condition}")
+        for row in answer["results"]:
+            click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
+        if qi + 1 < len(answers):
+            click.echo("")
 
 
 @main.command("list", context_settings=CONTEXT)
@@ -808,6 +866,8 @@ def serve_cmd(
     except CondsearchError as exc:
         raise _fail(exc) from exc
 
+
+main.add_command(export_cmd)
 
 if __name__ == "__main__":
     main()

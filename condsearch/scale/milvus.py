@@ -1,0 +1,380 @@
+"""Indexes in Milvus: one collection per (corpus, model and head), every condition's vectors in it.
+
+``--store milvus-lite:PATH`` opens Milvus Lite (embedded, in this process; PATH ends in ``.db``),
+``--store milvus://HOST:PORT`` a Milvus server (env ``MILVUS_TOKEN``: ``user:password`` or an
+API key, when it asks for one).
+
+A collection is named by the corpus and the vector fingerprint (model, revision, pooling,
+prompts, adapter, head, router, dimension), so indexes that share an encoder share one. Its
+rows carry the condition (as the index name's key: a slug and a hash, never the raw text), a
+version tag, the row's position, id (JSON, so ints stay ints) and text, and the vector. The
+condition field is the collection's partition key (Milvus Lite 3.2 accepts one too; where a
+version refuses, it is a plain field and every search filters on it all the same).
+
+A catalog collection maps each (corpus, condition) key to its current collection, version
+tag and manifest (the FAISS store's :class:`~condsearch.store.Manifest`, so the same model,
+head, adapter and router checks apply on query). Replacing a condition's vectors inserts them
+under a new tag, checks that all arrived, upserts the catalog row (the flip) and only then
+deletes the old tag's rows. A reader takes the tag from the catalog, searches only that tag,
+and searches again if the tag moved meanwhile (old rows are deleted only after the flip), so
+it never sees half an update. Milvus Lite opens its file in one process at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from condsearch import __version__
+from condsearch.ann import parse_search_params
+from condsearch.errors import StoreError, first_line
+from condsearch.index import SearchResult
+from condsearch.scale import missing_extra
+from condsearch.store import READABLE_FORMATS, Manifest, index_name
+from condsearch.vectors import vector_fingerprint
+
+LITE = "milvus-lite:"
+SERVER = "milvus://"
+TOKEN_ENV = "MILVUS_TOKEN"
+CATALOG = "condsearch_catalog"
+_KEY_LEN = 64
+_TEXT_BYTES = 65535  # Milvus's VARCHAR limit
+_ID_BYTES = 4096
+_ATTEMPTS = 5
+MAX_K = 16384  # Milvus's top-k limit
+
+
+@dataclass(frozen=True)
+class MilvusTarget:
+    """A --store value naming Milvus: the URI pymilvus opens and the spec as given."""
+
+    spec: str
+    uri: str
+    lite: bool
+
+
+def parse_store(spec: str | None) -> MilvusTarget | None:
+    """Return the Milvus target a --store value names, None for the FAISS folder (no value); raise StoreError."""
+    if not spec:
+        return None
+    if spec.startswith(LITE):
+        path = spec[len(LITE) :]
+        if not path.endswith(".db"):
+            raise StoreError(f"--store {spec}: a Milvus Lite file ends in .db (e.g. milvus-lite:indexes/milvus.db)")
+        return MilvusTarget(spec, os.path.abspath(path), True)
+    if spec.startswith(SERVER):
+        host, _, port = spec[len(SERVER) :].rstrip("/").rpartition(":")
+        if not host or not port.isdigit():
+            raise StoreError(f"--store {spec}: give milvus://HOST:PORT (e.g. milvus://localhost:19530)")
+        return MilvusTarget(spec, f"http://{host}:{port}", False)
+    raise StoreError(f"--store {spec!r}: give milvus-lite:PATH.db or milvus://HOST:PORT")
+
+
+@dataclass(frozen=True)
+class MilvusIndex:
+    """One condition's index in Milvus: its manifest and where its current rows are."""
+
+    key: str  # index_name(corpus, condition), as for the FAISS store
+    manifest: Manifest
+    collection: str
+    tag: str
+    index_type: str
+    partition_key: bool
+
+
+@dataclass(frozen=True)
+class MilvusHits:
+    """Search results: ``result.ids`` are positions in ``ids`` and ``texts`` (-1 pads), best first."""
+
+    result: SearchResult
+    ids: list[str | int]
+    texts: list[str]
+
+
+def collection_name(corpus_name: str, fingerprint: str) -> str:
+    """Return the collection of a (corpus, model and head): a readable slug and a hash."""
+    slug = re.sub(r"[^a-z0-9]+", "_", corpus_name.lower()).strip("_")[:40] or "corpus"
+    digest = hashlib.sha256(f"{corpus_name}\x00{fingerprint}".encode()).hexdigest()[:12]
+    return f"condsearch_{slug}_{digest}"
+
+
+def milvus_index(factory: str, search_params: str) -> tuple[str, dict[str, int], dict[str, int]]:
+    """Return (Milvus index type, build params, search params) for a FAISS factory and its search params."""
+    wanted = parse_search_params(search_params)
+    search = {}
+    if "nprobe" in wanted:
+        search["nprobe"] = int(wanted["nprobe"])
+    if "efSearch" in wanted:
+        search["ef"] = int(wanted["efSearch"])
+    if factory == "Flat":
+        return "FLAT", {}, {}
+    if m := re.fullmatch(r"HNSW(\d+)(,Flat)?", factory):
+        return "HNSW", {"M": int(m.group(1)), "efConstruction": 200}, search
+    if m := re.fullmatch(r"IVF(\d+),Flat", factory):
+        return "IVF_FLAT", {"nlist": int(m.group(1))}, search
+    if m := re.fullmatch(r"IVF(\d+),PQ(\d+)(x8)?", factory):
+        return "IVF_PQ", {"nlist": int(m.group(1)), "m": int(m.group(2)), "nbits": 8}, search
+    return "AUTOINDEX", {}, {}
+
+
+class MilvusStore:
+    """Indexes in one Milvus database; writes replace a condition's vectors atomically."""
+
+    def __init__(self, target: MilvusTarget) -> None:
+        self.target = target
+        self._client: Any = None
+        self._partition_key: dict[str, bool] = {}
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            try:
+                from pymilvus import MilvusClient
+            except ImportError as exc:
+                raise missing_extra("pymilvus", "milvus") from exc
+            if self.target.lite:
+                os.makedirs(os.path.dirname(self.target.uri), exist_ok=True)
+            try:
+                self._client = MilvusClient(uri=self.target.uri, token=os.environ.get(TOKEN_ENV, ""))
+            except Exception as exc:  # noqa: BLE001 - pymilvus raises its own and gRPC's errors
+                busy = " (Milvus Lite opens a file in one process at a time)" if self.target.lite else ""
+                raise StoreError(f"--store {self.target.spec}: cannot open ({first_line(exc)}){busy}") from exc
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------ writing
+
+    def write(
+        self, manifest: Manifest, ids: Sequence[str | int], texts: Sequence[str], vectors: Any, *, rows: int = 1024
+    ) -> MilvusIndex:
+        """Replace the vectors of manifest's (corpus, condition): (n, dim) float32 ``vectors`` (array or VectorFile)."""
+        n = len(ids)
+        if not (n == len(texts) == vectors.shape[0] == manifest.n_vectors) or vectors.shape[1] != manifest.dim:
+            raise ValueError("manifest, ids, texts and vectors differ in size")
+        key = index_name(manifest.corpus_name, manifest.condition)
+        fingerprint = manifest.fingerprint or vector_fingerprint(
+            manifest.encoder, mode=manifest.mode, head_checksum=manifest.head_checksum, dim=manifest.dim
+        )
+        collection = collection_name(manifest.corpus_name, fingerprint)
+        index_type, build, _ = milvus_index(manifest.factory, manifest.search_params)
+        self._ensure_catalog()
+        partition_key = self._ensure_collection(collection, manifest.dim, index_type, build)
+        tag = f"{time.time_ns()}-{os.getpid()}"
+        try:
+            for start in range(0, n, rows):
+                stop = min(n, start + rows)
+                block = np.ascontiguousarray(vectors[start:stop], dtype=np.float32)
+                self.client.insert(
+                    collection,
+                    [
+                        {
+                            "condition": key,
+                            "tag": tag,
+                            "row": start + j,
+                            "row_id": _checked(json.dumps(ids[start + j], ensure_ascii=False), _ID_BYTES, "an id"),
+                            "text": _checked(texts[start + j], _TEXT_BYTES, "a text"),
+                            "vector": block[j].tolist(),
+                        }
+                        for j in range(stop - start)
+                    ],
+                )
+            self.client.flush(collection)
+            arrived = self._count(collection, key, tag)
+            if arrived != n:
+                raise StoreError(f"--store {self.target.spec}: {arrived} of {n} vectors arrived; nothing was replaced")
+        except BaseException as exc:
+            self._delete(collection, key, tag)
+            if isinstance(exc, StoreError) or not isinstance(exc, Exception):
+                raise
+            raise StoreError(f"--store {self.target.spec}: cannot write ({first_line(exc)})") from exc
+        final = Manifest(
+            **{**asdict(manifest), "fingerprint": fingerprint, "condsearch_version": __version__}  # type: ignore[arg-type]
+        )
+        entry = MilvusIndex(key, final, collection, tag, index_type, partition_key)
+        before = self._entry(key)
+        self.client.upsert(CATALOG, [_catalog_row(entry)])
+        self.client.flush(CATALOG)
+        if before is not None:  # after the flip: a reader still on the old tag sees it move and searches again
+            self._delete(before.collection, key, before.tag)
+        return entry
+
+    def _ensure_catalog(self) -> None:
+        if self.client.has_collection(CATALOG):
+            return
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("key", DataType.VARCHAR, max_length=_KEY_LEN, is_primary=True)
+        schema.add_field("entry", DataType.VARCHAR, max_length=_TEXT_BYTES)
+        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants a vector field in every collection
+        params = self.client.prepare_index_params()
+        params.add_index(field_name="unused", index_type="FLAT", metric_type="L2")
+        self.client.create_collection(CATALOG, schema=schema, index_params=params, consistency_level="Strong")
+
+    def _ensure_collection(self, collection: str, dim: int, index_type: str, build: dict[str, int]) -> bool:
+        """Create the collection if missing; return whether its condition field is a partition key."""
+        if self.client.has_collection(collection):
+            fields = self.client.describe_collection(collection)["fields"]
+            return any(f.get("is_partition_key") for f in fields if f["name"] == "condition")
+        from pymilvus import DataType, MilvusClient
+
+        def schema(partition_key: bool) -> Any:
+            s = MilvusClient.create_schema(auto_id=True, enable_dynamic_field=False)
+            s.add_field("pk", DataType.INT64, is_primary=True)
+            s.add_field("condition", DataType.VARCHAR, max_length=_KEY_LEN, is_partition_key=partition_key)
+            s.add_field("tag", DataType.VARCHAR, max_length=_KEY_LEN)
+            s.add_field("row", DataType.INT64)
+            s.add_field("row_id", DataType.VARCHAR, max_length=_ID_BYTES)
+            s.add_field("text", DataType.VARCHAR, max_length=_TEXT_BYTES)
+            s.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+            return s
+
+        params = self.client.prepare_index_params()
+        params.add_index(field_name="vector", index_type=index_type, metric_type="IP", params=build)
+        try:
+            self.client.create_collection(
+                collection, schema=schema(True), index_params=params, consistency_level="Strong"
+            )
+            return True
+        except Exception:  # noqa: BLE001 - a Milvus without partition keys: a plain field, filtered on
+            self.client.create_collection(
+                collection, schema=schema(False), index_params=params, consistency_level="Strong"
+            )
+            return False
+
+    def _delete(self, collection: str, key: str, tag: str) -> None:
+        try:
+            self.client.delete(collection, filter=_where(key, tag))
+            self.client.flush(collection)
+        except Exception:  # noqa: BLE001, S110 - rows left under a tag no catalog row names are never read
+            pass
+
+    def _count(self, collection: str, key: str, tag: str) -> int:
+        got = self.client.query(collection, filter=_where(key, tag), output_fields=["count(*)"])
+        return int(got[0]["count(*)"])
+
+    # ------------------------------------------------------------------ reading
+
+    def _entry(self, key: str) -> MilvusIndex | None:
+        if not self.client.has_collection(CATALOG):
+            return None
+        got = self.client.query(CATALOG, ids=[key], output_fields=["entry"])
+        return _parse_entry(key, got[0]["entry"], self.target.spec) if got else None
+
+    def entries(self) -> list[MilvusIndex]:
+        """Return every index in this database."""
+        if not self.client.has_collection(CATALOG):
+            return []
+        got = self.client.query(CATALOG, filter='key != ""', output_fields=["key", "entry"], limit=MAX_K)
+        return sorted((_parse_entry(r["key"], r["entry"], self.target.spec) for r in got), key=lambda e: e.key)
+
+    def find(self, condition: str, corpus_name: str | None = None) -> MilvusIndex:
+        """Return the index of a condition (and corpus when several share it)."""
+        if corpus_name is not None:
+            entry = self._entry(index_name(corpus_name, condition))
+            if entry is not None:
+                return entry
+        entries = self.entries()
+        matches = [
+            e for e in entries if e.manifest.condition == condition and corpus_name in (None, e.manifest.corpus_name)
+        ]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            corpora = ", ".join(sorted(e.manifest.corpus_name for e in matches))
+            raise StoreError(
+                f"condition {condition!r} is indexed for several corpora ({corpora}); choose one with --corpus"
+            )
+        known = "; ".join(sorted({repr(e.manifest.condition) for e in entries})) or "none"
+        raise StoreError(f"no index for condition {condition!r} in {self.target.spec}; indexed: {known}")
+
+    def search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> MilvusHits:
+        """Return the k best rows of index for each (n, dim) unit query vector, by inner product."""
+        if k > MAX_K:
+            raise StoreError(f"k={k} is more than Milvus returns ({MAX_K})")
+        for _ in range(_ATTEMPTS):
+            _, _, params = milvus_index(index.manifest.factory, index.manifest.search_params)
+            got = self.client.search(
+                index.collection,
+                data=np.asarray(vectors, dtype=np.float32).tolist(),
+                filter=_where(index.key, index.tag),
+                limit=k,
+                output_fields=["row_id", "text"],
+                search_params={"metric_type": "IP", "params": params},
+            )
+            now = self._entry(index.key)
+            if now is not None and now.tag == index.tag:
+                return _hits(got, len(vectors), k)
+            if now is None:
+                break
+            index = now  # replaced while searching: its old rows may be gone, so ask the new ones
+        raise StoreError(f"{index.manifest.condition!r} in {self.target.spec}: replaced faster than it can be read")
+
+    def check(self, index: MilvusIndex) -> None:
+        """Check that the rows of index's tag are all there (a cheap count, as the FAISS store checks sizes)."""
+        n = self._count(index.collection, index.key, index.tag)
+        if n != index.manifest.n_vectors:
+            raise StoreError(
+                f"{index.manifest.condition!r} in {self.target.spec}: {n} vectors where the manifest says "
+                f"{index.manifest.n_vectors}; index it again"
+            )
+
+
+def _where(key: str, tag: str) -> str:
+    return f'condition == "{key}" and tag == "{tag}"'  # both are [a-z0-9-] (index_name, a number)
+
+
+def _checked(value: str, limit: int, what: str) -> str:
+    if len(value.encode("utf-8")) > limit:
+        raise StoreError(f"{what} is longer than Milvus stores ({limit} bytes): {value[:40]!r}…")
+    return value
+
+
+def _catalog_row(entry: MilvusIndex) -> dict[str, Any]:
+    body = {
+        "manifest": asdict(entry.manifest),
+        "collection": entry.collection,
+        "tag": entry.tag,
+        "index_type": entry.index_type,
+        "partition_key": entry.partition_key,
+    }
+    return {"key": entry.key, "entry": json.dumps(body, ensure_ascii=False), "unused": [0.0, 0.0]}
+
+
+def _parse_entry(key: str, raw: str, spec: str) -> MilvusIndex:
+    try:
+        body = json.loads(raw)
+        manifest = body["manifest"]
+        if manifest.get("format_version") not in READABLE_FORMATS:
+            raise StoreError(f"{key} in {spec}: unsupported index format {manifest.get('format_version')!r}")
+        return MilvusIndex(
+            key, Manifest(**manifest), body["collection"], body["tag"], body["index_type"], body["partition_key"]
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{key} in {spec}: unreadable catalog entry; index it again") from exc
+
+
+def _hits(got: list[list[dict[str, Any]]], n_queries: int, k: int) -> MilvusHits:
+    scores = np.full((n_queries, k), -np.inf, dtype=np.float32)
+    rows = np.full((n_queries, k), -1, dtype=np.int64)
+    ids: list[str | int] = []
+    texts: list[str] = []
+    for qi, hits in enumerate(got):
+        for r, hit in enumerate(hits[:k]):
+            entity = hit.get("entity", hit)
+            scores[qi, r], rows[qi, r] = hit["distance"], len(ids)
+            ids.append(json.loads(entity["row_id"]))
+            texts.append(entity["text"])
+    return MilvusHits(SearchResult(scores, rows), ids, texts)

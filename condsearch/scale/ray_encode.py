@@ -1,0 +1,298 @@
+"""Encoding a corpus on Ray Data: an actor pool of encoder replicas, then indexes built from its shards.
+
+The driver copies the corpus's kept rows into parquet shards of (pos, text) under a work folder;
+``ray.data.read_parquet`` reads them, ``map_batches`` sends them through a fixed pool of actors
+that each load the encoder (and head or router) once, on one GPU where the cluster has GPUs, and
+encode every row under every condition; the vectors and row positions are written back as
+parquet shards. The driver then puts each condition's vectors in corpus order and publishes the
+index through the store exactly as a local build does (vectors and text hashes kept beside it,
+so a later local re-index reuses them). The work folder must be one path that the driver and
+every worker see (the index folder on one machine; a shared file system on a cluster).
+
+The actors build their vectorizer from a :class:`VectorizerRecipe`: the same loader and options
+the local path uses, so the vectors are the local path's (up to float rounding from other batch
+compositions; the tests check both modes).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from condsearch.errors import CondsearchError, first_line
+from condsearch.index import build_index
+from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, plan_index
+from condsearch.scale import missing_extra
+from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
+from condsearch.store import ROWS_FILE, IndexStore, Manifest
+from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
+
+if TYPE_CHECKING:
+    from condsearch.pipeline import Vectorizer
+
+log = logging.getLogger(__name__)
+
+#: environment passed to the workers of a local instance (models offline, the same caches)
+_PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_CACHE_DIR", "TOKENIZERS_PARALLELISM")
+
+
+@dataclass(frozen=True)
+class VectorizerRecipe:
+    """How to load a vectorizer: the mode and the keyword arguments of its loader (sent to each actor)."""
+
+    mode: str
+    options: tuple[tuple[str, Any], ...]
+
+    @classmethod
+    def of(cls, mode: str, **options: Any) -> VectorizerRecipe:
+        return cls(mode, tuple(sorted(options.items())))
+
+    def load(self) -> Vectorizer:
+        """Load the vectorizer this recipe names (in an actor, or anywhere)."""
+        from condsearch.pipeline import MODE_CSR, load_csr_vectorizer, load_vectorizer
+
+        loader = load_csr_vectorizer if self.mode == MODE_CSR else load_vectorizer
+        return loader(**dict(self.options))  # type: ignore[operator]
+
+
+@dataclass(frozen=True)
+class VectorizerInfo:
+    """What a manifest records of a vectorizer, asked of a worker so that the driver loads no model."""
+
+    model_id: str
+    revision: str
+    described: dict[str, object]
+    mode: str
+    head_name: str
+    head_checksum: str
+    dim: int
+
+    @property
+    def fingerprint(self) -> str:
+        return vector_fingerprint(self.described, mode=self.mode, head_checksum=self.head_checksum, dim=self.dim)
+
+
+def describe_vectorizer(recipe: VectorizerRecipe) -> VectorizerInfo:
+    """Load the recipe's vectorizer and return what its manifest needs."""
+    vec = recipe.load()
+    enc = vec.encoder
+    return VectorizerInfo(
+        enc.model_id, enc.revision, enc.describe(), vec.mode, vec.head_name, vec.head_checksum, vec.dim
+    )
+
+
+class EncodeActor:
+    """One encoder replica: a batch of (pos, text) rows in, (pos, condition number, vector) rows out."""
+
+    def __init__(self, recipe: VectorizerRecipe, conditions: Sequence[str], batch_size: int) -> None:
+        self.vectorizer = recipe.load()
+        self.conditions = list(conditions)
+        self.batch_size = batch_size
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        texts = batch.column("text").to_pylist()
+        pos = batch.column("pos").to_numpy()
+        parts = []
+        for k, condition in enumerate(self.conditions):
+            vecs = self.vectorizer.vectors(texts, condition, batch_size=self.batch_size)
+            flat = pa.array(np.ascontiguousarray(vecs, dtype=np.float32).reshape(-1))
+            parts.append(
+                pa.table(
+                    {
+                        "pos": pa.array(pos, type=pa.int64()),
+                        "condition": pa.array(np.full(len(texts), k, dtype=np.int32)),
+                        "vector": pa.FixedSizeListArray.from_arrays(flat, vecs.shape[1]),
+                    }
+                )
+            )
+        return pa.concat_tables(parts)
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401 - the Data library is part of the extra
+    except ImportError as exc:
+        raise missing_extra("ray[data]", "ray") from exc
+    return ray
+
+
+def _connect(ray: Any, config: RayConfig) -> bool:
+    """Join the instance config names (or the one already running); return whether this call started it."""
+    if ray.is_initialized():
+        return False
+    try:
+        if config.address == LOCAL:
+            env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
+            ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+        else:
+            ray.init(address=config.address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise CondsearchError(f"--ray {config.address}: cannot connect ({first_line(exc)})") from exc
+    return True
+
+
+def _pool(ray: Any, config: RayConfig) -> tuple[int, dict[str, float]]:
+    """Return (actors, per-actor resources): one GPU each where the cluster has GPUs, else a share of the CPUs.
+
+    CPU actors leave one CPU to Ray Data's own file listing, reading and writing tasks, which
+    would otherwise wait for ever behind actors that hold every CPU.
+    """
+    resources = ray.cluster_resources()
+    gpus, cpus = int(resources.get("GPU", 0)), float(resources.get("CPU", 1))
+    if gpus:
+        return config.actors or gpus, {"num_gpus": 1}
+    actors = config.actors or max(1, int(cpus) - 1)
+    return actors, {"num_cpus": min(1.0, max(cpus - 1, 0.5) / actors)}
+
+
+def ray_index_conditions(
+    corpus: CorpusSource,
+    conditions: Sequence[str],
+    recipe: VectorizerRecipe,
+    store: IndexStore,
+    *,
+    corpus_name: str,
+    factory: str,
+    search_params: str,
+    max_index_memory: str,
+    batch_size: int = 64,
+    config: RayConfig = RayConfig(),  # noqa: B008 - frozen
+) -> list[BuildReport]:
+    """Encode corpus under each condition on Ray and publish one index each; return what each did.
+
+    Every row is encoded (the local path's reuse of unchanged rows does not apply).
+    """
+    from condsearch.pipeline import check_condition
+
+    conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
+    ray = _ray()
+    started = _connect(ray, config)
+    work = (config.work_dir or store.root / ".ray-work") / f"{time.time_ns()}-{os.getpid()}"
+    try:
+        actors, resources = _pool(ray, config)
+        remote = ray.remote(**resources)(describe_vectorizer)
+        info: VectorizerInfo = ray.get(remote.remote(recipe))
+        plans = [plan_index(len(corpus), info.dim, factory, search_params, max_index_memory) for _ in conditions]
+        n_shards = _write_input(corpus, work / "input", actors, config.batch_rows)
+        log.info("ray: %d shard(s), %d actor(s) with %s", n_shards, actors, resources)
+        dataset = ray.data.read_parquet(str(work / "input"))
+        encoded = dataset.map_batches(
+            EncodeActor,
+            fn_constructor_args=(recipe, conditions, batch_size),
+            batch_size=config.batch_rows,
+            batch_format="pyarrow",
+            compute=ray.data.ActorPoolStrategy(size=actors),
+            **resources,
+        )
+        encoded.write_parquet(str(work / "vectors"))
+        return [
+            _publish(corpus, k, c, info, store, corpus_name, plan, work / "vectors")
+            for k, (c, plan) in enumerate(zip(conditions, plans, strict=True))
+        ]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if started:
+            ray.shutdown()
+
+
+def _write_input(corpus: CorpusSource, folder: Path, actors: int, batch_rows: int) -> int:
+    """Copy the corpus's kept rows as (pos, text) shards, enough of them to keep every actor busy."""
+    folder.mkdir(parents=True)
+    rows = min(CHUNK_ROWS, max(batch_rows, math.ceil(len(corpus) / (4 * actors))))
+    pos = 0
+    for k, (_ids, texts) in enumerate(corpus.batches(rows)):
+        table = pa.table({"pos": pa.array(range(pos, pos + len(texts)), type=pa.int64()), "text": texts})
+        pq.write_table(table, folder / f"part-{k:06d}.parquet")
+        pos += len(texts)
+    return k + 1 if pos else 0
+
+
+def _publish(
+    corpus: CorpusSource,
+    k: int,
+    condition: str,
+    info: VectorizerInfo,
+    store: IndexStore,
+    corpus_name: str,
+    plan: tuple[str, str],
+    shards: Path,
+) -> BuildReport:
+    """Put condition k's vectors from the shards in corpus order and publish its index."""
+    n, (factory, search_params) = len(corpus), plan
+    with store.writing(corpus_name, condition) as draft:
+        draft.discard_staging()
+        draft.staging.mkdir(parents=True)
+        writer = VectorWriter(draft.staging / VECTORS_FILE, (n, info.dim))
+        seen = np.zeros(n, dtype=bool)
+        try:
+            for part in sorted(shards.glob("*.parquet")):
+                table = pq.read_table(part, filters=[("condition", "=", k)])
+                pos = table.column("pos").to_numpy()
+                flat = table.column("vector").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+                vecs = flat.reshape(len(pos), info.dim)
+                order = np.argsort(pos)  # runs of consecutive rows, written at once
+                for run in np.split(order, np.flatnonzero(np.diff(pos[order]) != 1) + 1):
+                    if len(run):
+                        writer.write(int(pos[run[0]]), vecs[run])
+                seen[pos] = True
+        finally:
+            writer.close()
+        if not seen.all():
+            raise CondsearchError(f"ray: {int((~seen).sum())} row(s) of {condition!r} came back without a vector")
+        _write_rows(corpus, draft.staging / ROWS_FILE)
+        vectors = VectorFile(draft.staging / VECTORS_FILE)
+        try:
+            index = build_index(vectors, factory, search_params=search_params)
+        except ValueError as exc:
+            raise CondsearchError(str(exc)) from exc
+        finally:
+            vectors.close()
+        manifest = Manifest(
+            condition=condition,
+            corpus_name=corpus_name,
+            corpus_path=corpus.path,
+            corpus_checksum=corpus.checksum,
+            model_id=info.model_id,
+            model_revision=info.revision,
+            encoder=info.described,
+            mode=info.mode,
+            head=info.head_name,
+            head_checksum=info.head_checksum,
+            dim=info.dim,
+            metric="inner_product",
+            factory=factory,
+            n_vectors=n,
+            n_skipped=corpus.n_skipped,
+            search_params=search_params,
+            fingerprint=info.fingerprint,
+        )
+        draft.publish(manifest, index)
+        draft.discard_staging()
+    return BuildReport(draft.name, n, n, 0, 0, factory, search_params)
+
+
+def _write_rows(corpus: CorpusSource, path: Path) -> None:
+    """Write the rows file (id, text, text hash) from the corpus, a chunk at a time."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for ids, texts in corpus.batches(CHUNK_ROWS):
+            hashes = pa.array([text_hash(t) for t in texts], type=pa.binary(16))
+            table = pa.table({"id": ids, "text": texts, "text_hash": hashes})
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table.cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()

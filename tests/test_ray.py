@@ -1,0 +1,71 @@
+"""Ray Data encoding (--ray): the same vectors and results as the local path, on a local 2-CPU instance.
+
+Starting Ray costs 15-20 s here, so these run under the ``ray`` mark (``make test-ray``, a step of
+.ci/run), and skip with one line where the ``ray`` extra is missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from condsearch.cli import main
+from condsearch.store import IndexStore
+
+WORDS = "girl dress red blue tennis court dog beach man park golf ball".split()
+
+
+def _corpus(path: Path, n: int = 150) -> Path:
+    texts = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 2 + i % 6)) + f" {i}" for i in range(n)]
+    texts[7] = "   "  # skipped on both paths
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(n)], "text": texts}), path)
+    return path
+
+
+def _index(corpus: Path, where: Path, tiny_bert_dir: Path, mode: str, *flags: str) -> list[dict]:
+    extra = ["--mode", "csr", "--router", "none"] if mode == "csr" else ["--head", "none"]
+    args = ["index", str(corpus), "-c", "colour", "-c", "the sport", "--model", str(tiny_bert_dir), "--name", "c"]
+    result = CliRunner().invoke(main, [*args, *extra, "--json", "--index-dir", str(where), *flags])
+    assert result.exit_code == 0, result.output
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_bad_address_is_one_line_usage_error(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["index", str(tmp_path / "x.parquet"), "-c", "c", "--ray", "nowhere"])
+    assert result.exit_code == 2 and "Invalid value for '--ray'" in result.output
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("mode", ["case", "csr"])
+def test_ray_vectors_equal_local(tiny_bert_dir: Path, tmp_path: Path, mode: str, ray_local: None) -> None:
+    corpus = _corpus(tmp_path / "c.parquet")
+    local = _index(corpus, tmp_path / "local", tiny_bert_dir, mode)
+    remote = _index(corpus, tmp_path / "ray", tiny_bert_dir, mode, "--ray", "--ray-actors", "2")
+    assert [r["index"] for r in local] == [r["index"] for r in remote]
+    a, b = IndexStore(tmp_path / "local"), IndexStore(tmp_path / "ray")
+    for row in local:
+        name = row["index"]
+        la, lb = a.load(name), b.load(name)
+        assert la.ids == lb.ids and la.texts == lb.texts and len(la.ids) == 149
+        assert la.manifest.fingerprint == lb.manifest.fingerprint and la.manifest.encoder == lb.manifest.encoder
+        va, vb = np.load(a.root / name / "vectors.npy"), np.load(b.root / name / "vectors.npy")
+        assert np.abs(va - vb).max() < 1e-5  # other batch compositions: padding differs, not values
+        np.testing.assert_array_equal(la.index.search(va[:20], 10)[1], lb.index.search(va[:20], 10)[1])
+    # the kept vectors serve a later local re-index: nothing is encoded again
+    again = _index(corpus, tmp_path / "ray", tiny_bert_dir, mode)
+    assert all(r["encoded"] == 0 for r in again)
+
+
+@pytest.fixture(scope="module")
+def ray_local(tmp_path_factory: pytest.TempPathFactory) -> object:
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'condsearch[ray]')")
+    env = {"CONDSEARCH_CACHE_DIR": str(tmp_path_factory.mktemp("ray-cache")), "HF_HUB_OFFLINE": "1"}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+    yield None
+    ray.shutdown()
