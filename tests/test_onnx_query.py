@@ -147,3 +147,18 @@ def test_a_repeated_one_shot_query_imports_no_torch_and_answers_alike(
     assert [[h["id"] for h in a["results"]] for a in got] == [[h["id"] for h in a["results"]] for a in want]
     for a, b in zip(got, want, strict=True):
         np.testing.assert_allclose([h["score"] for h in a["results"]], [h["score"] for h in b["results"]], atol=1e-5)
+
+
+def test_an_int8_index_one_shot_query_runs_its_int8_export(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path
+) -> None:
+    index_dir = tmp_path / "indexes"
+    args = ["index", str(corpus_file), "-c", COLOUR, "--model", str(tiny_bert_dir), "--quantize", "int8"]
+    result = CliRunner().invoke(main, [*args, "--index-dir", str(index_dir)])  # writes the int8 export
+    assert result.exit_code == 0, result.output
+    store = IndexStore(index_dir)
+    manifest = store.read_manifest(store.find(COLOUR))
+    light = onnx_vectorizer_for(manifest)
+    assert light is not None and isinstance(light.encoder, OnnxBertEncoder) and light.encoder.precision == "int8"
+    want = vectorizer_for(manifest).vectors(SENTENCES, COLOUR)
+    np.testing.assert_allclose(light.vectors(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
