@@ -44,7 +44,7 @@ def _log(msg: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, default=None, help="WN18RR-shaped folder (see condsearch.kgc.data)")
+    p.add_argument("--data-dir", type=Path, default=None, help="WN18RR-shaped folder (see kgclib.data)")
     p.add_argument("--split", choices=["dev", "test"], default="test", help="split to score (default test)")
     p.add_argument("--max-test", type=int, default=None, help="score only the first N triples of the split")
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
@@ -142,17 +142,18 @@ def _router_spec(spec: str) -> str:
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    from condsearch.csr import load_csr_encoder
-    from condsearch.csr.weights import save_router
-    from condsearch.kgc.data import known_answers, link_graph, read_kg
-    from condsearch.kgc.encoding import (
+    from kgclib.data import known_answers, link_graph, read_kg
+    from kgclib.encoding import (
         TAIL_FOLDER,
         evaluate_link_prediction,
         load_entity_states,
         load_tail_tower,
         tail_tower,
     )
-    from condsearch.kgc.training import KgcTrainConfig, train_kgc
+    from kgclib.training import KgcTrainConfig, train_kgc
+
+    from condsearch.csr import load_csr_encoder
+    from condsearch.csr.weights import save_router
 
     data_dir = args.data_dir
     if args.smoke and data_dir is None:

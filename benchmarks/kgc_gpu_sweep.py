@@ -32,11 +32,8 @@ if "faiss" not in sys.modules:
     except ImportError:  # only condsearch.index's import needs it here; ranking below is dense
         sys.modules["faiss"] = types.ModuleType("faiss")
 
-from condsearch.csr import load_csr_encoder  # noqa: E402
-from condsearch.csr.router import PRESETS  # noqa: E402
-from condsearch.csr.weights import save_router  # noqa: E402
-from condsearch.kgc.data import known_answers, read_kg  # noqa: E402
-from condsearch.kgc.encoding import (  # noqa: E402
+from kgclib.data import known_answers, read_kg  # noqa: E402
+from kgclib.encoding import (  # noqa: E402
     TAIL_FOLDER,
     direction_queries,
     entity_vectors,
@@ -45,8 +42,12 @@ from condsearch.kgc.encoding import (  # noqa: E402
     relation_sensitivity,
     tail_tower,
 )
-from condsearch.kgc.ranking import average_metrics, dense_filtered_ranks, query_filters, rank_metrics  # noqa: E402
-from condsearch.kgc.training import KgcTrainConfig, train_kgc  # noqa: E402
+from kgclib.ranking import average_metrics, dense_filtered_ranks, query_filters, rank_metrics  # noqa: E402
+from kgclib.training import KgcTrainConfig, train_kgc  # noqa: E402
+
+from condsearch.csr import load_csr_encoder  # noqa: E402
+from condsearch.csr.router import PRESETS  # noqa: E402
+from condsearch.csr.weights import save_router  # noqa: E402
 
 
 def log(msg: str) -> None:

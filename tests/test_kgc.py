@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +12,11 @@ import torch
 
 from condsearch.errors import CorpusError
 from condsearch.index import build_index
-from condsearch.kgc.data import entity_text, known_answers, link_graph, n_hop, read_kg, relation_text, with_inverse
-from condsearch.kgc.ranking import average_metrics, dense_filtered_ranks, filtered_ranks, query_filters, rank_metrics
-from condsearch.kgc.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # kgclib is benchmark code
+from kgclib.data import entity_text, known_answers, link_graph, n_hop, read_kg, relation_text, with_inverse
+from kgclib.ranking import average_metrics, dense_filtered_ranks, filtered_ranks, query_filters, rank_metrics
+from kgclib.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
 
 
 def write_kg(folder: Path) -> Path:
@@ -171,9 +174,8 @@ def csr(tiny_bert_dir: Path, tmp_path: Path):
 
 
 def test_entity_vectors_are_the_plain_forward_pass(csr, kg) -> None:
+    from kgclib.encoding import entity_vectors, load_entity_states
     from transformers import AutoModel
-
-    from condsearch.kgc.encoding import entity_vectors, load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     got = entity_vectors(csr, states, chunk=2)  # several length-sorted chunks
@@ -187,7 +189,7 @@ def test_entity_vectors_are_the_plain_forward_pass(csr, kg) -> None:
 
 
 def test_queries_are_routed_in_the_order_given(csr, kg) -> None:
-    from condsearch.kgc.encoding import load_entity_states, query_vectors
+    from kgclib.encoding import load_entity_states, query_vectors
 
     states = load_entity_states(csr, kg.entity_texts)
     heads, rels = np.array([5, 0, 3]), np.array([1, 0, 3])
@@ -197,7 +199,7 @@ def test_queries_are_routed_in_the_order_given(csr, kg) -> None:
 
 
 def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
-    from condsearch.kgc.encoding import evaluate_link_prediction, load_entity_states
+    from kgclib.encoding import evaluate_link_prediction, load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     answers = known_answers(kg.splits.values(), kg.n_relations)
@@ -225,8 +227,9 @@ def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
 
 
 def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
+    from kgclib.encoding import TAIL_FOLDER, entity_vectors, load_entity_states, load_tail_tower, tail_tower
+
     from condsearch.csr.weights import save_router
-    from condsearch.kgc.encoding import TAIL_FOLDER, entity_vectors, load_entity_states, load_tail_tower, tail_tower
 
     states = load_entity_states(csr, kg.entity_texts)
     tail = tail_tower(csr.router)
@@ -244,7 +247,7 @@ def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights(csr, kg, tmp_path: Path) -> None:
-    from condsearch.kgc.encoding import load_entity_states
+    from kgclib.encoding import load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     start = {k: v.detach().clone() for k, v in csr.router.trainable_parameters().items()}

@@ -27,8 +27,9 @@ from condsearch.csr.cache import Tensors
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import Router
 from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
-from condsearch.kgc.data import Answers, KgData, known_answers, with_inverse
-from condsearch.kgc.encoding import encode_states, relation_codes
+
+from .data import Answers, KgData, known_answers, with_inverse
+from .encoding import encode_states, relation_codes
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from condsearch.kgc.data import KgData, known_answers, link_graph, n_hop, read_kg, with_inverse
-from condsearch.kgc.ranking import filtered_ranks, rank_metrics
+from .data import KgData, known_answers, link_graph, n_hop, read_kg, with_inverse
+from .ranking import filtered_ranks, rank_metrics
 
 __all__ = [
     "KgData",

@@ -23,9 +23,10 @@ from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import PAPER, ConditionCode, Router
 from condsearch.csr.weights import load_router_weights
 from condsearch.index import DEFAULT_FACTORY, build_index, normalize, to_search_device
-from condsearch.kgc.data import Answers, KgData, n_hop
-from condsearch.kgc.ranking import average_metrics, filtered_ranks, query_filters, rank_metrics
 from condsearch.metrics import condition_sensitivity
+
+from .data import Answers, KgData, n_hop
+from .ranking import average_metrics, filtered_ranks, query_filters, rank_metrics
 
 RERANK_HOPS = 5
 RERANK_BONUS = 0.05
