@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import git_commit, synthetic_csts  # noqa: E402
+from isotropy import cosine_to_mean, isotropy  # noqa: E402
 
 from condsearch import __version__  # noqa: E402
 from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
@@ -38,7 +39,6 @@ from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 from condsearch.errors import CondsearchError  # noqa: E402
-from condsearch.metrics import cosine_to_mean, isotropy  # noqa: E402
 from condsearch.pipeline import SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
 from condsearch.training import (  # noqa: E402
     PairFeatures,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -887,8 +888,14 @@ def test_every_option_has_help(name: str) -> None:
 
 
 def test_readme_cli_reference_is_current() -> None:
-    from condsearch.docs import END, START, render_cli_reference
-
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    block = readme.partition(START)[2].partition(END)[0]
-    assert block.strip() == render_cli_reference().strip(), "README is stale: run python -m condsearch.docs README.md"
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("cli_reference", root / "tools" / "cli_reference.py")
+    assert spec is not None and spec.loader is not None
+    docs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(docs)
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    block = readme.partition(docs.START)[2].partition(docs.END)[0]
+    assert block, "README.md lacks the cli-reference markers"
+    assert block.strip() == docs.render_cli_reference().strip(), (
+        "README is stale: run python tools/cli_reference.py README.md"
+    )
