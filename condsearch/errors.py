@@ -24,9 +24,17 @@ class ModelError(CondsearchError):
         return cls(f"cannot load model {model_id!r}: {first_line(exc)}")
 
 
-def first_line(exc: BaseException) -> str:
-    """Return the first non-blank line of an exception's message, or its type's name when there is none."""
-    for line in str(exc).splitlines():
+def first_line(message: BaseException | str) -> str:
+    """Return the first non-blank line of a message, stripped.
+
+    An exception whose message has none gives its type's name; a blank string gives "".
+    """
+    for line in str(message).splitlines():
         if line.strip():
             return line.strip()
-    return type(exc).__name__
+    return type(message).__name__ if isinstance(message, BaseException) else ""
+
+
+def os_reason(exc: OSError) -> str:
+    """Return why an operating-system call failed, in a few words ("Permission denied", "No space left on device")."""
+    return exc.strerror or first_line(exc)

@@ -45,7 +45,7 @@ from filelock import FileLock
 
 from condsearch import __version__
 from condsearch.ann import apply_search_params
-from condsearch.errors import StoreError, first_line
+from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
 # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
@@ -211,8 +211,7 @@ class IndexStore:
             with FileLock(self.root / VERSIONS / f"{name}.lock"):
                 yield Draft(self, name, condition, self.root / VERSIONS / f"{name}{PARTIAL}")
         except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
-            reason = exc.strerror or first_line(exc)
-            raise StoreError(f"{self.root}: cannot write the index of {condition!r} ({reason})") from exc
+            raise StoreError(f"{self.root}: cannot write the index of {condition!r} ({os_reason(exc)})") from exc
 
     def _replace(self, name: str, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None]) -> None:
         """Write a new version (index and manifest here, rows and vectors by place) and publish it (lock held)."""
@@ -318,7 +317,7 @@ class IndexStore:
         except FileNotFoundError as exc:
             raise _Moved from exc
         except OSError as exc:
-            raise StoreError(f"{folder}: unreadable ({exc.strerror or type(exc).__name__})") from exc
+            raise StoreError(f"{folder}: unreadable ({os_reason(exc)})") from exc
 
         def opener(path: str, flags: int) -> int:
             return os.open(path, flags, dir_fd=fd)
@@ -342,7 +341,7 @@ class IndexStore:
                         raise StoreError(f"{folder}: index files unreadable (no {file_name})") from exc
         except OSError as exc:  # not FileNotFoundError, handled above: permission denied, I/O error
             files.close()
-            raise StoreError(f"{folder}: index files unreadable ({exc.strerror or type(exc).__name__})") from exc
+            raise StoreError(f"{folder}: index files unreadable ({os_reason(exc)})") from exc
         except BaseException:
             files.close()
             raise

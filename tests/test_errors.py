@@ -26,6 +26,21 @@ def test_first_line(exc: BaseException, expected: str) -> None:
     assert first_line(exc) == expected
 
 
+@pytest.mark.parametrize(("message", "expected"), [("", ""), ("  \n ", ""), ("\n why \nmore", "why")])
+def test_first_line_of_a_string(message: str, expected: str) -> None:
+    from condsearch.errors import first_line
+
+    assert first_line(message) == expected
+
+
+def test_os_reason_is_the_system_message_or_the_first_line() -> None:
+    from condsearch.errors import os_reason
+
+    assert os_reason(PermissionError(13, "Permission denied", "/x")) == "Permission denied"
+    assert os_reason(OSError("disk gone\nmore")) == "disk gone"
+    assert os_reason(OSError()) == "OSError"
+
+
 @pytest.mark.parametrize("loader", ["AutoTokenizer", "AutoModel"])
 def test_csr_encoder_load_error_with_empty_message(
     tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch, loader: str

@@ -184,3 +184,12 @@ def test_damaged_index_is_a_500_and_the_server_survives(index_dir: Path, client:
     response = post(client, query="q", condition=SPORT)
     assert response.status_code == 500 and "checksum" in response.json()["error"]
     assert post(client, query="q", condition=COLOUR).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("reason", "expected"), [("\n  why  \nmore", "why"), ("", "error"), (ValueError(), "ValueError")]
+)
+def test_an_error_body_is_the_first_non_blank_line(reason: BaseException | str, expected: str) -> None:
+    from condsearch.serve.app import _error
+
+    assert json.loads(_error(400, reason).body)["error"] == expected

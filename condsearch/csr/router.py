@@ -26,6 +26,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from condsearch.encoders.pooling import mean_pool
+
 Variant = Literal["paper", "extended"]
 VARIANTS: tuple[Variant, ...] = ("paper", "extended")
 
@@ -126,12 +128,6 @@ def _attention_mask(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor) 
     except ImportError:  # transformers < 4.56
         return model.get_extended_attention_mask(mask, mask.shape)  # type: ignore[operator]
     return create_bidirectional_mask(config=model.config, inputs_embeds=hidden, attention_mask=mask.long())
-
-
-def masked_mean(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean over the real tokens: hidden (b, L, d), mask (b, L) bool -> (b, d)."""
-    m = mask.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp_min(1.0)
 
 
 class ConditionProjection(nn.Module):
@@ -252,7 +248,7 @@ class Router(nn.Module):
             qs = [proj(cls) for proj in self.router_queries]
         else:
             qs = [layers[j].attention.self.query(cls) for j in self.routed]
-        return ConditionCode(torch.stack(qs, dim=1), masked_mean(out, inputs["attention_mask"].bool()))
+        return ConditionCode(torch.stack(qs, dim=1), mean_pool(out, inputs["attention_mask"]))
 
     # -- per pair ------------------------------------------------------------------------------
     def _weights(self, q: torch.Tensor, keys: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -290,7 +286,7 @@ class Router(nn.Module):
                 context = context * (1.0 + gain * w).unsqueeze(-1)
             out = layer.attention.output(context, hidden)
             hidden = layer.output(layer.intermediate(out), out)
-        pooled = masked_mean(hidden, states.mask)
+        pooled = mean_pool(hidden, states.mask)
         if code is not None and self.projection is not None:
             pooled = self.projection(pooled, code.e)
         return pooled

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
-from condsearch.errors import CondsearchError
+from condsearch.errors import CondsearchError, first_line
 from condsearch.index import SearchResult
 from condsearch.serve.answers import capped_k, index_summary, query_answer
 from condsearch.serve.batching import MicroBatcher
@@ -99,8 +99,8 @@ class RequestError(Exception):
         self.status, self.extra = status, extra
 
 
-def _error(status: int, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message.splitlines()[0] if message else "error", **extra}, status_code=status)
+def _error(status: int, reason: BaseException | str, **extra: Any) -> JSONResponse:
+    return JSONResponse({"error": first_line(reason) or "error", **extra}, status_code=status)
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
@@ -164,20 +164,20 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
 
     @app.exception_handler(RequestError)
     async def _refused(_: Request, exc: RequestError) -> JSONResponse:
-        return _error(exc.status, str(exc), **exc.extra)
+        return _error(exc.status, exc, **exc.extra)
 
     @app.exception_handler(UnknownCondition)
     async def _unknown(_: Request, exc: UnknownCondition) -> JSONResponse:
-        return _error(404, str(exc), conditions=exc.conditions)
+        return _error(404, exc, conditions=exc.conditions)
 
     @app.exception_handler(AmbiguousCondition)
     async def _ambiguous(_: Request, exc: AmbiguousCondition) -> JSONResponse:
-        return _error(409, str(exc), corpora=exc.corpora)
+        return _error(409, exc, corpora=exc.corpora)
 
     @app.exception_handler(CondsearchError)
     async def _unservable(_: Request, exc: CondsearchError) -> JSONResponse:
         # a damaged index, a model that changed since indexing: the server's state, not the request
-        return _error(500, str(exc))
+        return _error(500, exc)
 
     @app.exception_handler(Exception)
     async def _crash(_: Request, exc: Exception) -> JSONResponse:
