@@ -127,3 +127,52 @@ def replacing_dir(directory: Path, kind: str | None = None) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+# The steps every writer shares: a file or a folder is written under a temporary name beside its
+# final one and moved in with one rename, so that a reader or a crash sees the old or the new.
+
+
+def temporary_name(path: Path, tag: str = "tmp") -> Path:
+    """Return an unused hidden name beside path (``.<tag>-<name>-<pid>-<random>``), not created."""
+    return path.with_name(f".{tag}-{path.name}-{os.getpid()}-{os.urandom(4).hex()}")
+
+
+@contextmanager
+def replacing_file(path: Path) -> Iterator[Path]:
+    """Yield a temporary name beside path to write (a file or a symlink); when the block succeeds it becomes path.
+
+    The rename replaces whatever file or link is at path in one step. A block that raises leaves path
+    untouched and the temporary removed.
+    """
+    tmp = temporary_name(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def swap_dir(tmp: Path, directory: Path, aside: Path | None = None) -> None:
+    """Make the finished folder tmp directory: a folder already there is renamed to aside first, deleted after.
+
+    ``aside`` defaults to a fresh hidden name, so that two processes filling the same cache folder do
+    not collide; :func:`replacing_dir` passes a fixed one so that :func:`recover_dir` can restore it
+    after a crash between the two renames. Raises OSError if another process moved its own folder
+    in between: that one is as good.
+    """
+    aside = aside if aside is not None else temporary_name(directory, "old")
+    if directory.exists():
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(directory, aside)
+    os.replace(tmp, directory)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Flush folder's entries (renames, new files) to disk."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

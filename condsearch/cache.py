@@ -4,30 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from condsearch.atomic import replacing_file
 
 
 def default_cache_dir() -> Path:
     """Return ``$CONDSEARCH_CACHE_DIR`` or ``~/.cache/condsearch``."""
     env = os.environ.get("CONDSEARCH_CACHE_DIR")
     return Path(env) if env else Path.home() / ".cache" / "condsearch"
-
-
-def swap_in(tmp: Path, folder: Path) -> None:
-    """Make a finished temporary folder the cached folder, replacing an unreadable one there.
-
-    The old folder is moved aside, not deleted in place, so that a reader never sees half of one.
-    Raises OSError if another process put its folder there in between: that one is as good.
-    """
-    if folder.exists():
-        aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}-old-", dir=folder.parent))
-        os.replace(folder, aside / "copy")
-        shutil.rmtree(aside, ignore_errors=True)
-    os.rename(tmp, folder)
 
 
 def pair_key(ident: str, condition: str, sentence: str | None) -> str:
@@ -76,15 +63,9 @@ class EmbeddingCache:
         self.directory.mkdir(parents=True, exist_ok=True)
         arr_keys = np.array([k.encode("ascii") for k in keys], dtype="S64")
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, keys=arr_keys, vectors=vectors)
-            digest = hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]
-            os.replace(tmp, self.directory / f"shard-{digest}.npz")
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        digest = hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]
+        with replacing_file(self.directory / f"shard-{digest}.npz") as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, keys=arr_keys, vectors=vectors)
         loaded = self._load()
         for key, vec in zip(keys, vectors, strict=True):
             loaded[key] = vec

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,6 +36,7 @@ from condsearch.ann import (
     parse_memory,
     parse_search_params,
 )
+from condsearch.atomic import replacing_file
 from condsearch.errors import CondsearchError
 from condsearch.index import build_index
 from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
@@ -184,9 +184,8 @@ def _load_progress(staging: Path, key: str) -> _Progress | None:
 
 
 def _save_progress(staging: Path, state: _Progress) -> None:
-    tmp = staging / f".{_PROGRESS}.tmp"
-    tmp.write_text(json.dumps(asdict(state)), encoding="utf-8")
-    os.replace(tmp, staging / _PROGRESS)
+    with replacing_file(staging / _PROGRESS) as tmp:
+        tmp.write_text(json.dumps(asdict(state)), encoding="utf-8")
 
 
 def _encode_chunks(
@@ -228,9 +227,8 @@ def _encode_chunks(
             writer.write(state.rows_done, out)
             writer.sync()
             chunk = pa.table({"id": ids, "text": texts, "text_hash": pa.array(hashes, type=pa.binary(16))})
-            tmp = staging / _CHUNKS / f".{k:08d}.tmp"
-            pq.write_table(chunk, tmp)
-            os.replace(tmp, staging / _CHUNKS / f"{k:08d}.parquet")
+            with replacing_file(staging / _CHUNKS / f"{k:08d}.parquet") as tmp:
+                pq.write_table(chunk, tmp)
             state.chunks_done, state.rows_done = k + 1, state.rows_done + len(ids)
             state.n_encoded += n_encoded
             state.n_reused += len(ids) - n_encoded

@@ -45,6 +45,7 @@ from filelock import FileLock
 
 from condsearch import __version__
 from condsearch.ann import apply_search_params
+from condsearch.atomic import fsync_dir, replacing_file
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
@@ -141,14 +142,6 @@ def _probe(fh: IO[bytes], size: int) -> str:
     fh.seek(max(0, size - _PROBE))
     h.update(fh.read(_PROBE))
     return h.hexdigest()
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Moved(Exception):
@@ -252,7 +245,7 @@ class IndexStore:
                 out.write(json.dumps(asdict(final), indent=2, ensure_ascii=False) + "\n")
                 out.flush()
                 os.fsync(out.fileno())
-            _fsync_dir(version)
+            fsync_dir(version)
         except BaseException:
             shutil.rmtree(version, ignore_errors=True)
             raise
@@ -261,15 +254,13 @@ class IndexStore:
     def _publish(self, name: str, version: Path) -> None:
         """Point <root>/<name> at version in one step (a folder from before versioning is moved aside first)."""
         target = self.root / name
-        link = self.root / f".tmp-{name}-{version.name}"
-        link.unlink(missing_ok=True)
-        os.symlink(os.path.relpath(version, self.root), link)
-        if target.is_dir() and not target.is_symlink():
-            # format 1: a real folder cannot be replaced by a symlink in one step. Until the symlink is
-            # in, readers read the old folder under its .trash- name, as after an old crash.
-            os.rename(target, self.root / f"{_TRASH}{name}-{os.getpid()}-{time.time_ns()}")
-        os.replace(link, target)
-        _fsync_dir(self.root)
+        with replacing_file(target) as link:
+            os.symlink(os.path.relpath(version, self.root), link)
+            if target.is_dir() and not target.is_symlink():
+                # format 1: a real folder cannot be replaced by a symlink in one step. Until the symlink is
+                # in, readers read the old folder under its .trash- name, as after an old crash.
+                os.rename(target, self.root / f"{_TRASH}{name}-{os.getpid()}-{time.time_ns()}")
+        fsync_dir(self.root)
 
     def _collect(self, name: str, keep: Path) -> None:
         """Delete what earlier writes of name left: older versions, old-layout folders, stray links."""

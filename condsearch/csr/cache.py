@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +10,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from condsearch.atomic import replacing_file
 from condsearch.csr.router import SentenceStates
 
 Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, k, c of one sentence: (length, hidden) each
@@ -80,15 +79,9 @@ class StateCache:
         for j, name in enumerate(("x", "k", "c")):
             tensors[name] = torch.cat([s[j] for s in states]).to(self.dtype).contiguous()
         digest = hashlib.sha256("".join(keys).encode()).hexdigest()[:16]
-        fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".safetensors")
-        os.close(fd)
-        try:
-            save_file(tensors, tmp)
-            final = self.directory / f"shard-{digest}.safetensors"
-            os.replace(tmp, final)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        final = self.directory / f"shard-{digest}.safetensors"
+        with replacing_file(final) as tmp:
+            save_file(tensors, str(tmp))
         where = self._index()
         self._offsets[final] = offsets
         for i, k in enumerate(keys):

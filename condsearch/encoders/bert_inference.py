@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from condsearch.cache import swap_in
+from condsearch.atomic import swap_dir
 from condsearch.encoders.inference_copy import (
     CONFIG_FILE,
     FORMAT_VERSION,
@@ -229,7 +229,7 @@ def save_copy(folder: Path, tokenizer: Any, model: nn.Module) -> bool:
             (tmp / TOKENIZER_FILE).write_text(backend.to_str())
             save_file(state, str(tmp / WEIGHTS_FILE))
             (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-            swap_in(tmp, folder)
+            swap_dir(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:

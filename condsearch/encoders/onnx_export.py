@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.cache import swap_in
+from condsearch.atomic import swap_dir
 from condsearch.encoders.base import Pair
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.onnx_files import (
@@ -238,7 +238,7 @@ def write_export(
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
         if folder is not None:
             try:
-                swap_in(tmp, folder)  # fails if another process got there first: its export is as good
+                swap_dir(tmp, folder)  # fails if another process got there first: its export is as good
                 log.info("cached the %s ONNX export of %s in %s", precision, reference.model_id, folder)
             except OSError:
                 pass
