@@ -31,6 +31,7 @@ from condsearch.cli_options import (
 )
 from condsearch.cli_scale import export_cmd, index_store_option, query_store_option, ray_options
 from condsearch.errors import CondsearchError, first_line
+from condsearch.progress import set_quiet
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -75,7 +76,8 @@ def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fas
 @click.group(cls=_Commands, context_settings=CONTEXT)
 @click.version_option(__version__, "--version", prog_name="condsearch")
 @click.option("-v", "--verbose", is_flag=True, help="Log more detail to stderr.")
-def main(verbose: bool) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="Draw no progress bars (they are drawn only on a terminal anyway).")
+def main(verbose: bool, quiet: bool) -> None:
     """Conditional semantic search: index texts under a natural-language condition, query them.
 
     \b
@@ -85,6 +87,7 @@ def main(verbose: bool) -> None:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING, format="condsearch: %(message)s", stream=sys.stderr
     )
+    set_quiet(quiet)
     _quiet_transformers()
 
 

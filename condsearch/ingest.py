@@ -24,7 +24,6 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from tqdm.auto import tqdm
 
 from condsearch.ann import (
     AUTO,
@@ -39,6 +38,7 @@ from condsearch.ann import (
 from condsearch.atomic import replacing_file
 from condsearch.errors import CondsearchError
 from condsearch.index import build_index
+from condsearch.progress import progress_bar
 from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
 from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
 
@@ -217,7 +217,7 @@ def _encode_chunks(
         log.info("resuming %r after %d finished rows", condition, resumed)
     previous = {i: (pos, h) for pos, (i, h) in enumerate(zip(kept.ids, kept.hashes, strict=True))} if kept else {}
     writer = VectorWriter(staging / VECTORS_FILE, (n, dim), resume=resumed > 0)
-    bar = tqdm(total=n, initial=resumed, unit="row", desc=f"indexing {condition[:30]!r}", disable=not progress)
+    bar = progress_bar(total=n, initial=resumed, unit="row", desc=f"indexing {condition[:30]!r}", enabled=progress)
     try:
         for k, (ids, texts) in enumerate(corpus.batches(chunk_rows)):
             if k < state.chunks_done:
