@@ -31,7 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from common import log, quiet_transformers, run_info, write_outputs  # noqa: E402
 
-from condsearch.errors import CondsearchError  # noqa: E402
+from condsearch.errors import CondsearchError, first_line  # noqa: E402
 
 WEIGHTS = Path(__file__).parent / "weights" / "wn18rr-minilm-router"
 SIMKGC = {"mrr": 66.55, "hit@1": 58.65, "hit@3": 71.65, "hit@10": 80.01}  # released metrics.json, ×100
@@ -321,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             result = run(args, Path(tmp))
         except CondsearchError as exc:
-            print(f"kgc.py: error: {exc}", file=sys.stderr)
+            print(f"kgc.py: error: {first_line(exc)}", file=sys.stderr)
             return 1
     write_outputs(result, markdown(result), args.json_out, args.md_out)
     return 0

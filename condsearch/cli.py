@@ -30,7 +30,7 @@ from condsearch.cli_options import (
     trust_option,
 )
 from condsearch.cli_scale import export_cmd, index_store_option, query_store_option, ray_options
-from condsearch.errors import CondsearchError, first_line
+from condsearch.errors import CondsearchError, first_line, os_reason
 from condsearch.progress import set_quiet
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
@@ -51,7 +51,7 @@ class _Commands(click.Group):
             raise  # click ends quietly when stdout's reader goes away
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename is not None and exc.strerror else ""
-            raise click.ClickException(where + (exc.strerror or first_line(exc))) from exc
+            raise click.ClickException(where + os_reason(exc)) from exc
 
 
 def _check_out_dirs(out: Path, mode: str, finetune: dict[str, Any]) -> None:
