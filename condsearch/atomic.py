@@ -13,19 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind
 from condsearch.errors import CondsearchError
-
-#: The file that marks a folder as each kind of artifact, checked in this order: a full model
-#: folder and an adapter folder may hold a head beside them, so the head comes last. They are the
-#: writers' own constants (tests/test_data_safety.py checks that they agree); they are spelled out
-#: here because importing the writers would import torch.
-ARTIFACT_MARKERS: dict[str, str] = {
-    "checkpoint": "checkpoint.json",  # condsearch.finetune.checkpoint.STATE_FILE
-    "router": "router.json",  # condsearch.csr.weights.CONFIG_FILE
-    "model": "finetune.json",  # condsearch.finetune.run.FULL_SUMMARY_FILE (a fine-tuned model folder)
-    "adapter": "adapter.json",  # condsearch.finetune.adapter.ADAPTER_CONFIG
-    "head": "head.json",  # condsearch.head.CONFIG_FILE
-}
 
 
 class OutputDirError(CondsearchError):
@@ -42,15 +31,6 @@ def _absolute(directory: Path | str) -> Path:
     if not path.name:
         raise OutputDirError(f"{path}: refusing to replace a filesystem root")
     return path
-
-
-def artifact_kind(folder: Path | str) -> str | None:
-    """Return which kind of condsearch artifact folder holds (a key of ARTIFACT_MARKERS), or None."""
-    folder = Path(folder)
-    for kind, marker in ARTIFACT_MARKERS.items():
-        if (folder / marker).is_file():
-            return kind
-    return None
 
 
 def check_replaceable(directory: Path | str, kind: str | None = None) -> None:

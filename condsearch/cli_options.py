@@ -81,8 +81,8 @@ def encoder_options(command: Callable[..., None]) -> Callable[..., None]:
             callback=_unless_default,
             help=(
                 "Decoder embedders: the top N layers attend in both directions, the rest stay causal (BeLLM: 1). "
-                "Left unset, --preset or the LoRA adapter in --head decides; a config with is_causal: false "
-                "makes every layer bidirectional."
+                "Left unset, --preset or the LoRA adapter (--profile, --adapter) decides; a config with "
+                "is_causal: false makes every layer bidirectional."
             ),
         ),
         click.option(
@@ -175,3 +175,35 @@ def threads_option(command: Callable[..., None]) -> Callable[..., None]:
         default=CpuConfig.threads,
         help="Threads for the encoder's matrix products on the CPU [default: every core].",
     )(command)
+
+
+def profile_options(command: Callable[..., None]) -> Callable[..., None]:
+    """Add --profile, --adapter and --head (index): what turns the model's outputs into index vectors."""
+    options = [
+        click.option(
+            "--profile",
+            default=None,
+            help=(
+                "Adapter + head together: 'default' (the default model's shipped LoRA adapter + head), 'frozen' "
+                "(its shipped head on the frozen encoder), 'none', 'auto' ('default' for the default model, else "
+                "none) or a folder from train (adapter and/or head) [default: auto]."
+            ),
+        ),
+        click.option(
+            "--adapter",
+            type=click.Path(exists=True, file_okay=False, path_type=Path),
+            default=None,
+            help="LoRA adapter folder (PEFT's format, from train lora), merged into the model.",
+        ),
+        click.option(
+            "--head",
+            default=None,
+            help=(
+                "Head folder or 'none' [default: none with --adapter]. As before --profile, 'auto', 'default', "
+                "'frozen' and a folder holding an adapter name a profile."
+            ),
+        ),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command

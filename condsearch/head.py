@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -11,19 +9,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from condsearch.artifacts.files import HEAD_CONFIG, HEAD_WEIGHTS, write_json
+from condsearch.artifacts.heads import HeadConfig, head_checksum, head_meta, read_head_config
 from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
-from condsearch.head_files import (  # noqa: F401 - re-exported: the head's files, without torch
-    ASSETS_DIR,
-    CONFIG_FILE,
-    DEFAULT_HEAD_DIR,
-    FROZEN_HEAD_DIR,
-    HEAD_FORMAT_VERSION,
-    WEIGHTS_FILE,
-    HeadConfig,
-    head_checksum,
-    read_head_config,
-)
 
 
 class ProjectionHead(nn.Module):
@@ -60,9 +49,8 @@ def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | 
 def write_head_files(head: ProjectionHead, folder: Path, extra: dict[str, object] | None = None) -> None:
     """Write the head's weights and config into an existing folder (callers make it atomic)."""
     state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    save_file(state, str(Path(folder) / WEIGHTS_FILE), metadata={"format": "pt"})
-    meta = {"format_version": HEAD_FORMAT_VERSION, **asdict(head.config), **(extra or {})}
-    (Path(folder) / CONFIG_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    save_file(state, str(Path(folder) / HEAD_WEIGHTS), metadata={"format": "pt"})
+    write_json(Path(folder) / HEAD_CONFIG, head_meta(head.config, extra))
 
 
 def load_head(directory: Path) -> ProjectionHead:
@@ -70,7 +58,7 @@ def load_head(directory: Path) -> ProjectionHead:
     directory = Path(directory)
     head = ProjectionHead(read_head_config(directory))
     try:
-        state = load_file(str(directory / WEIGHTS_FILE))
+        state = load_file(str(directory / HEAD_WEIGHTS))
         head.load_state_dict(state)
     except Exception as exc:  # safetensors raises several types for damaged files
         raise ModelError(f"{directory}: head weights unreadable ({type(exc).__name__})") from exc

@@ -10,16 +10,26 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from condsearch.artifacts.adapters import adapter_checksum
+from condsearch.artifacts.heads import check_head, head_checksum
+from condsearch.artifacts.profiles import (
+    PROFILE_AUTO,
+    PROFILE_DEFAULT,
+    PROFILE_FROZEN,
+    PROFILE_NONE,
+    SHIPPED_PROFILES,
+    Profile,
+    profile_of_index,
+    resolve_profile,
+)
 from condsearch.encoders import Encoder, encoder_options, load_encoder
 from condsearch.encoders.base import ConditionalEncoder
 from condsearch.encoders.cpu import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, StoreError, first_line
-from condsearch.finetune.adapter_files import adapter_checksum, has_adapter
-from condsearch.head_files import DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR, NumpyHead, head_checksum, load_numpy_head
-from condsearch.head_files import WEIGHTS_FILE as HEAD_WEIGHTS
+from condsearch.head_files import NumpyHead, load_numpy_head
 from condsearch.index import DEFAULT_FACTORY, SearchResult, normalize, search, to_search_device
 from condsearch.ingest import BuildReport, CorpusSource, build_condition_index
-from condsearch.models import DEFAULT_MODEL, ModelSource, resolve_model
+from condsearch.models import ModelSource, resolve_model
 from condsearch.store import IndexStore, Manifest, StoredIndex
 
 if TYPE_CHECKING:
@@ -28,12 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HEAD_AUTO = "auto"
-HEAD_NONE = "none"
-HEAD_DEFAULT = "default"
-HEAD_FROZEN = "frozen"
-#: what ships for the default model, by --head name
-SHIPPED_HEADS = {HEAD_DEFAULT: DEFAULT_HEAD_DIR, HEAD_FROZEN: FROZEN_HEAD_DIR}
+#: the --head names of before --profile, kept as aliases (benchmarks use them)
+HEAD_AUTO, HEAD_NONE, HEAD_DEFAULT, HEAD_FROZEN = PROFILE_AUTO, PROFILE_NONE, PROFILE_DEFAULT, PROFILE_FROZEN
+SHIPPED_HEADS = SHIPPED_PROFILES
 MODE_CASE = "case"
 MODE_CSR = "csr"
 MODES = (MODE_CASE, MODE_CSR)
@@ -45,9 +52,10 @@ class Vectorizer:
 
     encoder: ConditionalEncoder
     head: ProjectionHead | NumpyHead | None
-    head_name: str  # "none", a shipped head's name or the head folder's absolute path
+    head_name: str  # what the manifest records: "none", a shipped profile's name or a folder's absolute path
     head_checksum: str
     mode: str = MODE_CASE
+    profile: Profile | None = None  # the adapter, head or router folders it was loaded from
 
     @property
     def dim(self) -> int:
@@ -66,57 +74,50 @@ class Vectorizer:
 
 
 def head_folder(spec: str | None, model_id: str) -> Path | None:
-    """Return the folder a --head value names for a model (None for 'none')."""
-    spec = spec or HEAD_AUTO
-    if spec == HEAD_AUTO:
-        spec = HEAD_DEFAULT if model_id == DEFAULT_MODEL else HEAD_NONE
-    if spec == HEAD_NONE:
-        return None
-    folder = SHIPPED_HEADS.get(spec) or Path(spec).expanduser().resolve()
-    if not folder.is_dir():
-        names = ", ".join(repr(n) for n in SHIPPED_HEADS)
-        raise ModelError(f"head {spec!r}: no such folder (use a head folder, {names} or 'none')")
-    return folder
+    """Return the folder a --head value names for a model (None for 'none'), as before --profile."""
+    profile = resolve_profile(model_id, head=spec)
+    return profile.head or profile.adapter
+
+
+def _record_adapter(encoder: Encoder, path: str | None) -> None:
+    """Record an adapter named apart from the profile in the encoder's describe(), so the manifest holds it."""
+    for e in (encoder, *getattr(encoder, "replicas", ())):
+        e.adapter_path = path or ""
+
+
+def load_profile_head(profile: Profile, encoder: Encoder) -> tuple[ProjectionHead | None, str]:
+    """Return (head, checksum) of a profile after checking that it fits the encoder and the encoder its adapter.
+
+    The encoder must have been loaded with the profile's adapter (:func:`load_vectorizer` does so).
+    A profile without a head gives none: the (adapted) encoder's raw CASE vectors are used.
+    """
+    head, checksum, described = None, "", encoder.describe()
+    if profile.head is not None:
+        from condsearch.head import load_head
+
+        head, checksum = load_head(profile.head), head_checksum(profile.head)
+        check_head(head.config, profile.name, described)
+    carried = described.get("adapter_checksum")
+    if profile.adapter is not None and carried != adapter_checksum(profile.adapter):
+        raise ModelError(f"head {profile.name!r} carries a LoRA adapter that the encoder was not loaded with")
+    if carried and profile.adapter is None:
+        raise ModelError(f"head {profile.name!r} was trained without the LoRA adapter this encoder carries")
+    return head, checksum
 
 
 def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | None, str, str]:
-    """Return (head, name, checksum) for a --head value and check it fits the encoder.
-
-    A folder may carry a LoRA adapter beside (or instead of) the head; the encoder must
-    have been loaded with that adapter (:func:`load_vectorizer` does so). An adapter-only
-    folder gives no head: the adapted encoder's raw CASE vectors are used.
-    """
-    folder = head_folder(spec, encoder.model_id)
-    if folder is None:
-        return None, HEAD_NONE, ""
-    name = next((n for n, f in SHIPPED_HEADS.items() if folder == f.resolve()), str(folder))
-    adapter = has_adapter(folder)
-    head, checksum = None, ""
-    if not adapter or (folder / HEAD_WEIGHTS).is_file():
-        from condsearch.head import load_head
-
-        head, checksum = load_head(folder), head_checksum(folder)
-        if head.config.input_dim != encoder.dim:
-            raise ModelError(
-                f"head {spec!r} takes {head.config.input_dim}-d inputs but {encoder.model_id} gives {encoder.dim}-d"
-            )
-        if head.config.model_id and head.config.model_id != encoder.model_id:
-            raise ModelError(f"head {spec!r} was trained for {head.config.model_id}, not {encoder.model_id}")
-        pooling = encoder.describe().get("pooling")
-        if head.config.encoder_pooling and pooling and head.config.encoder_pooling != pooling:
-            raise ModelError(f"head {spec!r} was trained on {head.config.encoder_pooling} pooling, not {pooling}")
-    carried = encoder.describe().get("adapter_checksum")
-    if adapter and carried != adapter_checksum(folder):
-        raise ModelError(f"head {spec!r} carries a LoRA adapter that the encoder was not loaded with")
-    if carried and not adapter:
-        raise ModelError(f"head {spec!r} was trained without the LoRA adapter this encoder carries")
-    return head, name, checksum
+    """Return (head, name, checksum) for a --head value, checked against the encoder (:func:`load_profile_head`)."""
+    profile = resolve_profile(encoder.model_id, head=spec)
+    head, checksum = load_profile_head(profile, encoder)
+    return head, profile.name, checksum
 
 
 def load_vectorizer(
     model: str | None = None,
     head: str | None = None,
     *,
+    adapter: str | Path | None = None,
+    profile: str | Profile | None = None,
     device: str | None = None,
     max_length: int | None = None,
     trust_remote_code: bool = False,
@@ -130,13 +131,14 @@ def load_vectorizer(
     quantize: str = CpuConfig.quantize,
     threads: int | None = CpuConfig.threads,
 ) -> Vectorizer:
-    """Load the encoder and head that --model and --head name (with the head folder's adapter, if any).
+    """Load the encoder with the profile's adapter, and its head: --model with --profile, or --head and --adapter.
 
-    ``bidirectional_layers``, ``preset``, ``inference``, ``quantize`` and ``threads`` are
-    :func:`condsearch.encoders.load_encoder`'s.
+    ``profile`` is a name, a folder or a resolved :class:`Profile`; ``bidirectional_layers``,
+    ``preset``, ``inference``, ``quantize`` and ``threads`` are :func:`condsearch.encoders.load_encoder`'s.
     """
-    model_id = resolve_model(model).model_id if head in (None, HEAD_AUTO) else ""
-    folder = head_folder(head, model_id)
+    chosen = (
+        profile if isinstance(profile, Profile) else resolve_profile(model, profile=profile, head=head, adapter=adapter)
+    )
     encoder = load_encoder(
         model,
         device=device,
@@ -146,21 +148,24 @@ def load_vectorizer(
         prompt_template=prompt_template,
         unconditional_template=unconditional_template,
         dtype=dtype,
-        adapter=folder if folder is not None and has_adapter(folder) else None,
+        adapter=chosen.adapter,
         bidirectional_layers=bidirectional_layers,
         preset=preset,
         inference=inference,
         quantize=quantize,
         threads=threads,
     )
-    h, name, checksum = resolve_head(head, encoder)
-    return Vectorizer(encoder, h, name, checksum)
+    _record_adapter(encoder, chosen.separate_adapter)
+    h, checksum = load_profile_head(chosen, encoder)
+    return Vectorizer(encoder, h, chosen.name, checksum, profile=chosen)
 
 
 def load_csr_vectorizer(
     model: str | None = None,
     head: str | None = None,
     *,
+    adapter: str | Path | None = None,
+    profile: str | None = None,
     router: str | None = None,
     router_layer: int | None = None,
     router_variant: str | None = None,
@@ -168,21 +173,20 @@ def load_csr_vectorizer(
     max_length: int | None = None,
     trust_remote_code: bool = False,
 ) -> Vectorizer:
-    """Load the router tri-encoder (--mode csr); its vectors are used without a head."""
-    if head not in (None, HEAD_AUTO, HEAD_NONE):
-        raise CondsearchError("--head applies to --mode case only; CSR vectors are indexed as they are")
+    """Load the router tri-encoder (--mode csr); its vectors are used without a head or adapter."""
+    chosen = resolve_profile(model, head=head, adapter=adapter, profile=profile, router=router, mode="csr")
     from condsearch.csr import load_csr_encoder
 
     encoder = load_csr_encoder(
         model,
-        router=router,
+        router=str(chosen.router) if chosen.router is not None else "none",
         layer=router_layer,
         variant=router_variant,
         device=device,
         max_length=max_length,
         trust_remote_code=trust_remote_code,
     )
-    return Vectorizer(encoder, None, HEAD_NONE, "", mode=MODE_CSR)
+    return Vectorizer(encoder, None, HEAD_NONE, "", mode=MODE_CSR, profile=chosen)
 
 
 def check_condition(condition: str) -> str:
@@ -269,9 +273,10 @@ def vectorizer_for(
     if manifest.mode != MODE_CASE:
         raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
     # Pooling, prompts, max_length and dtype as recorded by the encoder's describe().
+    profile = profile_of_index(manifest.model_id, head or manifest.head, manifest.encoder, manifest.mode)
     vec = load_vectorizer(
         model or manifest.model_id,
-        head or manifest.head,
+        profile=profile,
         device=device,
         trust_remote_code=trust_remote_code,
         inference=True,
@@ -311,7 +316,7 @@ def _csr_vectorizer_for(
     vec = load_csr_vectorizer(
         model or manifest.model_id,
         head,
-        router=str(recorded.get("router") or "none"),
+        router=str(recorded.get("router") or PROFILE_NONE),
         router_layer=layer if isinstance(layer, int) else None,
         router_variant=variant if isinstance(variant, str) else None,
         device=device,
@@ -332,13 +337,16 @@ ONE_SHOT_THREADS = 1
 
 @dataclass(frozen=True)
 class _OneShot:
-    """What a torch-free one-shot query of an index runs: its model, adapter and head folder, as recorded."""
+    """What a torch-free one-shot query of an index runs: its model and profile (adapter, head), as recorded."""
 
     source: ModelSource
     precision: Precision
-    adapter: Path | None
-    head: Path | None
+    profile: Profile
     max_length: int | None
+
+    @property
+    def adapter(self) -> Path | None:
+        return self.profile.adapter
 
 
 def _one_shot(manifest: Manifest) -> _OneShot | None:
@@ -348,11 +356,10 @@ def _one_shot(manifest: Manifest) -> _OneShot | None:
     source = resolve_model(manifest.model_id)
     if source.revision != manifest.model_revision:
         return None
-    folder = head_folder(manifest.head, manifest.model_id)
-    adapter = folder if folder is not None and has_adapter(folder) else None
+    profile = profile_of_index(manifest.model_id, manifest.head, described, manifest.mode)
     max_length = described.get("max_length")
     precision: Precision = "int8" if described.get("quantize") == "int8" else "float32"
-    return _OneShot(source, precision, adapter, folder, max_length if isinstance(max_length, int) else None)
+    return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
 
 
 def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
@@ -378,18 +385,21 @@ def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
             adapter=target.adapter,
             threads=ONE_SHOT_THREADS,
         )
-        if encoder is None or encoder.describe() != manifest.encoder:  # the same model, adapter and token limit
+        if encoder is None:
+            return None
+        _record_adapter(encoder, target.profile.separate_adapter)
+        if encoder.describe() != manifest.encoder:  # the same model, adapter and token limit
             return None
         head, checksum = None, ""
-        if target.head is not None and (target.adapter is None or (target.head / HEAD_WEIGHTS).is_file()):
-            head, checksum = load_numpy_head(target.head), head_checksum(target.head)
+        if target.profile.head is not None:
+            head, checksum = load_numpy_head(target.profile.head), head_checksum(target.profile.head)
             if head.config.input_dim != encoder.dim:
                 return None
     except (CondsearchError, OSError):
         return None
     if checksum != manifest.head_checksum:
         return None
-    return Vectorizer(encoder, head, manifest.head, checksum)
+    return Vectorizer(encoder, head, manifest.head, checksum, profile=target.profile)
 
 
 def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:

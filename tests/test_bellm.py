@@ -324,7 +324,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     decoder_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
     from condsearch.cli import main
-    from condsearch.finetune.adapter import read_adapter_config
+    from condsearch.artifacts.adapters import read_adapter
     from condsearch.pipeline import load_vectorizer
 
     model = str(decoder_dirs["qwen3"])
@@ -337,7 +337,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["config"]["losses"] == {"mse": 1.0, "cmse": 1.0} and np.isfinite(summary["dev_spearman"])
-    meta = read_adapter_config(out)
+    meta = read_adapter(out).meta
     assert meta["encoder_pooling"] == "mean"
     assert meta["encoder"] == {
         "prompt_template": BELLM_PROMPT,
@@ -390,7 +390,7 @@ def test_query_refuses_an_index_its_model_no_longer_rebuilds(decoder_dirs: dict[
 def test_finetune_benchmark_trains_a_decoder_with_a_bidirectional_top_layer(
     decoder_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    from condsearch.finetune.adapter import read_adapter_config
+    from condsearch.artifacts.adapters import read_adapter
     from tests.test_benchmarks import load_script
 
     argv = ["--smoke", "--model", str(decoder_dirs["qwen3"]), "--runs", "lora:mse,lora:mse+cmse", "--lora-rank", "2"]
@@ -402,7 +402,7 @@ def test_finetune_benchmark_trains_a_decoder_with_a_bidirectional_top_layer(
     assert [r["objectives"] for r in result["rows"]] == ["mse", "mse+cmse"]
     for row in result["rows"]:
         assert np.isfinite(row["dev_spearman"]) and row["encoder"] == {"bidirectional_layers": 1}
-        assert read_adapter_config(Path(row["out"]))["encoder"]["bidirectional_layers"] == 1
+        assert read_adapter(Path(row["out"])).meta["encoder"]["bidirectional_layers"] == 1
     assert "bidirectional layers 1" in (tmp_path / "out.md").read_text()
 
 

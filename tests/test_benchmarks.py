@@ -114,7 +114,7 @@ def test_finetune_smoke_records_each_run(tiny_bert_dir: Path, tmp_path: Path) ->
     assert [(r["kind"], r["objectives"]) for r in result["rows"]] == [("lora", "mse=1,wacl=0.5"), ("full", "quad")]
     for row in result["rows"]:
         assert len(row["dev_spearman_per_epoch"]) == 1 and row["best_epoch"] == 1 and row["train_seconds"] >= 0
-    assert (tmp_path / "runs" / "lora-mse1_wacl0.5" / "adapter.safetensors").is_file()
+    assert (tmp_path / "runs" / "lora-mse1_wacl0.5" / "adapter_model.safetensors").is_file()
     assert (tmp_path / "runs" / "full-quad" / "config.json").is_file()
 
 

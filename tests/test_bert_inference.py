@@ -15,6 +15,7 @@ from condsearch.cache import default_cache_dir
 from condsearch.encoders import bert_inference, load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.errors import ModelError
+from condsearch.artifacts.files import PEFT_CONFIG
 from condsearch.finetune.adapter import save_adapter
 from condsearch.finetune.lora import LoraConfig, add_lora, lora_state
 from condsearch.models import resolve_model
@@ -99,9 +100,9 @@ def test_copies_are_keyed_by_adapter_and_model(tiny_bert_dir: Path, other_bert_d
     load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)
     load_encoder(str(other_bert_dir), device="cpu", inference=True)
     assert len(_copies(cache)) == 3
-    # adapter.json takes part (alpha scales the merged update) as well as the weights
-    meta = json.loads((adapter / "adapter.json").read_text())
-    (adapter / "adapter.json").write_text(json.dumps({**meta, "alpha": meta["alpha"] * 2}))
+    # the config takes part (alpha scales the merged update) as well as the weights
+    meta = json.loads((adapter / PEFT_CONFIG).read_text())
+    (adapter / PEFT_CONFIG).write_text(json.dumps({**meta, "lora_alpha": meta["lora_alpha"] * 2}))
     source = resolve_model(str(tiny_bert_dir))
     assert bert_inference.cache_folder(source, bert_inference.adapter_key(adapter)) not in _copies(cache)
     # a hub model not in the local cache has no fixed revision: never cached

@@ -316,7 +316,7 @@ def test_cli_csr_refuses_a_head(tmp_path: Path, tiny_bert_dir: Path, corpus_file
             str(tmp_path),
         ],
     )
-    assert res.exit_code == 1 and "--head applies to --mode case" in res.stderr
+    assert res.exit_code == 2 and "apply to --mode case only" in res.stderr
 
 
 def test_training_makes_the_extended_router_condition(tmp_path: Path, tiny_bert_dir: Path) -> None:

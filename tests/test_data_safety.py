@@ -34,17 +34,16 @@ def _untouched(folder: Path) -> bool:
 
 
 def test_markers_are_the_writers_own_file_names() -> None:
-    from condsearch import head
-    from condsearch.csr import weights
-    from condsearch.finetune import adapter, checkpoint
+    from condsearch.artifacts import files
+    from condsearch.finetune import checkpoint
     from condsearch.finetune import run as finetune_run
 
     assert ARTIFACT_MARKERS == {
         "checkpoint": checkpoint.STATE_FILE,
-        "router": weights.CONFIG_FILE,
+        "router": files.ROUTER_CONFIG,
         "model": finetune_run.FULL_SUMMARY_FILE,
-        "adapter": adapter.ADAPTER_CONFIG,
-        "head": head.CONFIG_FILE,
+        "adapter": files.PEFT_CONFIG,
+        "head": files.HEAD_CONFIG,
     }
 
 

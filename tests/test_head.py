@@ -9,18 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.artifacts.files import DEFAULT_PROFILE_DIR as DEFAULT_HEAD_DIR
+from condsearch.artifacts.files import FROZEN_HEAD_DIR
+from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
+from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
+from condsearch.artifacts.heads import HeadConfig, head_checksum
 from condsearch.errors import ModelError
-from condsearch.head import (
-    CONFIG_FILE,
-    DEFAULT_HEAD_DIR,
-    FROZEN_HEAD_DIR,
-    WEIGHTS_FILE,
-    HeadConfig,
-    ProjectionHead,
-    head_checksum,
-    load_head,
-    save_head,
-)
+from condsearch.head import ProjectionHead, load_head, save_head
 
 
 def _head(input_dim: int = 32, dim: int = 8, seed: int = 0) -> ProjectionHead:

@@ -104,8 +104,8 @@ def test_sport_condition_ranks_tennis_first(default_indexes: Path) -> None:
 
 
 def test_default_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path) -> None:
-    from condsearch.finetune.adapter import adapter_checksum
-    from condsearch.head import DEFAULT_HEAD_DIR
+    from condsearch.artifacts.adapters import adapter_checksum
+    from condsearch.artifacts.files import DEFAULT_PROFILE_DIR as DEFAULT_HEAD_DIR
     from condsearch.pipeline import load_vectorizer
 
     tuned, frozen = load_vectorizer(None, "default", device="cpu"), load_vectorizer(None, "frozen", device="cpu")

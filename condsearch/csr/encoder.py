@@ -12,32 +12,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from condsearch.artifacts.routers import resolve_router, router_checksum, router_model_id, router_name
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
 from condsearch.csr.cache import StateCache, collate, split, text_key
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig
-from condsearch.csr.weights import DEFAULT_ROUTER_DIR, load_router_weights, router_checksum, saved_config
+from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.encoders.bert import pick_device
 from condsearch.errors import ModelError
-from condsearch.models import DEFAULT_MODEL, ModelSource, resolve_model
+from condsearch.models import ModelSource, resolve_model
 
 log = logging.getLogger(__name__)
-
-ROUTER_AUTO = "auto"
-ROUTER_NONE = "none"
-ROUTER_DEFAULT = "default"
-
-
-def resolve_router(spec: str | None, model_id: str) -> Path | None:
-    """Return the router folder for a --router value (None: untrained router)."""
-    spec = spec or ROUTER_AUTO
-    if spec == ROUTER_AUTO:
-        spec = ROUTER_DEFAULT if model_id == DEFAULT_MODEL and DEFAULT_ROUTER_DIR.is_dir() else ROUTER_NONE
-    if spec == ROUTER_NONE:
-        return None
-    folder = DEFAULT_ROUTER_DIR if spec == ROUTER_DEFAULT else Path(spec).expanduser().resolve()
-    if not folder.is_dir():
-        raise ModelError(f"router {spec!r}: no such folder (use a router folder, 'default' or 'none')")
-    return folder
 
 
 class CsrEncoder:
@@ -75,15 +59,11 @@ class CsrEncoder:
         if layer is not None and (layer if layer >= 0 else n_layers + layer) != self.router.layer:
             raise ModelError(f"router {folder} routes from layer {self.router.layer}, not {layer}")
         if folder is not None:
-            meta_model = read_model_id(folder)
+            meta_model = router_model_id(folder)
             if meta_model not in (None, source.model_id):
                 raise ModelError(f"router {folder} was trained for {meta_model}, not {source.model_id}")
             load_router_weights(self.router, folder)
-        self.router_name = (
-            ROUTER_NONE
-            if folder is None
-            else (ROUTER_DEFAULT if folder == DEFAULT_ROUTER_DIR.resolve() else str(folder))
-        )
+        self.router_name = router_name(folder)
         self.router_checksum = router_checksum(folder) if folder is not None else ""
         self.device = pick_device(device)
         self.router.to(self.device).eval()
@@ -203,14 +183,6 @@ class CsrEncoder:
         msg = f"{self.n_truncated} input(s) longer than {self.max_length} tokens were truncated"
         self.n_truncated = 0
         return msg
-
-
-def read_model_id(folder: Path) -> str | None:
-    """Return the model id a router folder records (None when it records none)."""
-    from condsearch.csr.weights import read_router_config
-
-    value = read_router_config(folder).get("model_id")
-    return str(value) if value is not None else None
 
 
 def load_csr_encoder(model: str | None = None, **kwargs: object) -> CsrEncoder:

@@ -72,14 +72,9 @@ def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
 
 def _adapter_settings(folder: Path) -> dict[str, Any]:
     """Return the encoder settings a LoRA adapter was trained with (pooling, prompts, bidirectional layers)."""
-    from condsearch.finetune.adapter import read_adapter_config
+    from condsearch.artifacts.adapters import read_adapter
 
-    meta = read_adapter_config(folder)
-    recorded = meta.get("encoder")
-    settings = dict(recorded) if isinstance(recorded, dict) else {}
-    if isinstance(meta.get("encoder_pooling"), str):
-        settings.setdefault("pooling", meta["encoder_pooling"])
-    return settings
+    return read_adapter(folder).trained_settings()
 
 
 def load_encoder(
@@ -209,7 +204,7 @@ def load_encoder(
                 dtype=None if dtype == "auto" else resolve_dtype(dtype, dev),
             )
             if adapter is not None:
-                from condsearch.finetune.adapter import apply_adapter
+                from condsearch.encoders.lora import apply_adapter
 
                 apply_adapter(encoder, adapter)
             return encoder
@@ -235,7 +230,7 @@ def load_encoder(
                 bidirectional_layers=n_bidirectional,
             )
             if adapter is not None:
-                from condsearch.finetune.adapter import apply_adapter
+                from condsearch.encoders.lora import apply_adapter
 
                 apply_adapter(encoder, adapter)
             return encoder

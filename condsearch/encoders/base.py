@@ -11,6 +11,7 @@ from typing import Protocol
 import numpy as np
 from tqdm.auto import tqdm
 
+from condsearch.artifacts.profiles import ADAPTER_KEY
 from condsearch.cache import EmbeddingCache, pair_key
 
 log = logging.getLogger(__name__)
@@ -71,9 +72,15 @@ class Encoder(ABC):
     def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         """Return f(c; I(s)) for each pair: (len(pairs), dim) float32."""
 
+    #: an adapter named apart from its profile (``--adapter``): its folder, recorded so a query reloads it
+    adapter_path = ""
+
     def describe(self) -> dict[str, object]:
         """Return the settings that change the vectors (recorded in manifests, keyed in caches)."""
-        return {"model_id": self.model_id, "revision": self.revision, "dim": self.dim}
+        info: dict[str, object] = {"model_id": self.model_id, "revision": self.revision, "dim": self.dim}
+        if self.adapter_path:  # absent otherwise, so that earlier manifests and caches still match
+            info[ADAPTER_KEY] = self.adapter_path
+        return info
 
     def encode_pairs(
         self,

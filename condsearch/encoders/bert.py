@@ -30,7 +30,7 @@ class BertStyleEncoder(Encoder):
     """
 
     pooling = "condition-mean"
-    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.finetune.adapter)
+    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.encoders.lora)
     adapter_checksum = ""
 
     def __init__(

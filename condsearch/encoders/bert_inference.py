@@ -249,16 +249,16 @@ def load_for_inference(
 
     Without one, the model is loaded through transformers and the copy written for next time.
     """
+    from condsearch.artifacts.adapters import checked_checksum
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.finetune.adapter import adapter_checksum, apply_adapter, check_adapter
+    from condsearch.encoders.lora import apply_adapter
 
     folder = cache_folder(source, adapter_key(adapter) if adapter is not None else "")
     loaded = load_copy(folder) if folder is not None else None
     if loaded is not None:
         encoder = BertStyleEncoder(source, device=device, max_length=max_length, loaded=loaded)
         if adapter is not None:
-            check_adapter(encoder, adapter)
-            encoder.adapter_checksum = adapter_checksum(adapter)
+            encoder.adapter_checksum = checked_checksum(adapter, encoder)
         return encoder
     encoder = BertStyleEncoder(source, device=device, max_length=max_length)
     if adapter is not None:

@@ -91,7 +91,7 @@ class PromptEncoder(Encoder):
     attend in both directions (:mod:`condsearch.encoders.bidirectional`).
     """
 
-    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.finetune.adapter)
+    #: sha256 of a LoRA adapter loaded onto the model ("" when none; see condsearch.encoders.lora)
     adapter_checksum = ""
 
     def __init__(

@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from condsearch.artifacts.adapters import read_adapter
 from condsearch.cache import default_cache_dir
-from condsearch.finetune.adapter_files import ADAPTER_CONFIG, adapter_checksum
 from condsearch.models import ModelSource
 
 #: 2 (a key it held, whether a numpy forward pass was checked on it, is no longer written nor read)
@@ -97,9 +97,8 @@ def cache_folder(source: ModelSource, adapter_checksum: str) -> Path | None:
 
 
 def adapter_key(folder: Path) -> str:
-    """Return what identifies an adapter's merged effect: its weights' sha256 and its config (rank, alpha)."""
-    config = hashlib.sha256((Path(folder) / ADAPTER_CONFIG).read_bytes()).hexdigest()
-    return f"{adapter_checksum(folder)}:{config}"
+    """Return what identifies an adapter's merged effect: its checksum and its shape (kind, rank, alpha)."""
+    return read_adapter(folder).key
 
 
 def read_meta(folder: Path) -> dict[str, Any] | None:

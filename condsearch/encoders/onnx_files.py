@@ -165,7 +165,7 @@ def load_cached_export(
     source: ModelSource, precision: Precision, *, max_length: int | None, adapter: Path | None, threads: int
 ) -> OnnxBertEncoder | None:
     """Return the encoder of a model's cached, usable export (adapter merged), or None (a cache miss)."""
-    from condsearch.finetune.adapter_files import adapter_checksum, check_adapter
+    from condsearch.artifacts.adapters import checked_checksum
 
     folder = export_folder(source, adapter, precision)
     meta = read_meta(folder) if folder is not None else None
@@ -173,8 +173,7 @@ def load_cached_export(
         return None
     encoder = read_export(folder, source, max_length=max_length, threads=threads)
     if encoder is not None and adapter is not None:
-        check_adapter(encoder, adapter)
-        encoder.adapter_checksum = adapter_checksum(adapter)
+        encoder.adapter_checksum = checked_checksum(adapter, encoder)
     return encoder
 
 

@@ -23,11 +23,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from condsearch.artifacts.files import CHECKPOINT_FORMAT_VERSION, CHECKPOINT_STATE
 from condsearch.atomic import recover_dir, replacing_dir
 from condsearch.errors import ModelError
 
-CHECKPOINT_FORMAT_VERSION = 1
-STATE_FILE = "checkpoint.json"
+STATE_FILE = CHECKPOINT_STATE
 TRAINABLE_FILE = "trainable.safetensors"
 BEST_FILE = "best.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"

@@ -1,4 +1,4 @@
-"""Low-rank adapters (LoRA) for the linear projections of BERT-style encoders and decoder LLMs.
+"""Training low-rank adapters (LoRA) on the linear projections of BERT-style encoders and decoder LLMs.
 
 Each wrapped ``nn.Linear`` computes ``W x + b + (alpha / rank) * B A dropout(x)`` with the
 base weights frozen, ``A`` (rank, in) initialised like a linear layer and ``B`` (out, rank)
@@ -104,21 +104,6 @@ def add_lora(model: nn.Module, config: LoraConfig) -> list[str]:
     return names
 
 
-def merge_lora(model: nn.Module) -> int:
-    """Fold every adapter into its base weight (W + scaling · B A) and unwrap it; return how many.
-
-    For inference: the merged model computes the same function with the base model's cost.
-    """
-    wrapped = [(name, m) for name, m in model.named_modules() if isinstance(m, LoraLinear)]
-    for name, module in wrapped:
-        with torch.no_grad():
-            delta = (module.lora_b.float() @ module.lora_a.float()) * module.scaling
-            module.base.weight += delta.to(module.base.weight.dtype)
-        parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name) if parent_name else model, child, module.base)
-    return len(wrapped)
-
-
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Return the adapter tensors keyed ``<module>.lora_a`` / ``<module>.lora_b`` (no base weights)."""
     state = {}
@@ -127,19 +112,3 @@ def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
             state[f"{name}.lora_a"] = module.lora_a
             state[f"{name}.lora_b"] = module.lora_b
     return state
-
-
-def load_lora_state(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Copy adapter tensors into a model wrapped by :func:`add_lora` with the same config.
-
-    Raises ValueError when names or shapes differ.
-    """
-    params = lora_state(model)
-    if set(state) != set(params):
-        missing, extra = sorted(set(params) - set(state)), sorted(set(state) - set(params))
-        raise ValueError(f"adapter does not fit the model (missing {missing[:2]}, unexpected {extra[:2]})")
-    with torch.no_grad():
-        for name, p in params.items():
-            if tuple(state[name].shape) != tuple(p.shape):
-                raise ValueError(f"adapter tensor {name} has shape {tuple(state[name].shape)}, not {tuple(p.shape)}")
-            p.copy_(state[name].to(p.dtype))

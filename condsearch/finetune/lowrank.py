@@ -5,7 +5,7 @@ For a matrix, ``ΔW = W_tuned - W_base ≈ B A`` with ``B = U_r S_r`` (out, r) a
 it is ΔW itself. Vectors (biases, LayerNorm) are few numbers and are kept whole; unchanged
 tensors (the pooler, which C-STS training never reaches) are left out. The factors live in an
 adapter folder (``adapter.safetensors`` keyed ``<parameter>.delta_b`` / ``.delta_a`` /
-``.delta``, ``adapter.json`` with ``"kind": "delta"``) that ``--head FOLDER`` loads like a LoRA
+``.delta``, ``adapter.json`` with ``"kind": "delta"``) that ``--adapter FOLDER`` loads like a LoRA
 adapter: the products are added to the base weights, so inference costs what the base model costs.
 """
 
@@ -16,12 +16,10 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from torch import nn
 
+from condsearch.artifacts.adapters import DELTA_KIND  # noqa: F401 - the adapter kind this module's output is
+from condsearch.encoders.lora import apply_deltas  # noqa: F401 - applying a delta adapter is inference's
 from condsearch.errors import ModelError
-
-DELTA_KIND = "delta"
-_SUFFIXES = (".delta_b", ".delta_a", ".delta")
 
 
 def low_rank(delta: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -50,33 +48,6 @@ def weight_deltas(
         else:
             out[f"{name}.delta"] = delta
     return out
-
-
-def apply_deltas(model: nn.Module, state: Mapping[str, torch.Tensor]) -> int:
-    """Add the adapter's weight changes to model's parameters in place; return how many tensors changed.
-
-    Raises ValueError when a key names no parameter of model or a shape differs.
-    """
-    params = dict(model.named_parameters())
-    names = {key[: -len(s)] for key in state for s in _SUFFIXES if key.endswith(s)}
-    unknown = sorted(n for n in names if n not in params) + sorted(
-        k for k in state if not any(k.endswith(s) for s in _SUFFIXES)
-    )
-    if unknown:
-        raise ValueError(f"adapter does not fit the model (unexpected {unknown[:2]})")
-    with torch.no_grad():
-        for name in sorted(names):
-            p = params[name]
-            if f"{name}.delta" in state:
-                delta = state[f"{name}.delta"].float()
-            elif f"{name}.delta_b" in state and f"{name}.delta_a" in state:
-                delta = state[f"{name}.delta_b"].float() @ state[f"{name}.delta_a"].float()
-            else:
-                raise ValueError(f"adapter tensor {name}: one of its two factors is missing")
-            if tuple(delta.shape) != tuple(p.shape):
-                raise ValueError(f"adapter tensor {name} has shape {tuple(delta.shape)}, not {tuple(p.shape)}")
-            p.add_(delta.to(p.device, p.dtype))
-    return len(names)
 
 
 def read_tuned(path: Path) -> dict[str, torch.Tensor]:

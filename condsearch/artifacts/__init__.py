@@ -1,0 +1,9 @@
+"""Trained artifacts on disk: heads, adapters, routers, checkpoints and the profiles that combine them.
+
+One package answers "what is this folder, may it be used with this model, and what does it
+weigh?" without importing torch: ``files`` (names, shipped folders, file names, format versions,
+which artifact a folder holds), ``heads``, ``adapters`` (PEFT's format and the old one),
+``routers``, ``profiles`` (a base model + adapter + head, or + router, resolved once) and
+``convert`` (old adapter folders to PEFT's format). The weights' maths stays with what uses it:
+:mod:`condsearch.head`, :mod:`condsearch.csr.router`, :mod:`condsearch.encoders.lora`.
+"""

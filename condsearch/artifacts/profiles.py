@@ -1,0 +1,142 @@
+"""Profiles: what turns a base model's outputs into index vectors, resolved once from the flags or a manifest.
+
+A CASE profile is an adapter (or none) and a head (or none); a CSR profile is a router (or an
+untrained one). Named profiles ship for the default model: ``default`` (the LoRA adapter + head
+fine-tuned on C-STS), ``frozen`` (the head on the frozen encoder); ``none`` is the raw model and
+``auto`` is ``default`` for the default model, else ``none``. A folder written by ``train``
+(adapter and/or head) is a profile too. ``--head`` names a head only; ``--head auto|default|frozen``
+and ``--head FOLDER`` of a folder holding an adapter are kept as aliases of ``--profile``.
+
+An index's manifest records the profile as it always has: its ``head`` is the profile's name (a
+shipped name, 'none' or a folder), and an adapter named apart from it (``--adapter``) is
+recorded as the encoder's ``adapter``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from condsearch.artifacts.adapters import has_adapter
+from condsearch.artifacts.files import DEFAULT_PROFILE_DIR, FROZEN_HEAD_DIR
+from condsearch.artifacts.heads import has_head
+from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
+from condsearch.errors import ModelError
+
+PROFILE_AUTO = "auto"
+PROFILE_NONE = "none"
+PROFILE_DEFAULT = "default"
+PROFILE_FROZEN = "frozen"
+#: what ships for the default model, by profile name
+SHIPPED_PROFILES = {PROFILE_DEFAULT: DEFAULT_PROFILE_DIR, PROFILE_FROZEN: FROZEN_HEAD_DIR}
+PROFILE_NAMES = (PROFILE_AUTO, *SHIPPED_PROFILES, PROFILE_NONE)
+#: the manifest's encoder record of an adapter named with --adapter (apart from the profile)
+ADAPTER_KEY = "adapter"
+Mode = Literal["case", "csr"]
+
+
+class ProfileError(ModelError):
+    """Flags that name an adapter, head, profile or router which cannot go together."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A resolved profile: the folders to load; ``name`` is what an index's manifest records as its head."""
+
+    name: str = PROFILE_NONE
+    adapter: Path | None = None
+    head: Path | None = None
+    router: Path | None = None
+    mode: Mode = "case"
+
+    @property
+    def separate_adapter(self) -> str | None:
+        """Return the adapter's path when it was named apart from the profile (recorded by the encoder)."""
+        if self.adapter is None or self.name in SHIPPED_PROFILES or self.name == str(self.adapter):
+            return None
+        return str(self.adapter)
+
+
+def _folder(spec: str | Path, what: str) -> Path:
+    folder = Path(spec).expanduser().resolve()
+    if not folder.is_dir():
+        names = ", ".join(repr(n) for n in SHIPPED_PROFILES)
+        raise ModelError(f"{what} {str(spec)!r}: no such folder (use a {what} folder, {names} or 'none')")
+    return folder
+
+
+def _name_of(folder: Path) -> str:
+    return next((n for n, f in SHIPPED_PROFILES.items() if folder == f.resolve()), str(folder))
+
+
+def _named(spec: str, model: str | None) -> Profile:
+    """Return the profile a --profile value (or a --head alias) names."""
+    if spec == PROFILE_AUTO:
+        from condsearch.models import DEFAULT_MODEL, resolve_model
+
+        spec = PROFILE_DEFAULT if resolve_model(model).model_id == DEFAULT_MODEL else PROFILE_NONE
+    if spec == PROFILE_NONE:
+        return Profile()
+    folder = SHIPPED_PROFILES[spec].resolve() if spec in SHIPPED_PROFILES else _folder(spec, "head")
+    adapter = folder if has_adapter(folder) else None
+    # a folder without an adapter is a head (reading it says so if it is not)
+    head = folder if adapter is None or has_head(folder) else None
+    return Profile(_name_of(folder), adapter, head)
+
+
+def resolve_profile(
+    model: str | None = None,
+    *,
+    profile: str | None = None,
+    head: str | None = None,
+    adapter: str | Path | None = None,
+    router: str | None = None,
+    mode: Mode = "case",
+) -> Profile:
+    """Return the profile that the flags name, or a one-line ProfileError where they conflict.
+
+    ``model`` (a name or folder) is resolved only for ``auto``. ``head`` None means not given.
+    """
+    if mode == "csr":
+        if (head not in (None, PROFILE_AUTO, PROFILE_NONE)) or adapter is not None or profile is not None:
+            raise ProfileError(
+                "--head, --adapter and --profile apply to --mode case only; CSR vectors are indexed as they are"
+            )
+        from condsearch.models import resolve_model
+
+        folder = resolve_router(router, resolve_model(model).model_id if router in (None, ROUTER_AUTO) else "")
+        return Profile(router=folder, mode="csr")
+    if router not in (None, ROUTER_AUTO):
+        raise ProfileError("--router applies to --mode csr only")
+    if profile is not None:
+        if head is not None or adapter is not None:
+            raise ProfileError("--profile names the adapter and head together; drop --head and --adapter")
+        return _named(profile, model)
+    if adapter is None:
+        return _named(head or PROFILE_AUTO, model)  # --head auto|default|frozen and adapter folders: aliases
+    if head in SHIPPED_PROFILES or head == PROFILE_AUTO:
+        raise ProfileError(
+            f"--head {head} names a profile (adapter + head); with --adapter name a head folder or 'none'"
+        )
+    adapter_folder = _folder(adapter, "adapter")
+    if not has_adapter(adapter_folder):
+        raise ModelError(f"adapter {str(adapter)!r}: no adapter there (adapter_config.json or adapter.json)")
+    if head is None or head == PROFILE_NONE:
+        return Profile(PROFILE_NONE, adapter_folder, None)
+    head_folder = _folder(head, "head")
+    if head_folder == adapter_folder:
+        return _named(str(head_folder), model)
+    if has_adapter(head_folder):
+        raise ProfileError(f"--head {head} holds an adapter of its own; name it with --profile, or another head")
+    return Profile(str(head_folder), adapter_folder, head_folder)
+
+
+def profile_of_index(model_id: str, head: str, encoder: Mapping[str, object], mode: str) -> Profile:
+    """Return the profile an index was built with, from its manifest's head and encoder record."""
+    if mode == "csr":
+        recorded = encoder.get("router")
+        return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode="csr")
+    adapter = encoder.get(ADAPTER_KEY)
+    return resolve_profile(model_id, head=head, adapter=str(adapter) if isinstance(adapter, str) else None)
