@@ -6,7 +6,7 @@ Modes: ``unconditional`` (each sentence embedded alone, condition ignored), ``ca
 route(s1, c) and route(s2, c), no head). Heads: ``default`` (the head shipped for the
 default model), ``train`` (trained here on --train, epoch chosen on --dev), ``none``
 (raw cosine), or a folder from ``condsearch train`` (a head and/or a LoRA adapter, e.g.
-``--finetune lora``; the adapter is loaded onto the encoder). ``--dims 32,64,128,256`` also
+``train lora``; the adapter is loaded onto the encoder). ``--dims 32,64,128,256`` also
 trains one head per dimension (case mode).
 In case mode the JSON also carries the isotropy I_iso (CASE Appendix C, 1,000 random
 directions) of f(c; I(s)) and of f(c; I(s)) − f(c; I(∅)) on dev. Model selection uses
@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import git_commit, synthetic_csts  # noqa: E402
+from features import plain_features  # noqa: E402
 from isotropy import cosine_to_mean, isotropy  # noqa: E402
 
 from condsearch import __version__  # noqa: E402
@@ -45,7 +46,6 @@ from condsearch.training import (  # noqa: E402
     TrainConfig,
     case_features,
     evaluate_head,
-    plain_features,
     train_head,
 )
 
@@ -82,7 +82,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="auto",
         help=(
             "auto, default, frozen, train, none, or a folder written by condsearch train (a head, a LoRA adapter "
-            "from --finetune lora, or both); auto: the shipped default for the default model in case mode, else train"
+            "from train lora, or both); auto: the shipped default for the default model in case mode, else train"
         ),
     )
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")

@@ -4,7 +4,7 @@
 Each run named in --runs (``KIND:OBJECTIVES``, e.g. ``lora:mse``, ``full:mse+wacl``,
 ``lora:mse=1,bcl=0.5``, ``lora:mse+cmse``) fine-tunes the default model (or --model) from scratch with
 :func:`condsearch.finetune.run.finetune_and_save` — the code behind
-``condsearch train --finetune`` — keeps the epoch with the best dev Spearman, and records
+``condsearch train lora|full`` — keeps the epoch with the best dev Spearman, and records
 dev Spearman per epoch and the training time. The saved adapters or model folders stay in
 --work-dir, so the best one can be shipped or indexed with.
 
@@ -34,7 +34,7 @@ from condsearch.csts import CstsData  # noqa: E402
 from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
 from condsearch.finetune.lora import LoraConfig  # noqa: E402
 from condsearch.finetune.run import finetune_and_save  # noqa: E402
-from condsearch.finetune.trainer import DEFAULT_LR, FinetuneConfig  # noqa: E402
+from condsearch.finetune.trainer import FinetuneConfig  # noqa: E402
 from condsearch.losses import parse_loss_spec  # noqa: E402
 
 
@@ -97,7 +97,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
             kind=kind,
             epochs=args.epochs,
             batch_size=args.train_batch_size,
-            lr=args.lr or DEFAULT_LR[kind],
+            lr=args.lr,  # None: FinetuneConfig's default for the kind
             losses=tuple(parse_loss_spec(losses).items()),
             head_on_top=args.head_on_top,
             head_dim=args.dim,

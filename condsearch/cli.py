@@ -16,7 +16,6 @@ import click
 
 from condsearch import __version__
 from condsearch.ann import IndexConfig
-from condsearch.cli_finetune import check_head_only, finetune_options, run_finetune
 from condsearch.cli_options import (
     device_option,
     encoder_options,
@@ -25,11 +24,11 @@ from condsearch.cli_options import (
     quantize_check_option,
     quantize_option,
     router_options,
-    router_variant_option,
     threads_option,
     trust_option,
 )
 from condsearch.cli_scale import export_cmd, index_store_option, query_store_option, ray_options
+from condsearch.cli_train import train
 from condsearch.errors import CondsearchError, first_line, os_reason
 from condsearch.progress import set_quiet
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
@@ -52,19 +51,6 @@ class _Commands(click.Group):
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename is not None and exc.strerror else ""
             raise click.ClickException(where + os_reason(exc)) from exc
-
-
-def _check_out_dirs(out: Path, mode: str, finetune: dict[str, Any]) -> None:
-    """Refuse, before any training, an --out or --checkpoint-dir that is not ours to replace or cannot be written."""
-    from condsearch.atomic import check_output_dir
-
-    kind = {"lora": "adapter", "full": "model"}.get(finetune["finetune"], "router" if mode == "csr" else "head")
-    try:
-        check_output_dir(out, kind)
-        if finetune.get("checkpoint_dir") is not None:
-            check_output_dir(finetune["checkpoint_dir"], "checkpoint")
-    except CondsearchError as exc:
-        raise _fail(exc) from exc
 
 
 def _store(index_dir: Path | None):  # noqa: ANN202 - import kept lazy for a fast --help
@@ -549,233 +535,6 @@ def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bo
         raise click.ClickException(f"{failed} of {len(names)} index(es) failed verification")
 
 
-@main.command("train", context_settings=CONTEXT)
-@click.argument("train_csv", type=click.Path(path_type=Path))
-@click.option(
-    "--out",
-    required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Folder to write the head (--finetune: the adapter or model) into.",
-)
-@click.option(
-    "--dev",
-    "dev_csv",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Dev CSV: keep the epoch with the best dev Spearman.",
-)
-@click.option(
-    "--dim", default=256, show_default=True, type=click.IntRange(min=1), help="Output (index) dimension of the head."
-)
-@click.option(
-    "--epochs",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Passes over the training rows [default: 30; csr and --finetune 3].",
-)
-@click.option(
-    "--lr",
-    default=None,
-    type=click.FloatRange(min=0, min_open=True),
-    help="Learning rate [default: 1e-3 (Adam); csr 3e-4, --finetune lora 3e-4, full 3e-5 (AdamW)].",
-)
-@click.option(
-    "--train-batch-size",
-    default=None,
-    type=click.IntRange(min=1),
-    help="Rows per optimiser step [default: 512; csr and --finetune 32].",
-)
-@mode_option
-@click.option(
-    "--loss",
-    default="mse",
-    show_default=True,
-    help=(
-        "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL eq. 10), "
-        "cmse (CCL's C-MSE: mse in a contrastive projection's space, where bcl then compares too), "
-        "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1); --finetune lora/full takes any, --mode csr "
-        "mse, wacl or mse+wacl, the head alone mse."
-    ),
-)
-@click.option("--router-layer", default=None, type=int, help="--mode csr: first routed layer [default: the last].")
-@router_variant_option
-@click.option(
-    "--dropout",
-    default=0.15,
-    show_default=True,
-    type=click.FloatRange(0, 1, max_open=True),
-    help="Dropout after the activation (training only).",
-)
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed for initialisation and shuffling.")
-@click.option(
-    "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
-)
-@click.option(
-    "--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per encoder forward pass."
-)
-@click.option(
-    "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
-)
-@click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
-@click.option("--json", "as_json", is_flag=True, help="Print the training summary as JSON.")
-@finetune_options
-@encoder_options
-@device_option
-@trust_option
-def train_cmd(
-    train_csv: Path,
-    out: Path,
-    dev_csv: Path | None,
-    dim: int,
-    epochs: int | None,
-    lr: float | None,
-    train_batch_size: int | None,
-    mode: str,
-    loss: str,
-    router_layer: int | None,
-    router_variant: str | None,
-    dropout: float,
-    seed: int,
-    model: str | None,
-    batch_size: int,
-    max_length: int | None,
-    no_cache: bool,
-    as_json: bool,
-    pooling: str,
-    prompt_template: str | None,
-    unconditional_template: str | None,
-    dtype: str,
-    bidirectional_layers: int | None,
-    preset: str | None,
-    device: str | None,
-    trust_remote_code: bool,
-    **finetune: Any,
-) -> None:
-    """Train on a C-STS style CSV (sentence1, sentence2, condition, label).
-
-    --mode case trains the CASE projection head; the frozen encoder's outputs are cached (env
-    CONDSEARCH_CACHE_DIR), so retraining takes seconds. --finetune lora|full trains the encoder
-    too (3 epochs, checkpointed after each; --resume continues). --mode csr fine-tunes the router query
-    and the layers from the router layer up, leaving lower layers frozen so sentence caches stay valid.
-    """
-    _check_out_dirs(out, mode, finetune)
-    if finetune["finetune"] != "none":
-        if mode != "case":
-            raise click.UsageError("--finetune applies to --mode case")
-        encoder_flags = {"pooling": pooling, "dtype": dtype, "prompt_template": prompt_template}
-        run_finetune(
-            train_csv=train_csv,
-            out=out,
-            dev_csv=dev_csv,
-            loss=loss,
-            epochs=epochs,
-            lr=lr,
-            train_batch_size=train_batch_size,
-            dim=dim,
-            dropout=dropout,
-            seed=seed,
-            model=model,
-            batch_size=batch_size,
-            max_length=max_length,
-            device=device,
-            trust_remote_code=trust_remote_code,
-            as_json=as_json,
-            encoder_flags={
-                **encoder_flags,
-                "unconditional_template": unconditional_template,
-                "bidirectional_layers": bidirectional_layers,
-                "preset": preset,
-            },
-            options=finetune,
-        )
-        return
-    check_head_only(mode, loss, finetune)
-    if mode == "csr" and (bidirectional_layers is not None or preset is not None):
-        raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
-
-    def report(epoch: int, value: float, dev: dict[str, float] | None) -> None:
-        extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""
-        click.echo(f"epoch {epoch:>3}  loss {value:.5f}{extra}", err=True)
-
-    if mode == "csr":
-        from dataclasses import replace
-
-        from condsearch.csr.router import PRESETS
-        from condsearch.csr.training import RouterTrainConfig, train_router_and_save
-
-        defaults = RouterTrainConfig()
-        rconfig = replace(
-            defaults,
-            epochs=epochs or defaults.epochs,
-            batch_size=train_batch_size or defaults.batch_size,
-            lr=lr or defaults.lr,
-            loss=loss,
-            seed=seed,
-        )
-        router_config = PRESETS[router_variant or "paper"]  # type: ignore[index]
-        if router_layer is not None:
-            router_config = replace(router_config, layer=router_layer)
-        try:
-            summary = train_router_and_save(
-                train_csv,
-                out,
-                rconfig,
-                dev_csv=dev_csv,
-                model=model,
-                router_config=router_config,
-                device=device,
-                max_length=max_length,
-                trust_remote_code=trust_remote_code,
-                on_epoch=report,
-            )
-        except CondsearchError as exc:
-            raise _fail(exc) from exc
-        if as_json:
-            click.echo(json.dumps(summary))
-        else:
-            best = summary.get("dev_spearman")
-            click.echo(
-                f"wrote {out} ({summary['variant']} router from layer {summary['layer']})"
-                + (f"; dev spearman {best:.2f}" if best is not None else "")
-            )
-        return
-
-    from condsearch.training import TrainConfig, train_and_save
-
-    config = TrainConfig(
-        dim=dim, epochs=epochs or 30, batch_size=train_batch_size or 512, lr=lr or 1e-3, dropout=dropout, seed=seed
-    )
-    try:
-        summary = train_and_save(
-            train_csv,
-            out,
-            config,
-            dev_csv=dev_csv,
-            model=model,
-            device=device,
-            batch_size=batch_size,
-            use_cache=not no_cache,
-            trust_remote_code=trust_remote_code,
-            on_epoch=report,
-            max_length=max_length,
-            pooling=pooling,
-            prompt_template=prompt_template,
-            unconditional_template=unconditional_template,
-            dtype=dtype,
-            bidirectional_layers=bidirectional_layers,
-            preset=preset,
-        )
-    except CondsearchError as exc:
-        raise _fail(exc) from exc
-    if as_json:
-        click.echo(json.dumps(summary))
-    else:
-        best = summary.get("dev_spearman")
-        click.echo(
-            f"wrote {out} ({summary['dim']}-d head)" + (f"; dev spearman {best:.2f}" if best is not None else "")
-        )
-
-
 @main.command("demo-corpus", context_settings=CONTEXT)
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 def demo_corpus_cmd(out: Path) -> None:
@@ -871,6 +630,7 @@ def serve_cmd(
 
 
 main.add_command(export_cmd)
+main.add_command(train)
 
 if __name__ == "__main__":
     main()

@@ -1,94 +1,109 @@
-"""`condsearch train --finetune lora|full`: its options and the thin shell over condsearch.finetune."""
+"""`condsearch train lora` and `condsearch train full`: their options and the thin shell over condsearch.finetune."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import click
 
-from condsearch.errors import CondsearchError, first_line
+from condsearch.cli_config import config_from, config_option, given
+from condsearch.cli_options import encoder_options
+from condsearch.cli_train import check_out, common_options, dev_note, run_training
+from condsearch.errors import CondsearchError
+from condsearch.finetune.lora import LoraConfig
+from condsearch.finetune.trainer import FinetuneConfig
+from condsearch.training import ENCODE_BATCH_SIZE
 
-FINETUNE_CHOICES = ("none", "lora", "full")
-_TARGETS = "query,key,value,attn_out,ffn_in,ffn_out"
-CSR_LOSSES = ("mse", "wacl", "mse+wacl")
+F = TypeVar("F", bound=Callable[..., Any])
+_HEAD_FLAGS = ("head_dim", "head_dropout", "head_lr", "init_head")
+_DECODER_FLAGS = ("prompt_template", "unconditional_template", "bidirectional_layers", "preset")
 
 
-def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
-    """Add the fine-tuning options to the train command."""
-    options = [
+def loss_spec(losses: tuple[tuple[str, float], ...]) -> str:
+    """Return (name, weight) pairs as a --loss value, e.g. 'mse' or 'mse,wacl=0.5'."""
+    return ",".join(name if weight == 1.0 else f"{name}={weight:g}" for name, weight in losses)
+
+
+def _finetune_options(kind: str) -> Callable[[F], F]:
+    """Add the options of `train lora` / `train full`, their defaults read from FinetuneConfig(kind=kind)."""
+    defaults = FinetuneConfig(kind=kind)
+    out_help = {
+        "lora": "Folder to write the adapter (and --head-on-top's head) into; use it with --head OUT.",
+        "full": "Folder to write the model (and --head-on-top's head) into; use it with --model OUT.",
+    }[kind]
+    decorators = [
+        common_options(defaults, out_help),
         click.option(
-            "--finetune",
-            type=click.Choice(FINETUNE_CHOICES),
-            default="none",
+            "--loss",
+            default=loss_spec(defaults.losses),
             show_default=True,
             help=(
-                "--mode case: none trains the head on the frozen encoder; lora trains low-rank adapters "
-                "(written to --out, used with --head OUT); full trains every weight (a model folder in --out, "
-                "used with --model OUT)."
+                "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL "
+                "eq. 10), cmse (CCL's C-MSE: mse in a contrastive projection's space, where bcl then compares too), "
+                "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1)."
             ),
         ),
-        click.option("--lora-rank", default=16, show_default=True, type=click.IntRange(min=1), help="Adapter rank."),
-        click.option(
-            "--lora-alpha",
-            default=32.0,
-            show_default=True,
-            type=click.FloatRange(min=0, min_open=True),
-            help="Adapter scale numerator (update scaled by alpha/rank).",
-        ),
-        click.option(
-            "--lora-dropout",
-            default=0.1,
-            show_default=True,
-            type=click.FloatRange(0, 1, max_open=True),
-            help="Dropout on the adapters' input.",
-        ),
-        click.option(
-            "--lora-targets",
-            default=_TARGETS,
-            show_default=True,
-            help="Comma-separated projections to adapt.",
-        ),
-        click.option(
-            "--head-on-top",
-            is_flag=True,
-            help="Also train a --dim projection head jointly (saved beside the adapter or model).",
-        ),
-        click.option(
-            "--init-head",
-            default=None,
-            help="Under --head-on-top: start the head from this trained head (a folder, 'default' or 'frozen').",
-        ),
-        click.option(
-            "--head-lr",
-            default=1e-3,
-            show_default=True,
-            type=click.FloatRange(min=0, min_open=True),
-            help="Learning rate of the head under --head-on-top.",
-        ),
-        click.option(
-            "--layer-decay",
-            default=None,
-            type=click.FloatRange(0, 1, min_open=True),
-            help="Layer-wise learning-rate decay: each encoder layer below the top learns at this times the rate "
-            "of the one above, the embeddings one step lower still [default: 1.0, off].",
-        ),
-        click.option("--quad-margin", default=1.0, show_default=True, type=float, help="Margin of the quad loss."),
-        click.option(
+        config_option(defaults, "margin", "--quad-margin", type=float, help="Margin of the quad loss."),
+        config_option(
+            defaults,
+            "bcl_temperature",
             "--bcl-temperature",
-            default=5.0,
-            show_default=True,
             type=click.FloatRange(min=0, min_open=True),
             help="Temperature of the bcl loss (cos/τ; CCL's tuned values are 3-10).",
         ),
-        click.option(
+        config_option(
+            defaults,
+            "bcl_sigma",
             "--bcl-sigma",
-            default=0.5,
-            show_default=True,
             type=click.FloatRange(0, 1),
             help="bcl: a pair's own second sentence is no negative once its scaled label reaches this.",
+        ),
+        config_option(
+            defaults,
+            "layer_decay",
+            "--layer-decay",
+            type=click.FloatRange(0, 1, min_open=True),
+            help="Layer-wise learning-rate decay: each encoder layer below the top learns at this times the rate "
+            "of the one above, the embeddings one step lower still (1: off).",
+        ),
+        click.option(
+            "--head-on-top",
+            "head_on_top",
+            is_flag=True,
+            help="Also train a --dim projection head jointly (saved beside the adapter or model).",
+        ),
+        config_option(
+            defaults, "head_dim", "--dim", type=click.IntRange(min=1), help="--head-on-top: output dimension."
+        ),
+        config_option(
+            defaults,
+            "head_dropout",
+            "--dropout",
+            type=click.FloatRange(0, 1, max_open=True),
+            help="--head-on-top: dropout after the head's activation (training only).",
+        ),
+        config_option(
+            defaults,
+            "head_lr",
+            "--head-lr",
+            type=click.FloatRange(min=0, min_open=True),
+            help="--head-on-top: the head's learning rate.",
+        ),
+        click.option(
+            "--init-head",
+            "init_head",
+            default=None,
+            help="--head-on-top: start the head from this trained head (a folder, 'default' or 'frozen').",
+        ),
+        click.option(
+            "--batch-size",
+            "eval_batch_size",
+            default=ENCODE_BATCH_SIZE,
+            show_default=True,
+            type=click.IntRange(min=1),
+            help="Pairs per forward pass when scoring --dev.",
         ),
         click.option(
             "--checkpoint-dir",
@@ -110,12 +125,138 @@ def finetune_options(command: Callable[..., None]) -> Callable[..., None]:
         ),
         click.option("--resume", is_flag=True, help="Continue from the last checkpoint (an epoch end or within one)."),
     ]
-    for option in reversed(options):
+
+    def decorate(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+def _lora_options(command: F) -> F:
+    """Add the adapter's options (defaults from LoraConfig) and the decoder embedders' encoder options."""
+    lora = LoraConfig()
+    command = cast(F, encoder_options(command))
+    # fine-tuning trains in float32: --dtype would have one allowed value, so it is no option here
+    command.__click_params__ = [p for p in command.__click_params__ if p.name != "dtype"]  # type: ignore[attr-defined]
+    for option in reversed(
+        [
+            config_option(lora, "rank", "--lora-rank", type=click.IntRange(min=1), help="Adapter rank."),
+            config_option(
+                lora,
+                "alpha",
+                "--lora-alpha",
+                type=click.FloatRange(min=0, min_open=True),
+                help="Adapter scale numerator (update scaled by alpha/rank).",
+            ),
+            config_option(
+                lora,
+                "dropout",
+                "--lora-dropout",
+                type=click.FloatRange(0, 1, max_open=True),
+                help="Dropout on the adapters' input.",
+            ),
+            config_option(lora, "targets", "--lora-targets", help="Comma-separated projections to adapt."),
+        ]
+    ):
         command = option(command)
     return command
 
 
-def parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
+@click.command("lora")
+@_finetune_options("lora")
+@_lora_options
+@click.pass_context
+def lora_cmd(ctx: click.Context, **params: Any) -> None:
+    """Fine-tune the encoder with LoRA adapters.
+
+    Low-rank adapters train on the encoder's projections (BERT-style encoders with condition-mean
+    pooling, or decoder embedders on their prompts), checkpointed after each epoch; --resume
+    continues. The adapter folder in --out is used with --head OUT.
+    """
+    if _family(params["model"]) != "decoder":
+        if params["pooling"] not in ("auto", "condition-mean"):
+            raise click.UsageError("train lora trains BERT-style encoders with condition-mean pooling")
+        if flags := given(ctx, *_DECODER_FLAGS):
+            raise click.UsageError(f"{', '.join(flags)}: prompts and attention settings apply to decoder embedders")
+    try:
+        targets = tuple(t.strip() for t in params["targets"].split(",") if t.strip())
+        lora = config_from(LoraConfig, params, targets=targets)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    settings = {k: params[k] for k in ("pooling", *_DECODER_FLAGS)}
+    _run(ctx, "lora", params, lora=lora, encoder_settings=settings)
+
+
+@click.command("full")
+@_finetune_options("full")
+@click.pass_context
+def full_cmd(ctx: click.Context, **params: Any) -> None:
+    """Fine-tune every weight of the encoder.
+
+    BERT-style encoders with condition-mean pooling; checkpointed after each epoch, --resume
+    continues. The model folder in --out is used with --model OUT (and --head OUT with
+    --head-on-top).
+    """
+    _run(ctx, "full", params)
+
+
+def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) -> None:
+    """Check the flags against each other, build the config, fine-tune, save, report."""
+    from condsearch.finetune.run import finetune_and_save
+
+    losses = _parse_losses(params["loss"])
+    if not params["head_on_top"] and (flags := given(ctx, *_HEAD_FLAGS)):
+        raise click.UsageError(f"{', '.join(flags)} apply with --head-on-top")
+    if params["dev_csv"] is None and given(ctx, "eval_batch_size"):
+        raise click.UsageError("--batch-size applies with --dev (it sets how dev is scored)")
+    for name, objective in (("margin", "quad"), ("bcl_temperature", "bcl"), ("bcl_sigma", "bcl")):
+        if objective not in dict(losses) and (flag := given(ctx, name)):
+            raise click.UsageError(f"{flag[0]} applies with --loss {objective}")
+    out = params["out"]
+    check_out(out, "adapter" if kind == "lora" else "model", params["checkpoint_dir"])
+    try:
+        config = config_from(
+            FinetuneConfig,
+            params,
+            kind=kind,
+            losses=losses,
+            init_head=_init_head(params["init_head"], params["model"]),
+            **({"lora": extra["lora"]} if "lora" in extra else {}),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+    def report(epoch: int, row: dict[str, float]) -> None:
+        dev = f"  dev spearman {row['dev_spearman']:.2f}" if "dev_spearman" in row else ""
+        click.echo(f"epoch {epoch:>3}  loss {row['loss']:.5f}  {row['train_seconds']:.0f}s{dev}", err=True)
+
+    use = f"--head {out}" if kind == "lora" else f"--model {out}" + (f" --head {out}" if config.head_on_top else "")
+    run_training(
+        lambda: finetune_and_save(
+            params["train_csv"],
+            out,
+            config,
+            dev_csv=params["dev_csv"],
+            model=params["model"],
+            device=params["device"],
+            max_length=params["max_length"],
+            trust_remote_code=params["trust_remote_code"],
+            checkpoint_dir=params["checkpoint_dir"],
+            resume=params["resume"],
+            checkpoint_every=params["checkpoint_every"],
+            keep_epochs=params["keep_epochs"],
+            eval_batch_size=params["eval_batch_size"],
+            on_epoch=report,
+            encoder_settings=extra.get("encoder_settings"),
+        ),
+        params["as_json"],
+        lambda s: f"wrote {out} ({kind}, best epoch {s['best_epoch']}{dev_note(s, ', ')}); use it with {use}",
+    )
+
+
+def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
     """Return --loss as (name, weight) pairs, or raise UsageError."""
     from condsearch.losses import parse_loss_spec
 
@@ -123,18 +264,6 @@ def parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
         return tuple(parse_loss_spec(spec).items())
     except ValueError as exc:
         raise click.UsageError(f"--loss: {exc}") from exc
-
-
-def check_head_only(mode: str, loss: str, options: dict[str, Any]) -> None:
-    """Refuse fine-tuning flags and objectives on the head-only (--finetune none) and csr paths."""
-    if options["head_on_top"] or options["resume"] or options["checkpoint_dir"] is not None or options["init_head"]:
-        raise click.UsageError("--head-on-top, --init-head, --resume and --checkpoint-dir need --finetune lora or full")
-    if options["checkpoint_every"] or options["keep_epochs"] or options["layer_decay"] is not None:
-        raise click.UsageError("--checkpoint-every, --keep-epochs and --layer-decay need --finetune lora or full")
-    if mode == "csr" and loss not in CSR_LOSSES:
-        raise click.UsageError(f"--mode csr takes --loss {', '.join(CSR_LOSSES)}")
-    if mode == "case" and loss != "mse":
-        raise click.UsageError("--loss other than mse needs --finetune lora or full (the head alone trains on mse)")
 
 
 def _family(model: str | None) -> str | None:
@@ -167,106 +296,3 @@ def _init_head(spec: str | None, model: str | None) -> str | None:
     if has_adapter(folder):
         raise click.UsageError(f"--init-head {spec}: that head goes with a LoRA adapter; name a frozen-encoder head")
     return str(folder)
-
-
-def run_finetune(
-    *,
-    train_csv: Path,
-    out: Path,
-    dev_csv: Path | None,
-    loss: str,
-    epochs: int | None,
-    lr: float | None,
-    train_batch_size: int | None,
-    dim: int,
-    dropout: float,
-    seed: int,
-    model: str | None,
-    batch_size: int,
-    max_length: int | None,
-    device: str | None,
-    trust_remote_code: bool,
-    as_json: bool,
-    encoder_flags: dict[str, Any],
-    options: dict[str, Any],
-) -> None:
-    """Build the config from the flags, fine-tune, save, report."""
-    from condsearch.finetune.lora import LoraConfig
-    from condsearch.finetune.run import finetune_and_save
-    from condsearch.finetune.trainer import DEFAULT_LR, FinetuneConfig
-
-    if encoder_flags["dtype"] != "auto":
-        raise click.UsageError("--finetune trains in float32; leave --dtype at auto")
-    if _family(model) != "decoder":
-        if encoder_flags["pooling"] not in ("auto", "condition-mean"):
-            raise click.UsageError("--finetune trains BERT-style encoders with condition-mean pooling")
-        if any(encoder_flags.get(k) for k in ("prompt_template", "unconditional_template", "preset")):
-            raise click.UsageError("--finetune encodes text pairs; prompt templates and presets apply to decoders")
-    settings = {k: encoder_flags.get(k) for k in ("pooling", "prompt_template", "unconditional_template")}
-    settings |= {k: encoder_flags.get(k) for k in ("bidirectional_layers", "preset")}
-    kind = options["finetune"]
-    try:
-        lora = LoraConfig(
-            rank=options["lora_rank"],
-            alpha=options["lora_alpha"],
-            dropout=options["lora_dropout"],
-            targets=tuple(t.strip() for t in options["lora_targets"].split(",") if t.strip()),
-        )
-        config = FinetuneConfig(
-            kind=kind,
-            epochs=epochs or 3,
-            batch_size=train_batch_size or 32,
-            lr=lr or DEFAULT_LR[kind],
-            head_lr=options["head_lr"],
-            losses=parse_losses(loss),
-            margin=options["quad_margin"],
-            bcl_temperature=options["bcl_temperature"],
-            bcl_sigma=options["bcl_sigma"],
-            head_on_top=options["head_on_top"],
-            head_dim=dim,
-            head_dropout=dropout,
-            init_head=_init_head(options["init_head"], model),
-            lora=lora,
-            seed=seed,
-            # left out when not given: the default lives in FinetuneConfig alone
-            **({"layer_decay": options["layer_decay"]} if options["layer_decay"] is not None else {}),
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
-
-    def report(epoch: int, row: dict[str, float]) -> None:
-        dev = f"  dev spearman {row['dev_spearman']:.2f}" if "dev_spearman" in row else ""
-        click.echo(f"epoch {epoch:>3}  loss {row['loss']:.5f}  {row['train_seconds']:.0f}s{dev}", err=True)
-
-    try:
-        summary = finetune_and_save(
-            train_csv,
-            out,
-            config,
-            dev_csv=dev_csv,
-            model=model,
-            device=device,
-            max_length=max_length,
-            trust_remote_code=trust_remote_code,
-            checkpoint_dir=options["checkpoint_dir"],
-            resume=options["resume"],
-            checkpoint_every=options["checkpoint_every"],
-            keep_epochs=options["keep_epochs"],
-            eval_batch_size=batch_size,
-            on_epoch=report,
-            encoder_settings=settings,
-        )
-    except CondsearchError as exc:
-        raise click.ClickException(first_line(exc)) from exc
-    if as_json:
-        click.echo(json.dumps(summary))
-        return
-    best = summary.get("dev_spearman")
-    use = (
-        f"--head {out}" if kind == "lora" else f"--model {out}" + (" --head " + str(out) if config.head_on_top else "")
-    )
-    click.echo(
-        f"wrote {out} ({kind}, best epoch {summary['best_epoch']}"
-        + (f", dev spearman {best:.2f}" if isinstance(best, float) else "")
-        + f"); use it with {use}"
-    )

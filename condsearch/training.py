@@ -12,6 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.cache import EmbeddingCache
 from condsearch.csts import CstsData, scale_labels
 from condsearch.encoders.base import Encoder
@@ -19,6 +20,9 @@ from condsearch.head import HeadConfig, ProjectionHead
 from condsearch.metrics import correlations
 
 log = logging.getLogger(__name__)
+
+#: pairs per encoder forward pass when encoding C-STS rows (the CLI's --batch-size default)
+ENCODE_BATCH_SIZE = 64
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ def case_features(
     encoder: Encoder,
     data: CstsData,
     *,
-    batch_size: int = 64,
+    batch_size: int = ENCODE_BATCH_SIZE,
     cache: EmbeddingCache | None = None,
     progress: bool = False,
 ) -> PairFeatures:
@@ -59,20 +63,6 @@ def case_features(
         cache=cache,
         progress=progress,
     )
-    return PairFeatures(both[:n], both[n:], data.labels)
-
-
-def plain_features(
-    encoder: Encoder,
-    data: CstsData,
-    *,
-    batch_size: int = 64,
-    cache: EmbeddingCache | None = None,
-    progress: bool = False,
-) -> PairFeatures:
-    """Encode both sentences of each row without their condition (the baseline)."""
-    n = len(data)
-    both = encoder.encode_plain(data.sentence1 + data.sentence2, batch_size=batch_size, cache=cache, progress=progress)
     return PairFeatures(both[:n], both[n:], data.labels)
 
 
@@ -107,8 +97,7 @@ def train_head(
     x1 = torch.from_numpy(train.x1)
     x2 = torch.from_numpy(train.x2)
     y = torch.from_numpy(scale_labels(train.labels))
-    history: list[dict[str, float]] = []
-    best_state, best_score = None, -float("inf")
+    best = BestEpoch()
     for epoch in range(1, config.epochs + 1):
         head.train()
         order = torch.randperm(len(y), generator=generator)
@@ -125,15 +114,11 @@ def train_head(
         dev_scores = evaluate_head(head.eval(), dev) if dev is not None else None
         if dev_scores is not None:
             row.update({f"dev_{k}": v for k, v in dev_scores.items() if k != "n"})
-            if dev_scores["spearman"] > best_score:
-                best_score = dev_scores["spearman"]
-                best_state = {k: v.clone() for k, v in head.state_dict().items()}
-        history.append(row)
+        best.offer(epoch, dev_scores["spearman"] if dev_scores else None, head.state_dict(), row)
         if on_epoch is not None:
             on_epoch(epoch, row["loss"], dev_scores)
-    if best_state is not None:
-        head.load_state_dict(best_state)
-    return head.eval(), history
+    best.restore(head.state_dict())
+    return head.eval(), best.history
 
 
 def train_and_save(
@@ -144,7 +129,7 @@ def train_and_save(
     dev_csv: Path | None = None,
     model: str | None = None,
     device: str | None = None,
-    batch_size: int = 64,
+    batch_size: int = ENCODE_BATCH_SIZE,
     use_cache: bool = True,
     trust_remote_code: bool = False,
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
@@ -185,12 +170,12 @@ def train_and_save(
     described = encoder.describe()
     if "prompt_template" in described:  # prompted encoders: record the prompts the head was trained on
         summary["encoder"] = described
-    if dev_f is not None:
-        best = max(history, key=lambda r: r["dev_spearman"])
+    best = best_row(history)
+    if best is not None and dev_csv is not None:
         summary.update(
             {
                 "dev_csv": Path(dev_csv).name,
-                "dev_spearman": best["dev_spearman"],  # type: ignore[arg-type]
+                "dev_spearman": best["dev_spearman"],
                 "best_epoch": int(best["epoch"]),
             }
         )

@@ -330,8 +330,9 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     model = str(decoder_dirs["qwen3"])
     out = tmp_path / "bellm-lora"
     runner = CliRunner()
-    train = ["train", str(_train_csv(tmp_path)), "--dev", str(_train_csv(tmp_path)), "--out", str(out)]
-    train += ["--model", model, "--finetune", "lora", "--lora-rank", "2", "--epochs", "1", "--device", "cpu"]
+    train = ["train", "lora", str(_train_csv(tmp_path)), "--dev", str(_train_csv(tmp_path)), "--out", str(out)]
+    # one pair a step: the linear schedule's first step warms up from a rate of 0, the next two train
+    train += ["--model", model, "--lora-rank", "2", "--epochs", "1", "--train-batch-size", "2", "--device", "cpu"]
     train += ["--checkpoint-dir", str(tmp_path / "ckpt"), "--preset", "bellm", "--loss", "mse+cmse", "--json"]
     result = runner.invoke(main, train)
     assert result.exit_code == 0, result.output
@@ -355,9 +356,9 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     with pytest.raises(ModelError, match="bidirectional layers 1, not 0"):
         load_vectorizer(model, str(out), device="cpu", bidirectional_layers=0)
     # full fine-tuning of a decoder is refused (LoRA only)
-    full = [{"lora": "full", str(out): str(tmp_path / "bellm-full")}.get(a, a) for a in train]
-    result = runner.invoke(main, full)
-    assert result.exit_code == 1 and "--finetune lora" in result.output
+    full = ["train", "full", str(_train_csv(tmp_path)), "--out", str(tmp_path / "bellm-full"), "--model", model]
+    result = runner.invoke(main, [*full, "--checkpoint-dir", str(tmp_path / "ckpt-full"), "--device", "cpu"])
+    assert result.exit_code == 1 and "train lora" in result.output
 
 
 def test_query_refuses_an_index_its_model_no_longer_rebuilds(decoder_dirs: dict[str, Path], tmp_path: Path) -> None:

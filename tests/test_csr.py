@@ -8,6 +8,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import click
 import numpy as np
 import pytest
 import torch
@@ -248,11 +249,10 @@ def test_cli_csr_train_index_query(tmp_path: Path, tiny_bert_dir: Path, corpus_f
         main,
         [
             "train",
+            "router",
             str(train_csv),
             "--dev",
             str(train_csv),
-            "--mode",
-            "csr",
             "--model",
             str(tiny_bert_dir),
             "--out",
@@ -353,9 +353,15 @@ def test_extended_router_round_trip_and_old_format(tmp_path: Path, tiny_bert_dir
 
 
 def test_cli_router_defaults_come_from_the_config() -> None:
-    """The train command's help states the csr defaults that RouterTrainConfig holds."""
+    """`train router` defaults to what RouterTrainConfig holds, and its help says so."""
     defaults = RouterTrainConfig()
-    res = CliRunner().invoke(main, ["train", "--help"], terminal_width=400)
-    text = " ".join(res.output.split())
-    assert f"csr {defaults.lr:.0e}".replace("e-0", "e-") in text and f"csr and --finetune {defaults.epochs}" in text
-    assert f"csr and --finetune {defaults.batch_size}" in text
+    command = main.commands["train"].get_command(click.Context(main), "router")  # type: ignore[attr-defined]
+    options = {p.opts[-1]: p.default for p in command.params if isinstance(p, click.Option)}
+    assert (options["--lr"], options["--epochs"], options["--train-batch-size"], options["--loss"]) == (
+        defaults.lr,
+        defaults.epochs,
+        defaults.batch_size,
+        defaults.loss,
+    )
+    res = CliRunner().invoke(main, ["train", "router", "--help"], terminal_width=400)
+    assert f"[default: {defaults.lr};" in " ".join(res.output.split())

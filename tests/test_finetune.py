@@ -296,11 +296,12 @@ def test_cli_train_lora_then_index_and_query(
     tiny_bert_dir: Path, corpus_file: Path, train_csv: Path, tmp_path: Path
 ) -> None:
     out, index_dir = tmp_path / "lora", tmp_path / "indexes"
-    common = ["--model", tiny_bert_dir, "--finetune", "lora", "--lora-rank", 2, "--epochs", 1, "--lr", 1e-2]
+    common = ["--model", tiny_bert_dir, "--lora-rank", 2, "--epochs", 1, "--lr", 1e-2]
     summary = json.loads(
         ok(
             run(
                 "train",
+                "lora",
                 train_csv,
                 "--out",
                 out,
@@ -326,7 +327,7 @@ def test_cli_train_lora_then_index_and_query(
     assert len(hits["results"]) == 3
 
     # retrain into the same folder: the index's adapter no longer matches and the query is refused
-    ok(run("train", train_csv, "--out", out, *common, "--head-on-top", "--dim", 4, "--seed", 1))
+    ok(run("train", "lora", train_csv, "--out", out, *common, "--head-on-top", "--dim", 4, "--seed", 1))
     refused = run("query", TEXTS[0], "-c", COLOUR, "--index-dir", index_dir)
     assert refused.exit_code == 1 and "LoRA adapter" in refused.stderr and "Traceback" not in refused.output
 
@@ -336,13 +337,12 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
     ok(
         run(
             "train",
+            "full",
             train_csv,
             "--out",
             out,
             "--model",
             tiny_bert_dir,
-            "--finetune",
-            "full",
             "--epochs",
             1,
             "--head-on-top",
@@ -353,25 +353,6 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
     vec = load_vectorizer(str(out), str(out), device="cpu")
     assert vec.encoder.model_id == str(out.resolve()) and vec.dim == 4
     assert vec.vectors(TEXTS, COLOUR).shape == (2, 4)
-
-
-@pytest.mark.parametrize(
-    ("args", "match"),
-    [
-        (["--loss", "quad"], "needs --finetune"),
-        (["--finetune", "lora", "--mode", "csr"], "--mode case"),
-        (["--mode", "csr", "--loss", "quad"], "csr takes"),
-        (["--finetune", "lora", "--loss", "mse=x"], "--loss"),
-        (["--head-on-top"], "need --finetune"),
-        (["--finetune", "lora", "--pooling", "mean"], "condition-mean"),
-        (["--finetune", "lora", "--lora-targets", "nope"], "targets"),
-        (["--init-head", "frozen"], "need --finetune"),
-        (["--finetune", "lora", "--head-on-top", "--init-head", "no/such/head"], "--init-head"),
-    ],
-)
-def test_cli_refuses_bad_flag_combinations(train_csv: Path, tmp_path: Path, args: list[str], match: str) -> None:
-    result = run("train", train_csv, "--out", tmp_path / "x", *args)
-    assert result.exit_code == 2 and match in result.output, result.output
 
 
 def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: Path, tmp_path: Path) -> None:

@@ -53,7 +53,8 @@ def test_low_rank_is_exact_at_full_rank_and_optimal_below() -> None:
 
 
 def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    config = FinetuneConfig(kind="full", epochs=1, batch_size=4, lr=1e-2)
+    # two steps: the linear schedule's first step warms up from a rate of 0
+    config = FinetuneConfig(kind="full", epochs=2, batch_size=4, lr=1e-2)
     tuned = _encoder(tiny_bert_dir)
     finetune(tuned, _data(), config, checkpoint_dir=tmp_path / "ckpt")
     expected = tuned.encode_case(TEXTS, COND)

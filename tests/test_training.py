@@ -9,8 +9,9 @@ import pytest
 
 from condsearch.csts import CstsData
 from condsearch.metrics import correlations, cosine_rows
-from condsearch.training import PairFeatures, TrainConfig, case_features, evaluate_head, plain_features, train_head
+from condsearch.training import PairFeatures, TrainConfig, case_features, evaluate_head, train_head
 from tests.conftest import HashEncoder
+from tests.test_benchmarks import load_script
 
 
 def test_correlations_perfect_and_inverse() -> None:
@@ -99,7 +100,7 @@ def test_case_and_plain_features_use_the_encoder() -> None:
     np.testing.assert_allclose(f.x1[0], v(("colour", "red dress")) - v(("colour", None)), atol=1e-6)
     np.testing.assert_allclose(f.x2[1], v(("sport", "soccer")) - v(("sport", None)), atol=1e-6)
     np.testing.assert_array_equal(f.labels, data.labels)
-    p = plain_features(HashEncoder(), data)
+    p = load_script("features").plain_features(HashEncoder(), data)
     np.testing.assert_array_equal(p.x2[0], v(("blue dress", None)))
     no_head = evaluate_head(None, f)
     assert no_head["n"] == 2

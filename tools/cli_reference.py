@@ -34,7 +34,14 @@ def render_cli_reference() -> str:
     root = click.Context(main, info_name="condsearch", help_option_names=["-h", "--help"])
     parts = ["```", _help(main, "condsearch"), "```"]
     for name in sorted(main.commands):
-        parts += ["", f"### `condsearch {name}`", "", "```", _help(main.commands[name], name, root), "```"]
+        command = main.commands[name]
+        parts += ["", f"### `condsearch {name}`", "", "```", _help(command, name, root), "```"]
+        if isinstance(command, click.Group):  # e.g. train head|lora|full|router, each with its own options
+            ctx = click.Context(command, info_name=name, parent=root)
+            for sub in command.list_commands(ctx):
+                subcommand = command.get_command(ctx, sub)
+                assert subcommand is not None
+                parts += ["", f"### `condsearch {name} {sub}`", "", "```", _help(subcommand, sub, ctx), "```"]
     return "\n".join(parts) + "\n"
 
 

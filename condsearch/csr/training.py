@@ -18,12 +18,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.csr.cache import collate
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import PAPER, RouterConfig
 from condsearch.csts import CstsData, scale_labels
 from condsearch.losses import group_positions, pair_groups, wacl_loss
 from condsearch.metrics import condition_sensitivity, correlations
+from condsearch.schedule import linear_schedule
 
 log = logging.getLogger(__name__)
 
@@ -126,26 +128,21 @@ def train_router(
     groups = pair_groups(train)
     n_groups_per_batch = max(1, config.batch_size // 2)
     steps = config.epochs * ((len(groups) + n_groups_per_batch - 1) // n_groups_per_batch)
-    from transformers import get_linear_schedule_with_warmup
-
-    sched = get_linear_schedule_with_warmup(optim, max(1, int(config.warmup * steps)), steps)
+    sched = linear_schedule(optim, steps, config.warmup)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
-    history: list[dict[str, float]] = []
-    best_state, best = None, -float("inf")
+    best = BestEpoch()
 
     def evaluate(epoch: int, loss: float | None) -> dict[str, float] | None:
-        nonlocal best, best_state
         row: dict[str, float] = {"epoch": epoch, "loss": loss}  # type: ignore[dict-item]
         row["gain"] = router.gains()[0]
         scores = evaluate_router(encoder, dev_f) if dev_f is not None else None
         if scores is not None:
             row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})
-            if scores["spearman"] > best:
-                best = scores["spearman"]
-                best_state = {k: v.detach().clone() for k, v in router.trainable_parameters().items()}
-        history.append(row)
+        best.offer(epoch, scores["spearman"] if scores else None, router.trainable_parameters(), row)
         if scores is not None:
-            log.info("epoch %d: dev spearman %.2f, sensitivity %.4f", epoch, best, scores["condition_sensitivity"])
+            log.info(
+                "epoch %d: dev spearman %.2f, sensitivity %.4f", epoch, best.score, scores["condition_sensitivity"]
+            )
         return scores
 
     if dev_f is not None:
@@ -178,12 +175,9 @@ def train_router(
         scores = evaluate(epoch, total / max(1, count))
         if on_epoch is not None:
             on_epoch(epoch, total / max(1, count), scores)
-    if best_state is not None:
-        with torch.no_grad():
-            for name, p in router.trainable_parameters().items():
-                p.copy_(best_state[name])
+    best.restore(router.trainable_parameters())
     router.eval()
-    return history
+    return best.history
 
 
 def train_router_and_save(
@@ -226,11 +220,11 @@ def train_router_and_save(
         "gains": [round(g, 4) for g in encoder.router.gains()],
         "history": history,
     }
-    if dev is not None:
-        best = max(history, key=lambda r: r["dev_spearman"])
+    best = best_row(history)
+    if best is not None and dev_csv is not None:
         summary.update(
             {
-                "dev_csv": Path(dev_csv).name,  # type: ignore[arg-type]
+                "dev_csv": Path(dev_csv).name,
                 "dev_spearman": best["dev_spearman"],
                 "dev_condition_sensitivity": best["dev_condition_sensitivity"],
                 "dev_spearman_untrained": history[0]["dev_spearman"],

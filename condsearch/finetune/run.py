@@ -76,7 +76,7 @@ def finetune_and_save(
         )
     if decoder and config.kind != "lora":
         # a full copy of an LLM would also lose its bidirectional layers, which live outside the weights
-        raise ModelError("decoder embedders fine-tune with --finetune lora")
+        raise ModelError("decoder embedders fine-tune with train lora")
     checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     result = finetune(
         encoder,

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from condsearch.best_epoch import BestEpoch
 from condsearch.csts import CstsData, scale_labels
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.decoder import PromptEncoder
@@ -33,6 +34,7 @@ from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_c
 from condsearch.finetune.lora import LoraConfig, add_lora
 from condsearch.head import HeadConfig, ProjectionHead, load_head
 from condsearch.losses import BCL_TEMPERATURE, LossSettings, combined_loss, group_positions, pair_groups
+from condsearch.schedule import linear_schedule
 from condsearch.training import case_features, evaluate_head
 
 log = logging.getLogger(__name__)
@@ -73,7 +75,7 @@ class FinetuneConfig:
     kind: str = "lora"
     epochs: int = 3
     batch_size: int = 32  # rows per step; a pair's two rows always share a batch
-    lr: float = 3e-4
+    lr: float | None = None  # None: DEFAULT_LR[kind]
     head_lr: float = 1e-3
     weight_decay: float = 0.01
     warmup: float = 0.1  # fraction of steps with a linear warm-up, then linear decay to 0
@@ -93,6 +95,8 @@ class FinetuneConfig:
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}")
+        if self.lr is None:
+            object.__setattr__(self, "lr", DEFAULT_LR[self.kind])
         if self.epochs < 1 or self.batch_size < 2:
             raise ValueError("epochs must be >= 1 and batch_size >= 2")
         if self.init_head is not None and not self.head_on_top:
@@ -311,6 +315,7 @@ def finetune(
     params = trainable_parameters(encoder, head, contrastive)
     encoder_names = [n for n in params if n.startswith("encoder.")]
     scales = layer_lr_scales(encoder_names, config.layer_decay)
+    assert config.lr is not None  # set by FinetuneConfig.__post_init__
     param_groups = [
         {"params": [params[n] for n in encoder_names if scales[n] == scale], "lr": config.lr * scale}
         for scale in sorted(set(scales.values()), reverse=True)
@@ -320,17 +325,11 @@ def finetune(
     if contrastive is not None:  # new like a head, so it learns at the head's rate
         param_groups.append({"params": list(contrastive.parameters()), "lr": config.head_lr})
     optim = torch.optim.AdamW(param_groups, weight_decay=config.weight_decay)
-    base_lrs = [g["lr"] for g in optim.param_groups]
 
     groups = pair_groups(train)
     lengths = [len(train.sentence1[g[0]]) + len(train.sentence2[g[0]]) for g in groups]
     per_batch = max(1, config.batch_size // 2)
     steps_per_epoch = (len(groups) + per_batch - 1) // per_batch
-    total_steps = config.epochs * steps_per_epoch
-    warm = max(1, int(config.warmup * total_steps))
-
-    def lr_factor(step: int) -> float:
-        return min((step + 1) / warm, max(0.0, (total_steps - step) / max(1, total_steps - warm)))
 
     # what a resumed run must share with the checkpoint: the settings, the model and the data
     record = {
@@ -339,11 +338,15 @@ def finetune(
         **({"encoder": encoder_settings(encoder)} if encoder_settings(encoder) else {}),
         "train": _digest(train),
     }
-    state, best = TrainingState(config=record), None
+    state, kept = TrainingState(config=record), None
     if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
-        state, best = load_checkpoint(checkpoint_dir, record, params, optim)
+        state, kept = load_checkpoint(checkpoint_dir, record, params, optim)
         log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
     resumed_from = state.epoch
+    # the checkpoint records the step count, from which the schedule's rates follow
+    sched = linear_schedule(optim, config.epochs * steps_per_epoch, config.warmup, done_steps=state.step)
+    # state.history is the keeper's history: what it records, the next checkpoint saves
+    best = BestEpoch(state.best_epoch, state.best_score, kept, state.history)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
 
     for epoch in range(state.epoch + 1, config.epochs + 1):
@@ -365,15 +368,13 @@ def finetune(
         bar = tqdm(total=steps_per_epoch, initial=done, desc=desc, unit="step", disable=not progress)
         for i, batch in enumerate(batches[done:], start=done + 1):
             loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
-            factor = lr_factor(state.step)
-            for g, base_lr in zip(optim.param_groups, base_lrs, strict=True):
-                g["lr"] = base_lr * factor
             optim.zero_grad(set_to_none=True)
             if loss.requires_grad:  # quad/wacl alone have nothing to learn from a batch with no (high, low) group
                 loss.backward()
                 if config.max_grad_norm > 0:
                     nn.utils.clip_grad_norm_(list(params.values()), config.max_grad_norm)
-                optim.step()
+            optim.step()  # leaves parameters without a gradient alone
+            sched.step()
             state.step += 1
             n = sum(len(g) for g in batch)
             n_rows += n
@@ -384,7 +385,7 @@ def finetune(
             if checkpoint_dir is not None and checkpoint_every > 0 and i % checkpoint_every == 0 and i < len(batches):
                 state.epoch_step = i
                 state.partial = {**sums, "n_rows": n_rows, "seconds": before + time.perf_counter() - start}
-                save_checkpoint(checkpoint_dir, state, params, optim, best)
+                save_checkpoint(checkpoint_dir, state, params, optim, best.state)
         bar.close()
         state.epoch_step, state.partial = 0, {}
         row: dict[str, float] = {"epoch": epoch, **{k: v / max(1, n_rows) for k, v in sums.items()}}
@@ -392,23 +393,16 @@ def finetune(
         if dev is not None:
             scores = evaluate_encoder(encoder, head, dev, batch_size=eval_batch_size)
             row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})
-        score = row.get("dev_spearman", float(epoch))  # without dev, the last epoch counts as best
-        if score > state.best_score:
-            state.best_score, state.best_epoch = score, epoch
-            best = {k: p.detach().clone() for k, p in params.items()}
-        state.epoch = epoch
-        state.history.append(row)
+        best.offer(epoch, row.get("dev_spearman", float(epoch)), params, row)  # no dev: the last epoch is best
+        state.epoch, state.best_epoch, state.best_score = epoch, best.epoch, best.score
         if checkpoint_dir is not None:
-            save_checkpoint(checkpoint_dir, state, params, optim, best, keep_epoch=keep_epochs)
+            save_checkpoint(checkpoint_dir, state, params, optim, best.state, keep_epoch=keep_epochs)
         if on_epoch is not None:
             on_epoch(epoch, row)
-    if best is not None:
-        with torch.no_grad():
-            for name, p in params.items():
-                p.copy_(best[name])
+    best.restore(params)
     encoder.model.eval()
     for p in encoder.model.parameters():
         p.requires_grad_(False)
     return FinetuneResult(
-        head.eval() if head is not None else None, state.history, state.best_epoch, resumed_from=resumed_from
+        head.eval() if head is not None else None, best.history, best.epoch, resumed_from=resumed_from
     )

@@ -1,0 +1,174 @@
+"""`condsearch train head|lora|full|router`: the group, its light help, and the legacy one-command spelling.
+
+Each subcommand lives in its own module, imported only when it runs (or shows its help), so
+that `condsearch --help` and `condsearch train --help` load no model library.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from condsearch.cli_config import config_option
+from condsearch.cli_options import device_option, trust_option
+from condsearch.errors import CondsearchError, first_line
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: subcommand -> (module:attribute, the first line of its help); tests/test_cli_train.py checks they agree
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "head": ("condsearch.cli_train_head:head_cmd", "Train the CASE projection head on the frozen encoder."),
+    "lora": ("condsearch.cli_finetune:lora_cmd", "Fine-tune the encoder with LoRA adapters."),
+    "full": ("condsearch.cli_finetune:full_cmd", "Fine-tune every weight of the encoder."),
+    "router": ("condsearch.cli_train_router:router_cmd", "Train the CSR router layers on cached sentence states."),
+}
+_LEGACY_FLAGS = ("--finetune", "--mode")
+
+
+def legacy_subcommand(args: list[str]) -> tuple[str, list[str]]:
+    """Map the old ``train TRAIN_CSV [--finetune KIND] [--mode MODE] …`` to a subcommand and its arguments."""
+    chosen = {"--finetune": "none", "--mode": "case"}
+    rest: list[str] = []
+    it = iter(args)
+    for arg in it:
+        flag, eq, value = arg.partition("=")
+        if flag in _LEGACY_FLAGS:
+            if not eq:
+                value = next(it, "")
+            chosen[flag] = value
+        else:
+            rest.append(arg)
+    finetune, mode = chosen["--finetune"], chosen["--mode"]
+    if finetune not in ("none", "lora", "full"):
+        raise click.UsageError(f"--finetune: {finetune!r} is not one of none, lora, full")
+    if mode not in ("case", "csr"):
+        raise click.UsageError(f"--mode: {mode!r} is not one of case, csr")
+    if finetune != "none" and mode == "csr":
+        raise click.UsageError("--finetune applies to --mode case")
+    return (finetune if finetune != "none" else "router" if mode == "csr" else "head"), rest
+
+
+class TrainGroup(click.Group):
+    """Subcommands loaded on first use; a first argument that names none is the old one-command spelling."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in SUBCOMMANDS:
+            return None
+        module, _, attr = SUBCOMMANDS[cmd_name][0].partition(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, short) in SUBCOMMANDS.items()])
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in SUBCOMMANDS and not set(args) & set(ctx.help_option_names):
+            name, rest = legacy_subcommand(args)
+            click.echo(
+                f"condsearch: 'train TRAIN_CSV …' is deprecated; this runs 'condsearch train {name} TRAIN_CSV …'",
+                err=True,
+            )
+            args = [name, *rest]
+        return super().parse_args(ctx, args)
+
+
+@click.group("train", cls=TrainGroup)
+def train() -> None:
+    """Train a head, a LoRA adapter, a whole model or a CSR router on a C-STS style CSV.
+
+    The CSV holds sentence1, sentence2, condition and label (1-5). Each subcommand writes one
+    artifact into --out: `head` a projection head (use it with --head OUT), `lora` an adapter
+    (--head OUT), `full` a model folder (--model OUT), `router` a CSR router (--mode csr --router
+    OUT). `condsearch train SUBCOMMAND --help` lists its options.
+    """
+
+
+def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
+    """Add what every subcommand takes: TRAIN_CSV, --out, --dev, the model, and the config's epochs, lr, batch, seed.
+
+    defaults: the subcommand's config at its defaults (TrainConfig(), FinetuneConfig(kind=...), ...).
+    """
+    decorators = [
+        click.argument("train_csv", type=click.Path(path_type=Path)),
+        click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help=out_help),
+        click.option(
+            "--dev",
+            "dev_csv",
+            type=click.Path(path_type=Path),
+            default=None,
+            help="Dev CSV: keep the epoch with the best dev Spearman.",
+        ),
+        config_option(
+            defaults, "epochs", "--epochs", type=click.IntRange(min=1), help="Passes over the training rows."
+        ),
+        config_option(defaults, "lr", "--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate."),
+        config_option(
+            defaults,
+            "batch_size",
+            "--train-batch-size",
+            type=click.IntRange(min=1),
+            help="Rows per optimiser step.",
+        ),
+        config_option(defaults, "seed", "--seed", type=int, help="Seed for initialisation and shuffling."),
+        click.option(
+            "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
+        ),
+        click.option(
+            "--max-length",
+            default=None,
+            type=click.IntRange(min=8),
+            help="Token limit per input [default: the model's].",
+        ),
+        click.option("--json", "as_json", is_flag=True, help="Print the training summary as JSON."),
+        device_option,
+        trust_option,
+    ]
+
+    def decorate(command: F) -> F:
+        for decorator in reversed(decorators):
+            command = decorator(command)
+        return command
+
+    return decorate
+
+
+def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
+    """Refuse, before any training, an --out (or --checkpoint-dir) that is not ours to replace or cannot be written."""
+    from condsearch.atomic import check_output_dir
+
+    try:
+        check_output_dir(out, kind)
+        if checkpoint_dir is not None:
+            check_output_dir(checkpoint_dir, "checkpoint")
+    except CondsearchError as exc:
+        raise click.ClickException(first_line(exc)) from exc
+
+
+def report_epoch(epoch: int, loss: float, dev: Mapping[str, float] | None) -> None:
+    """Print one epoch's loss (and dev Spearman) on stderr."""
+    extra = f"  dev spearman {dev['spearman']:.2f}" if dev else ""
+    click.echo(f"epoch {epoch:>3}  loss {loss:.5f}{extra}", err=True)
+
+
+def run_training(train: Callable[[], dict[str, Any]], as_json: bool, describe: Callable[[dict[str, Any]], str]) -> None:
+    """Run train() and print its summary: as JSON, or as describe(summary); a library error as one line."""
+    try:
+        summary = train()
+    except CondsearchError as exc:
+        raise click.ClickException(first_line(exc)) from exc
+    click.echo(json.dumps(summary) if as_json else describe(summary))
+
+
+def dev_note(summary: Mapping[str, Any], sep: str = "; ") -> str:
+    """Return the summary's best dev Spearman as text ('' without a dev set)."""
+    best = summary.get("dev_spearman")
+    return f"{sep}dev spearman {best:.2f}" if isinstance(best, float) else ""

@@ -1,0 +1,66 @@
+"""`condsearch train head`: the CASE projection head on the frozen encoder's (cached) outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from condsearch.cli_config import config_from, config_option
+from condsearch.cli_options import encoder_options
+from condsearch.cli_train import check_out, common_options, dev_note, report_epoch, run_training
+from condsearch.training import ENCODE_BATCH_SIZE, TrainConfig
+
+_DEFAULTS = TrainConfig()
+_ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bidirectional_layers", "preset")
+
+
+@click.command("head")
+@common_options(_DEFAULTS, "Folder to write the head into (use it with --head OUT).")
+@config_option(_DEFAULTS, "dim", "--dim", type=click.IntRange(min=1), help="Output (index) dimension of the head.")
+@config_option(
+    _DEFAULTS,
+    "dropout",
+    "--dropout",
+    type=click.FloatRange(0, 1, max_open=True),
+    help="Dropout after the activation (training only).",
+)
+@click.option(
+    "--batch-size",
+    "encode_batch_size",
+    default=ENCODE_BATCH_SIZE,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Pairs per encoder forward pass.",
+)
+@click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
+@encoder_options
+def head_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any) -> None:
+    """Train the CASE projection head on the frozen encoder.
+
+    The encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.
+    The head trains by MSE between the cosine and the scaled label (Adam at a constant rate).
+    """
+    from condsearch.training import train_and_save
+
+    check_out(out, "head")
+    config = config_from(TrainConfig, params)
+    run_training(
+        lambda: train_and_save(
+            train_csv,
+            out,
+            config,
+            dev_csv=dev_csv,
+            model=params["model"],
+            device=params["device"],
+            batch_size=params["encode_batch_size"],
+            use_cache=not params["no_cache"],
+            trust_remote_code=params["trust_remote_code"],
+            on_epoch=report_epoch,
+            max_length=params["max_length"],
+            **{k: params[k] for k in _ENCODER},
+        ),
+        as_json,
+        lambda summary: f"wrote {out} ({summary['dim']}-d head)" + dev_note(summary),
+    )
