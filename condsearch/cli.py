@@ -21,6 +21,7 @@ from condsearch.cli_options import (
     encoder_options,
     index_dir_option,
     mode_option,
+    profile_options,
     quantize_check_option,
     quantize_option,
     router_options,
@@ -37,6 +38,10 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 def _fail(exc: CondsearchError) -> click.ClickException:
+    from condsearch.artifacts.profiles import ProfileError
+
+    if isinstance(exc, ProfileError):  # flags that cannot go together: a usage error (exit 2)
+        return click.UsageError(first_line(exc))
     return click.ClickException(first_line(exc))
 
 
@@ -108,16 +113,7 @@ def _quiet_transformers() -> None:
 @click.option(
     "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
 )
-@click.option(
-    "--head",
-    default="auto",
-    show_default=True,
-    help=(
-        "Head folder (a head, a LoRA adapter from train --finetune lora, or both), 'default' (the default "
-        "model's shipped LoRA adapter + head), 'frozen' (its shipped head on the frozen encoder) or 'none'; "
-        "'auto' picks 'default' for the default model, else none."
-    ),
-)
+@profile_options
 @click.option(
     "--index-factory",
     default=IndexConfig.factory,
@@ -164,7 +160,9 @@ def index_cmd(
     id_column: str | None,
     corpus_name: str | None,
     model: str | None,
-    head: str,
+    profile: str | None,
+    adapter: Path | None,
+    head: str | None,
     index_factory: str,
     search_params: str,
     max_index_memory: str,
@@ -209,6 +207,8 @@ def index_cmd(
         raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
     if mode == "csr" and quantize != "none":
         raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
+    if mode == "case" and (router != "auto" or router_layer is not None or router_variant is not None):
+        raise click.UsageError("--router, --router-layer and --router-variant apply to --mode csr")
     try:
         for c in conditions:
             check_condition(c)
@@ -224,6 +224,8 @@ def index_cmd(
                 dict(
                     model=model,
                     head=head,
+                    adapter=adapter,
+                    profile=profile,
                     router=router,
                     router_layer=router_layer,
                     router_variant=router_variant,
@@ -238,6 +240,8 @@ def index_cmd(
                 dict(
                     model=model,
                     head=head,
+                    adapter=adapter,
+                    profile=profile,
                     device=device,
                     max_length=max_length,
                     trust_remote_code=trust_remote_code,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,27 +18,23 @@ from condsearch.artifacts.adapters import read_adapter
 from condsearch.artifacts.convert import convert_legacy_adapter
 from condsearch.artifacts.profiles import Profile, ProfileError, profile_of_index, resolve_profile
 from condsearch.encoders import load_encoder
-from condsearch.finetune.adapter import save_adapter
-from condsearch.finetune.lora import LoraConfig, add_lora, lora_state
 from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.pipeline import load_vectorizer
 from tests.conftest import SENTENCES
+from tests.test_bert_inference import _adapter
 from tests.test_cli import assert_clean_error, ok, run
 
 COLOUR = "color of the dress"
 
 
 def _trained(tiny_bert_dir: Path, out: Path, *, head: bool = False) -> Path:
-    """Save a rank-2 adapter whose B is random (a fresh one is the identity), with a 16-d head when asked."""
-    enc = load_encoder(str(tiny_bert_dir), device="cpu")
-    torch.manual_seed(0)
-    add_lora(enc.model, LoraConfig(rank=2))
-    with torch.no_grad():
-        for name, p in lora_state(enc.model).items():
-            if name.endswith("lora_b"):
-                p.normal_(0, 0.5)
-    config = HeadConfig(input_dim=enc.dim, dim=16, model_id=enc.model_id, encoder_pooling=enc.pooling)
-    save_adapter(enc, LoraConfig(rank=2), out, head=ProjectionHead(config) if head else None)
+    """Save a rank-2 adapter whose B is random (a fresh one is the identity), with a 16-d head beside it when asked."""
+    _adapter(tiny_bert_dir, out)
+    if head:
+        config = HeadConfig(input_dim=32, dim=16, model_id=str(tiny_bert_dir), encoder_pooling="condition-mean")
+        save_head(ProjectionHead(config), out.with_name(f"{out.name}-head"))
+        for name in (files.HEAD_CONFIG, files.HEAD_WEIGHTS):
+            shutil.copy2(out.with_name(f"{out.name}-head") / name, out / name)
     return out
 
 

@@ -51,9 +51,16 @@ T = TypeVar("T")
 
 
 class _Described(Protocol):
-    model_id: str
-    revision: str
-    pooling: str
+    """An encoder as an adapter's checks see it (read-only)."""
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def revision(self) -> str: ...
+
+    @property
+    def pooling(self) -> str: ...
 
     def describe(self) -> dict[str, object]: ...
 
