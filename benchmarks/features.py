@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from condsearch.cache import EmbeddingCache
+from typing import Any
+
 from condsearch.csts import CstsData
 from condsearch.encoders.base import Encoder
-from condsearch.training import ENCODE_BATCH_SIZE, PairFeatures
+from condsearch.training import PairFeatures
 
 
-def plain_features(
-    encoder: Encoder,
-    data: CstsData,
-    *,
-    batch_size: int = ENCODE_BATCH_SIZE,
-    cache: EmbeddingCache | None = None,
-    progress: bool = False,
-) -> PairFeatures:
-    """Encode both sentences of each row without their condition (the unconditional baseline)."""
+def plain_features(encoder: Encoder, data: CstsData, **encode: Any) -> PairFeatures:
+    """Encode both sentences of each row without their condition (the unconditional baseline).
+
+    encode: batch_size, cache, progress, as for :func:`condsearch.training.case_features`.
+    """
     n = len(data)
-    both = encoder.encode_plain(data.sentence1 + data.sentence2, batch_size=batch_size, cache=cache, progress=progress)
+    both = encoder.encode_plain(data.sentence1 + data.sentence2, **encode)
     return PairFeatures(both[:n], both[n:], data.labels)

@@ -10,7 +10,7 @@ import click
 
 from condsearch.cli_config import config_from, config_option, given
 from condsearch.cli_options import encoder_options
-from condsearch.cli_train import check_out, common_options, dev_note, run_training
+from condsearch.cli_train import check_out, common_options, dev_note, encode_batch_option, run_training
 from condsearch.errors import CondsearchError
 from condsearch.finetune.lora import LoraConfig
 from condsearch.finetune.trainer import FinetuneConfig
@@ -97,14 +97,7 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
             default=None,
             help="--head-on-top: start the head from this trained head (a folder, 'default' or 'frozen').",
         ),
-        click.option(
-            "--batch-size",
-            "eval_batch_size",
-            default=ENCODE_BATCH_SIZE,
-            show_default=True,
-            type=click.IntRange(min=1),
-            help="Pairs per forward pass when scoring --dev.",
-        ),
+        encode_batch_option(ENCODE_BATCH_SIZE, "Pairs per forward pass when scoring --dev."),
         click.option(
             "--checkpoint-dir",
             type=click.Path(file_okay=False, path_type=Path),
@@ -209,7 +202,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
     losses = _parse_losses(params["loss"])
     if not params["head_on_top"] and (flags := given(ctx, *_HEAD_FLAGS)):
         raise click.UsageError(f"{', '.join(flags)} apply with --head-on-top")
-    if params["dev_csv"] is None and given(ctx, "eval_batch_size"):
+    if params["dev_csv"] is None and given(ctx, "encode_batch_size"):
         raise click.UsageError("--batch-size applies with --dev (it sets how dev is scored)")
     for name, objective in (("margin", "quad"), ("bcl_temperature", "bcl"), ("bcl_sigma", "bcl")):
         if objective not in dict(losses) and (flag := given(ctx, name)):
@@ -247,7 +240,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
             resume=params["resume"],
             checkpoint_every=params["checkpoint_every"],
             keep_epochs=params["keep_epochs"],
-            eval_batch_size=params["eval_batch_size"],
+            eval_batch_size=params["encode_batch_size"],
             on_epoch=report,
             encoder_settings=extra.get("encoder_settings"),
         ),

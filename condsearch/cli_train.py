@@ -141,6 +141,13 @@ def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
     return decorate
 
 
+def encode_batch_option(default: int, help: str) -> Callable[[F], F]:
+    """Return --batch-size: pairs per encoder forward pass, passed as encode_batch_size."""
+    return click.option(
+        "--batch-size", "encode_batch_size", default=default, show_default=True, type=click.IntRange(min=1), help=help
+    )
+
+
 def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
     """Refuse, before any training, an --out (or --checkpoint-dir) that is not ours to replace or cannot be written."""
     from condsearch.atomic import check_output_dir

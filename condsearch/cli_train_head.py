@@ -9,7 +9,7 @@ import click
 
 from condsearch.cli_config import config_from, config_option
 from condsearch.cli_options import encoder_options
-from condsearch.cli_train import check_out, common_options, dev_note, report_epoch, run_training
+from condsearch.cli_train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
 from condsearch.training import ENCODE_BATCH_SIZE, TrainConfig
 
 _DEFAULTS = TrainConfig()
@@ -26,14 +26,7 @@ _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bi
     type=click.FloatRange(0, 1, max_open=True),
     help="Dropout after the activation (training only).",
 )
-@click.option(
-    "--batch-size",
-    "encode_batch_size",
-    default=ENCODE_BATCH_SIZE,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Pairs per encoder forward pass.",
-)
+@encode_batch_option(ENCODE_BATCH_SIZE, "Pairs per encoder forward pass.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
 @encoder_options
 def head_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any) -> None:

@@ -232,6 +232,6 @@ def train_router_and_save(
                 "best_epoch": int(best["epoch"]),
             }
         )
-    meta = {"model_id": encoder.model_id, "model_revision": encoder.revision, "training": summary}
+    meta: dict[str, object] = {"model_id": encoder.model_id, "model_revision": encoder.revision, "training": summary}
     summary["checksum"] = save_router(encoder.router, out, meta)
     return summary

@@ -69,17 +69,21 @@ def finetune_and_save(
     encoder = load_encoder(
         model, device=device, max_length=max_length, trust_remote_code=trust_remote_code, dtype="float32", **settings
     )
-    decoder = isinstance(encoder, PromptEncoder) and encoder.family == "decoder"
-    if not (isinstance(encoder, BertStyleEncoder) or decoder):
+    trainable: TrainableEncoder
+    if isinstance(encoder, PromptEncoder) and encoder.family == "decoder":
+        if config.kind != "lora":
+            # a full copy of an LLM would also lose its bidirectional layers, which live outside the weights
+            raise ModelError("decoder embedders fine-tune with train lora")
+        trainable = encoder
+    elif isinstance(encoder, BertStyleEncoder):
+        trainable = encoder
+    else:
         raise ModelError(
             "fine-tuning needs one device and a BERT-style encoder (condition-mean pooling) or a decoder embedder"
         )
-    if decoder and config.kind != "lora":
-        # a full copy of an LLM would also lose its bidirectional layers, which live outside the weights
-        raise ModelError("decoder embedders fine-tune with train lora")
     checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     result = finetune(
-        encoder,
+        trainable,
         train,
         config,
         dev=dev,
@@ -93,11 +97,11 @@ def finetune_and_save(
     )
     summary = _summary(out, config, result, train_csv, dev_csv, len(train))
     summary["checkpoint_dir"] = str(checkpoint_dir)
-    extra = {"training": {k: v for k, v in summary.items() if k != "checkpoint_dir"}}
+    extra: dict[str, object] = {"training": {k: v for k, v in summary.items() if k != "checkpoint_dir"}}
     if config.kind == "lora":
-        summary["adapter_checksum"] = save_adapter(encoder, config.lora, out, head=result.head, extra=extra)
+        summary["adapter_checksum"] = save_adapter(trainable, config.lora, out, head=result.head, extra=extra)
     else:
-        _save_full(encoder, result, out, extra)
+        _save_full(trainable, result, out, extra)
     return summary
 
 
@@ -134,7 +138,7 @@ def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, ext
     out = Path(out)
     try:
         with replacing_dir(out) as tmp:
-            encoder.model.save_pretrained(str(tmp))
+            encoder.model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers model
             encoder.tokenizer.save_pretrained(str(tmp))
             (tmp / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": encoder.max_length}) + "\n")
             (tmp / FULL_SUMMARY_FILE).write_text(json.dumps(extra["training"], indent=2) + "\n")
