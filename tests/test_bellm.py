@@ -323,8 +323,8 @@ def _train_csv(tmp_path: Path) -> Path:
 def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     decoder_dirs: dict[str, Path], tmp_path: Path
 ) -> None:
-    from condsearch.cli import main
     from condsearch.artifacts.adapters import read_adapter
+    from condsearch.cli import main
     from condsearch.pipeline import load_vectorizer
 
     model = str(decoder_dirs["qwen3"])

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.artifacts.files import PEFT_CONFIG
 from condsearch.cache import default_cache_dir
 from condsearch.encoders import bert_inference, load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.errors import ModelError
-from condsearch.artifacts.files import PEFT_CONFIG
 from condsearch.finetune.adapter import save_adapter
 from condsearch.finetune.lora import LoraConfig, add_lora, lora_state
 from condsearch.models import resolve_model

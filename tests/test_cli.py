@@ -14,10 +14,10 @@ import torch
 from click.testing import CliRunner, Result
 
 from condsearch import __version__
-from condsearch.cli import main
 from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.artifacts.heads import HeadConfig
+from condsearch.cli import main
 from condsearch.head import ProjectionHead, save_head
 from condsearch.store import INDEX_FILE, MANIFEST, IndexStore
 from tests.conftest import SENTENCES

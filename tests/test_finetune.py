@@ -12,12 +12,12 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
+from condsearch.artifacts.adapters import has_adapter
+from condsearch.artifacts.files import PEFT_WEIGHTS as ADAPTER_FILE
 from condsearch.cli import main
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.artifacts.adapters import has_adapter
-from condsearch.artifacts.files import PEFT_WEIGHTS as ADAPTER_FILE
 from condsearch.finetune.adapter import save_adapter
 from condsearch.finetune.lora import LoraConfig, LoraLinear, add_lora, lora_state
 from condsearch.finetune.trainer import FinetuneConfig, case_forward, finetune, prepare, trainable_parameters

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.artifacts.files import LEGACY_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.artifacts.files import LEGACY_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.finetune.adapter import save_delta_adapter
 from condsearch.finetune.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
 from condsearch.finetune.trainer import FinetuneConfig, finetune
