@@ -39,7 +39,7 @@ from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
-from condsearch.errors import CondsearchError  # noqa: E402
+from condsearch.errors import CondsearchError, first_line  # noqa: E402
 from condsearch.pipeline import SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
 from condsearch.training import (  # noqa: E402
     PairFeatures,
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = run(args)
     except CondsearchError as exc:
-        print(f"csts.py: error: {exc}", file=sys.stderr)
+        print(f"csts.py: error: {first_line(exc)}", file=sys.stderr)
         return 1
     table = markdown(result)
     print(table, end="")

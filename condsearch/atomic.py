@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind
-from condsearch.errors import CondsearchError
+from condsearch.errors import CondsearchError, os_reason
 
 
 class OutputDirError(CondsearchError):
@@ -62,7 +62,7 @@ def check_writable(directory: Path | str) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=f".{directory.name}-probe-", dir=existing))
     except OSError as exc:
-        raise OutputDirError(f"{directory}: cannot write there ({exc.strerror or type(exc).__name__})") from exc
+        raise OutputDirError(f"{directory}: cannot write there ({os_reason(exc)})") from exc
 
 
 def check_output_dir(directory: Path | str, kind: str) -> None:
@@ -98,12 +98,7 @@ def replacing_dir(directory: Path, kind: str | None = None) -> Iterator[Path]:
     try:
         yield tmp
         check_replaceable(directory, kind)  # again: the block may have run for hours
-        previous = _previous(directory)
-        if directory.exists():
-            shutil.rmtree(previous, ignore_errors=True)
-            os.replace(directory, previous)
-        os.replace(tmp, directory)
-        shutil.rmtree(previous, ignore_errors=True)
+        swap_dir(tmp, directory, _previous(directory))
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)

@@ -548,7 +548,7 @@ def demo_corpus_cmd(out: Path) -> None:
     try:
         n = write_demo_corpus(out)
     except OSError as exc:
-        raise click.ClickException(f"{out}: cannot write ({exc.strerror or type(exc).__name__})") from exc
+        raise click.ClickException(f"{out}: cannot write ({os_reason(exc)})") from exc
     click.echo(f"wrote {n} rows to {out}")
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from condsearch.artifacts.routers import resolve_router, router_checksum, router_model_id, router_name
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
@@ -20,6 +19,7 @@ from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.encoders.bert import pick_device
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, resolve_model
+from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class CsrEncoder:
         todo = sorted(dict.fromkeys(keys[i] for i in self.states.missing(keys)))
         text_of = dict(zip(keys, texts, strict=True))
         todo.sort(key=lambda k: -len(text_of[k]))
-        bar = tqdm(total=len(todo), desc="caching sentences", unit="sent", disable=not progress or not todo)
+        bar = progress_bar(total=len(todo), desc="caching sentences", unit="sent", enabled=progress and bool(todo))
         shard_keys: list[str] = []
         shard_states: list = []
         for start in range(0, len(todo), batch_size):
@@ -167,7 +167,7 @@ class CsrEncoder:
         length = dict(zip(distinct, self.states.lengths(distinct), strict=True))
         distinct.sort(key=lambda k: -length[k])
         out = np.empty((len(distinct), self.dim), dtype=np.float32)
-        bar = tqdm(total=len(distinct), desc="routing", unit="sent", disable=not progress)
+        bar = progress_bar(total=len(distinct), desc="routing", unit="sent", enabled=progress)
         for start in range(0, len(distinct), batch_size):
             chunk = distinct[start : start + batch_size]
             states = collate(self.states.get(chunk), device=self.device)

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from condsearch.artifacts.profiles import ADAPTER_KEY
 from condsearch.cache import EmbeddingCache, pair_key
+from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Encoder(ABC):
                     out[i] = vec
         # Sorting by length keeps padding small; character length is a cheap proxy for tokens.
         todo.sort(key=lambda i: -(len(distinct[i][0]) + len(distinct[i][1] or "")))
-        bar = tqdm(total=len(todo), desc=desc, unit="pair", disable=not progress or not todo)
+        bar = progress_bar(total=len(todo), desc=desc, unit="pair", enabled=progress and bool(todo))
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
             vecs = self.embed_batch([distinct[i] for i in chunk])

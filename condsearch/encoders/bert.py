@@ -10,6 +10,7 @@ import torch
 
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import case_inputs, max_length_for
+from condsearch.encoders.pooling import mean_pool
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
 
@@ -89,9 +90,7 @@ class BertStyleEncoder(Encoder):
         batch = {k: v.to(self.device) for k, v in batch.items()}
         pool = pool.to(self.device)
         hidden = self.model(**batch).last_hidden_state.float()
-        summed = (hidden * pool.unsqueeze(-1)).sum(dim=1)
-        counts = pool.sum(dim=1, keepdim=True).clamp_min(1.0)
-        return summed / counts
+        return mean_pool(hidden, pool)
 
     @torch.inference_mode()
     def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:

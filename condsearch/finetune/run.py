@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from condsearch.atomic import replacing_dir
-from condsearch.errors import CondsearchError, ModelError
+from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
 from condsearch.head import write_head_files
 
@@ -148,4 +148,4 @@ def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, ext
                 head.config = replace(head.config, model_id=str(out.resolve()), model_revision="")
                 write_head_files(head, tmp, extra)
     except OSError as exc:
-        raise CondsearchError(f"{out}: cannot write the model folder ({exc.strerror or type(exc).__name__})") from exc
+        raise CondsearchError(f"{out}: cannot write the model folder ({os_reason(exc)})") from exc

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
 from condsearch.best_epoch import BestEpoch
 from condsearch.csts import CstsData, scale_labels
@@ -34,6 +33,7 @@ from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_c
 from condsearch.finetune.lora import LoraConfig, add_lora
 from condsearch.head import HeadConfig, ProjectionHead, load_head
 from condsearch.losses import BCL_TEMPERATURE, LossSettings, combined_loss, group_positions, pair_groups
+from condsearch.progress import progress_bar
 from condsearch.schedule import linear_schedule
 from condsearch.training import case_features, evaluate_head
 
@@ -365,7 +365,7 @@ def finetune(
         sums: dict[str, float] = partial
         start = time.perf_counter()
         desc = f"epoch {epoch}/{config.epochs}"
-        bar = tqdm(total=steps_per_epoch, initial=done, desc=desc, unit="step", disable=not progress)
+        bar = progress_bar(total=steps_per_epoch, initial=done, desc=desc, unit="step", enabled=progress)
         for i, batch in enumerate(batches[done:], start=done + 1):
             loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
             optim.zero_grad(set_to_none=True)
