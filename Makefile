@@ -41,8 +41,11 @@ test-ray: $(STAMP)
 bench-smoke: $(STAMP)
 	$(BIN)/python benchmarks/csts.py --smoke --mode case
 
+# ruff on everything, mypy on the package (its settings are in pyproject.toml)
 lint: $(STAMP)
-	$(BIN)/ruff check condsearch benchmarks tests
+	$(BIN)/ruff check condsearch benchmarks tests tools
+	$(BIN)/ruff format --check condsearch benchmarks tests tools
+	$(BIN)/mypy
 
 clean:
 	rm -rf build

@@ -9,8 +9,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -33,6 +34,9 @@ from condsearch.cli_train import train
 from condsearch.errors import CondsearchError, first_line, os_reason
 from condsearch.progress import set_quiet
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+
+if TYPE_CHECKING:
+    from condsearch.pipeline import Vectorizer
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -215,6 +219,8 @@ def index_cmd(
         data = scan_corpus(corpus, text_column, id_column)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
+        load: Callable[..., Vectorizer]
+        options: dict[str, Any]
         if mode == "csr":
             from condsearch.encoders.cpu import apply_threads
 
@@ -267,7 +273,7 @@ def index_cmd(
             progress=True,
         )
         if ray_address is None:
-            reports = index_conditions(data, conditions, load(**options), store, **build)  # type: ignore[operator]
+            reports = index_conditions(data, conditions, load(**options), store, **build)
         else:
             from condsearch.cli_scale import ray_index
 

@@ -56,9 +56,12 @@ _CHUNKS = "rows"
 class CorpusSource(Protocol):
     """A corpus as ingestion reads it (:class:`condsearch.corpus.Corpus` or :class:`~condsearch.corpus.CorpusFile`)."""
 
-    path: str
-    checksum: str
-    n_skipped: int
+    @property
+    def path(self) -> str: ...
+    @property
+    def checksum(self) -> str: ...
+    @property
+    def n_skipped(self) -> int: ...
 
     def __len__(self) -> int: ...
 

@@ -219,7 +219,7 @@ class IndexStore:
             place(version)
             with open(version / INDEX_FILE, "wb+") as fh:
                 # through Python's file, so that a full disk is an OSError rather than faiss's RuntimeError
-                faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
+                faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]  # SWIG, untyped
                 fh.flush()
                 os.fsync(fh.fileno())
                 checksum = _sha256(fh)
@@ -430,7 +430,7 @@ class IndexStore:
             try:
                 self._check_index_file(index_path, files.index, manifest, verify=verify)
                 files.index.seek(0)
-                index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))
+                index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))  # type: ignore[attr-defined]  # SWIG, untyped
                 # ParquetFile, not read_table: that imports pyarrow.dataset and with it pandas (1 s of a one-shot query)
                 rows = pq.ParquetFile(files.rows).read(columns=[c for c in ("id", "text") if c in _columns(files.rows)])
                 apply_search_params(index, manifest.search_params)

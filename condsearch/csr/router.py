@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -113,7 +113,8 @@ class ConditionCode:
         return ConditionCode(self.q[rows], self.e[rows])
 
 
-def _layers(model: nn.Module) -> nn.ModuleList:
+def _layers(model: nn.Module) -> Any:
+    """Return the backbone's layer list (typed Any: transformers builds its submodules dynamically)."""
     encoder = getattr(model, "encoder", None)
     layers = getattr(encoder, "layer", None)
     if not isinstance(layers, nn.ModuleList):
@@ -121,8 +122,8 @@ def _layers(model: nn.Module) -> nn.ModuleList:
     return layers
 
 
-def _attention_mask(model: nn.Module, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
-    """Build the mask the backbone's own layers expect, with the backbone's own helper."""
+def _attention_mask(model: Any, hidden: torch.Tensor, mask: torch.Tensor) -> Any:
+    """Build the mask the backbone's own layers expect with its own helper (a tensor, a block mask or None)."""
     try:
         from transformers.masking_utils import create_bidirectional_mask
     except ImportError:  # transformers < 4.56
@@ -176,7 +177,7 @@ class Router(nn.Module):
         attn = layers[self.layer].attention.self
         self.n_heads = int(attn.num_attention_heads)
         self.head_dim = int(attn.attention_head_size)
-        hidden = int(model.config.hidden_size)
+        hidden = int(getattr(model, "config").hidden_size)  # noqa: B009 - a transformers config, untyped here
         self.router_queries = (
             nn.ModuleList(copy.deepcopy(layers[j].attention.self.query) for j in self.routed)
             if config.decoupled_query
@@ -226,7 +227,7 @@ class Router(nn.Module):
     # -- per sentence -------------------------------------------------------------------------
     def sentence_states(self, inputs: dict[str, torch.Tensor]) -> SentenceStates:
         """Run the condition-independent part for a tokenized batch of sentences."""
-        model = self.model
+        model: Any = self.model
         layers = _layers(model)
         mask = inputs["attention_mask"].bool()
         hidden = model.embeddings(input_ids=inputs["input_ids"], token_type_ids=inputs.get("token_type_ids"))
@@ -273,6 +274,7 @@ class Router(nn.Module):
         gains = self.log_gain.exp() if self.log_gain is not None else None
         for i, j in enumerate(self.routed):
             layer = layers[j]
+            keys: torch.Tensor | None
             if i == 0:
                 keys, context = states.k, states.c
             else:

@@ -221,7 +221,7 @@ def load_encoder(
                 source,
                 config,
                 family=family,
-                pooling=chosen if chosen in ("last", "prompt-last") else "mean",
+                pooling="last" if chosen == "last" else "prompt-last" if chosen == "prompt-last" else "mean",
                 templates=templates,
                 device=dev,
                 dtype=resolved,

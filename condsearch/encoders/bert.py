@@ -63,7 +63,8 @@ class BertStyleEncoder(Encoder):
         self.model = model.to(self.device, self.dtype).eval()
         self.model_id = source.model_id
         self.revision = source.revision
-        self.dim = int(model.config.hidden_size)
+        config: Any = model.config  # a transformers config: its fields are untyped here
+        self.dim = int(config.hidden_size)
         self.max_length = max_length_for(source.location, self.tokenizer.model_max_length, max_length, model.config)
 
     def describe(self) -> dict[str, object]:

@@ -75,6 +75,9 @@ def supports(config: Mapping[str, object]) -> bool:
 class _Module(nn.Module):
     """A named container, so that parameter names match transformers' BertModel."""
 
+    def __getattr__(self, name: str) -> Any:  # submodules are set by name: tell the type checker so
+        return super().__getattr__(name)
+
 
 class _Layer(nn.Module):
     def __init__(self, c: SimpleNamespace) -> None:

@@ -27,7 +27,7 @@ from torch import nn
 from condsearch.errors import ModelError
 
 
-def decoder_layers(model: nn.Module) -> list[nn.Module]:
+def decoder_layers(model: nn.Module) -> list[Any]:
     """Return the decoder layers of a transformers model, bottom first.
 
     Raises ModelError for an architecture without a ``layers`` list of self-attention layers.
@@ -67,7 +67,7 @@ def make_bidirectional(model: nn.Module, n_layers: int) -> Callable[[], None]:
             f"(transformers {transformers.__version__} lacks it); upgrade transformers"
         ) from exc
     base = getattr(model, "base_model", model)
-    config = base.config
+    config: Any = base.config
     # Per call: the padding mask, and each kind of bidirectional mask once it is built.
     state: dict[str, Any] = {}
 

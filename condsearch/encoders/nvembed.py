@@ -8,6 +8,7 @@ latent-attention pooling and returns one vector per prompt.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -103,7 +104,7 @@ class NVEmbedEncoder(Encoder):
         for instruction, rows in groups.items():
             texts = [pairs[i][0] for i in rows]
             self._count_truncation(instruction, [pairs[i] for i in rows])
-            out[rows] = self._backoff.run(lambda chunk, ins=instruction: self._encode_group(ins, chunk), texts)
+            out[rows] = self._backoff.run(partial(self._encode_group, instruction), texts)
         return out
 
     def _count_truncation(self, instruction: str, pairs: Sequence[Pair]) -> None:

@@ -55,9 +55,9 @@ class LoraLinear(nn.Module):
         self.base = base
         for p in base.parameters():
             p.requires_grad_(False)
-        factory = {"device": base.weight.device, "dtype": base.weight.dtype}
-        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, **factory))
-        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, **factory))
+        device, dtype = base.weight.device, base.weight.dtype
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=device, dtype=dtype))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=device, dtype=dtype))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))
         self.scaling = alpha / rank
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
@@ -106,7 +106,7 @@ def add_lora(model: nn.Module, config: LoraConfig) -> list[str]:
 
 def lora_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Return the adapter tensors keyed ``<module>.lora_a`` / ``<module>.lora_b`` (no base weights)."""
-    state = {}
+    state: dict[str, torch.Tensor] = {}
     for name, module in model.named_modules():
         if isinstance(module, LoraLinear):
             state[f"{name}.lora_a"] = module.lora_a
