@@ -414,19 +414,20 @@ def query_cmd(
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")
     few = len(queries) <= _FEW_QUERIES
+
+    def checked(manifest: Any) -> Any:  # the model, head, adapter and router checks, for either store
+        return vectorizer_for(
+            manifest,
+            model,
+            head,
+            device=device,
+            trust_remote_code=trust_remote_code,
+            quantize=quantize,
+            threads=threads,
+        )
+
     if store_spec is not None:
         from condsearch.cli_scale import milvus_query
-
-        def checked(manifest: Any) -> Any:  # the same model, head, adapter and router checks as for FAISS
-            return vectorizer_for(
-                manifest,
-                model,
-                head,
-                device=device,
-                trust_remote_code=trust_remote_code,
-                quantize=quantize,
-                threads=threads,
-            )
 
         try:
             manifest, answers = milvus_query(store_spec, condition, corpus_name, queries, k, checked)
@@ -445,15 +446,7 @@ def query_cmd(
         if vec is None:
             if few and threads is None:
                 _one_thread()
-            vec = vectorizer_for(
-                stored.manifest,
-                model,
-                head,
-                device=device,
-                trust_remote_code=trust_remote_code,
-                quantize=quantize,
-                threads=threads,
-            )
+            vec = checked(stored.manifest)
         notice = k_notice(k, stored.manifest.n_vectors)
         if notice:
             click.echo(f"condsearch: {notice}", err=True)
