@@ -185,8 +185,9 @@ def profile_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help=(
                 "Adapter + head together: 'default' (the default model's shipped LoRA adapter + head), 'frozen' "
-                "(its shipped head on the frozen encoder), 'none', 'auto' ('default' for the default model, else "
-                "none) or a folder from train (adapter and/or head) [default: auto]."
+                "(its shipped head on the frozen encoder), 'full' (its shipped full fine-tune as a rank-64 delta, "
+                "no head, 384-d), 'none', 'auto' ('default' for the default model, else none) or a folder from "
+                "train (adapter and/or head) [default: auto]."
             ),
         ),
         click.option(

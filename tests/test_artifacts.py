@@ -183,3 +183,12 @@ def test_cli_index_with_adapter_and_head_then_query(tiny_bert_dir: Path, corpus_
     assert "--profile names the adapter and head together" in assert_clean_error(result, code=2)
     result = run("index", corpus_file, "-c", COLOUR, "--router", "default", *common)
     assert "--mode csr" in assert_clean_error(result, code=2)
+
+
+def test_the_shipped_full_profile_is_a_small_rank_64_delta_of_the_default_model() -> None:
+    profile = resolve_profile(None, profile="full")
+    assert profile.adapter == files.FULL_PROFILE_DIR.resolve() and profile.head is None
+    meta = read_adapter(files.FULL_PROFILE_DIR).meta
+    assert meta["kind"] == "delta" and meta["rank"] == 64
+    assert meta["model_id"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert sum(f.stat().st_size for f in files.FULL_PROFILE_DIR.iterdir()) < 10 * 2**20  # the repository's limit

@@ -118,3 +118,18 @@ def test_default_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: P
     for vecs in (a, b):  # and both still put the two orange dresses closest under the colour condition
         sims = vecs @ vecs.T
         assert sims[0, 1] > max(sims[0, 2], sims[0, 3]), sims
+
+
+def test_full_profile_merges_the_shipped_delta_and_keeps_the_model_width() -> None:
+    from condsearch.artifacts.adapters import adapter_checksum
+    from condsearch.artifacts.files import FULL_PROFILE_DIR
+    from condsearch.pipeline import load_vectorizer
+
+    full, base = load_vectorizer(None, profile="full", device="cpu"), load_vectorizer(None, "none", device="cpu")
+    assert full.dim == base.dim == 384
+    assert full.encoder.describe()["adapter_checksum"] == adapter_checksum(FULL_PROFILE_DIR)
+    texts = ORANGE[:2] + TENNIS[:2]
+    a, b = full.vectors(texts, COLOUR), base.vectors(texts, COLOUR)
+    assert not np.allclose(a, b, atol=1e-3)  # the delta changes the weights
+    sims = a @ a.T
+    assert sims[0, 1] > max(sims[0, 2], sims[0, 3]), sims  # the two orange dresses are closest under colour

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Literal
 
 from condsearch.artifacts.adapters import has_adapter
-from condsearch.artifacts.files import DEFAULT_PROFILE_DIR, FROZEN_HEAD_DIR
+from condsearch.artifacts.files import DEFAULT_PROFILE_DIR, FROZEN_HEAD_DIR, FULL_PROFILE_DIR
 from condsearch.artifacts.heads import has_head
 from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
 from condsearch.errors import ModelError
@@ -29,8 +29,13 @@ PROFILE_AUTO = "auto"
 PROFILE_NONE = "none"
 PROFILE_DEFAULT = "default"
 PROFILE_FROZEN = "frozen"
+PROFILE_FULL = "full"
 #: what ships for the default model, by profile name
-SHIPPED_PROFILES = {PROFILE_DEFAULT: DEFAULT_PROFILE_DIR, PROFILE_FROZEN: FROZEN_HEAD_DIR}
+SHIPPED_PROFILES = {
+    PROFILE_DEFAULT: DEFAULT_PROFILE_DIR,
+    PROFILE_FROZEN: FROZEN_HEAD_DIR,
+    PROFILE_FULL: FULL_PROFILE_DIR,
+}
 PROFILE_NAMES = (PROFILE_AUTO, *SHIPPED_PROFILES, PROFILE_NONE)
 #: the manifest's encoder record of an adapter named with --adapter (apart from the profile)
 ADAPTER_KEY = "adapter"
