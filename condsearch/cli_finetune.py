@@ -30,7 +30,7 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
     """Add the options of `train lora` / `train full`, their defaults read from FinetuneConfig(kind=kind)."""
     defaults = FinetuneConfig(kind=kind)
     out_help = {
-        "lora": "Folder to write the adapter (and --head-on-top's head) into; use it with --head OUT.",
+        "lora": "Folder to write the adapter (and --head-on-top's head) into; use it with --profile OUT.",
         "full": "Folder to write the model (and --head-on-top's head) into; use it with --model OUT.",
     }[kind]
     decorators = [
@@ -166,7 +166,7 @@ def lora_cmd(ctx: click.Context, **params: Any) -> None:
 
     Low-rank adapters train on the encoder's projections (BERT-style encoders with condition-mean
     pooling, or decoder embedders on their prompts), checkpointed after each epoch; --resume
-    continues. The adapter folder in --out is used with --head OUT.
+    continues. The adapter folder in --out is used with --profile OUT.
     """
     if _family(params["model"]) != "decoder":
         if params["pooling"] not in ("auto", "condition-mean"):
@@ -225,7 +225,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
         dev = f"  dev spearman {row['dev_spearman']:.2f}" if "dev_spearman" in row else ""
         click.echo(f"epoch {epoch:>3}  loss {row['loss']:.5f}  {row['train_seconds']:.0f}s{dev}", err=True)
 
-    use = f"--head {out}" if kind == "lora" else f"--model {out}" + (f" --head {out}" if config.head_on_top else "")
+    use = f"--profile {out}" if kind == "lora" else f"--model {out}" + (f" --head {out}" if config.head_on_top else "")
     run_training(
         lambda: finetune_and_save(
             params["train_csv"],

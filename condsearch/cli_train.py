@@ -87,7 +87,7 @@ def train() -> None:
 
     The CSV holds sentence1, sentence2, condition and label (1-5). Each subcommand writes one
     artifact into --out: `head` a projection head (use it with --head OUT), `lora` an adapter
-    (--head OUT), `full` a model folder (--model OUT), `router` a CSR router (--mode csr --router
+    (--profile OUT), `full` a model folder (--model OUT), `router` a CSR router (--mode csr --router
     OUT). `condsearch train SUBCOMMAND --help` lists its options.
     """
 

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from condsearch.artifacts.files import MODEL_SUMMARY
 from condsearch.atomic import replacing_dir
 from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
@@ -17,7 +18,7 @@ from condsearch.head import write_head_files
 if TYPE_CHECKING:
     from condsearch.finetune.trainer import TrainableEncoder
 
-FULL_SUMMARY_FILE = "finetune.json"
+FULL_SUMMARY_FILE = MODEL_SUMMARY  # the marker of a model folder
 
 
 def default_checkpoint_dir(out: Path) -> Path:
@@ -51,7 +52,7 @@ def finetune_and_save(
     """Fine-tune the model on train_csv (epoch chosen on dev_csv), save into out; return a summary.
 
     lora writes ``adapter.safetensors`` + ``adapter.json`` (and the head, with head_on_top)
-    for ``--head OUT``; full writes a whole model folder for ``--model OUT``.
+    for ``--profile OUT``; full writes a whole model folder for ``--model OUT``.
     ``encoder_settings`` (pooling, prompt_template, unconditional_template,
     bidirectional_layers, preset) go to :func:`condsearch.encoders.load_encoder`: a BERT-style
     model trains with condition-mean pooling, a decoder embedder (LoRA only) with its prompts,
