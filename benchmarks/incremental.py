@@ -76,7 +76,12 @@ def _timed_index(path: Path, vec: Vectorizer, store: IndexStore, condition: str,
 def incremental(args: argparse.Namespace) -> int:
     """Time re-indexing after a 1% change against a full rebuild; compare their top-10 and vectors."""
     n, repeats, n_queries = (200, 1, 20) if args.smoke else (args.n, args.repeats, 200)
-    texts = read_texts(args.texts or REAL_TEXTS)
+    if args.smoke and not args.texts:  # smoke runs need no data set: the bundled demo captions do
+        from condsearch.demo import read_demo_rows
+
+        texts = read_demo_rows()[1]
+    else:
+        texts = read_texts(args.texts or REAL_TEXTS)
     if len(texts) < n + n // 50 + n_queries:
         raise SystemExit(f"index_throughput.py: {len(texts)} texts at hand, too few for -n {n}")
     corpus, spare, queries = texts[:n], texts[n : n + n // 50 + 1], texts[-n_queries:]
