@@ -1,0 +1,233 @@
+"""`condsearch query`, `list` and `verify`: reading the stored indexes."""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from condsearch.cli_common import CONTEXT, fail, open_store
+from condsearch.cli_options import (
+    device_option,
+    index_dir_option,
+    quantize_check_option,
+    threads_option,
+    trust_option,
+)
+from condsearch.cli_scale import query_store_option
+from condsearch.errors import CondsearchError, first_line
+from condsearch.serve.config import ServeConfig
+
+
+def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
+    queries: list[str] = []
+    for t in texts:
+        queries.extend(line for line in sys.stdin.read().splitlines() if line.strip()) if t == "-" else queries.append(
+            t
+        )
+    if query_file is not None:
+        try:
+            queries.extend(line for line in query_file.read_text(encoding="utf-8").splitlines() if line.strip())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise click.ClickException(f"{query_file}: cannot read queries ({type(exc).__name__})") from exc
+    if not queries:
+        raise click.UsageError("give a query TEXT, '-' for stdin, or --file")
+    return queries
+
+
+def _quick_exit() -> None:
+    # Python's shutdown collects every object torch created (165k): 0.6 s here, more than a query
+    # costs. Frozen objects are skipped; freezing at exit (not now) keeps an in-process caller's
+    # garbage collectable. unregister first: registered once however often the command runs.
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
+
+
+#: up to this many queries, one forward pass is too small to share between threads
+_FEW_QUERIES = 16
+
+
+def _one_thread() -> None:
+    # Waking torch's thread pool for a few short inputs costs more than the work, and on a busy
+    # machine far more (1.9 s instead of 0.05 s for one query here). An explicit setting wins.
+    if not os.environ.get("OMP_NUM_THREADS"):
+        import torch
+
+        torch.set_num_threads(1)
+
+
+@click.command("query", context_settings=CONTEXT)
+@click.argument("texts", nargs=-1)
+@click.option("-c", "--condition", required=True, help="Condition whose index to search.")
+@click.option(
+    "-k", "k", default=ServeConfig.k, show_default=True, type=int, help="Results per query (all rows if fewer)."
+)
+@click.option(
+    "-f",
+    "--file",
+    "query_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Read one query per line from a file.",
+)
+@click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
+@click.option("--model", default=None, help="Must match the index's model [default: the index's].")
+@click.option("--head", default=None, help="Must match the index's head [default: the index's].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per query: query, condition, results.")
+@quantize_check_option
+@threads_option
+@index_dir_option
+@device_option
+@trust_option
+@query_store_option
+def query_cmd(
+    texts: tuple[str, ...],
+    condition: str,
+    k: int,
+    query_file: Path | None,
+    corpus_name: str | None,
+    model: str | None,
+    head: str | None,
+    as_json: bool,
+    index_dir: Path,
+    device: str | None,
+    trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
+    store_spec: str | None,
+) -> None:
+    """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
+    from condsearch.pipeline import cache_onnx_export, check_condition, onnx_vectorizer_for, query_index, vectorizer_for
+    from condsearch.serve.answers import capped_k, k_notice, query_answer
+
+    queries = _read_queries(texts, query_file)
+    if k <= 0:
+        raise click.UsageError(f"-k must be positive, got {k}")
+    few = len(queries) <= _FEW_QUERIES
+
+    def checked(manifest: Any) -> Any:  # the model, head, adapter and router checks, for either store
+        return vectorizer_for(
+            manifest,
+            model,
+            head,
+            device=device,
+            trust_remote_code=trust_remote_code,
+            quantize=quantize,
+            threads=threads,
+        )
+
+    if store_spec is not None:
+        from condsearch.cli_scale import milvus_query
+
+        try:
+            manifest, answers = milvus_query(store_spec, condition, corpus_name, queries, k, checked)
+        except CondsearchError as exc:
+            raise fail(exc) from exc
+        _print_answers(answers, manifest.condition, as_json)
+        return
+    try:
+        store = open_store(index_dir)
+        stored = store.load(store.find(check_condition(condition), corpus_name))
+        # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
+        # can run the index's own model; otherwise, and for any override, torch loads it.
+        light = few and model is None and head is None and quantize is None and device in (None, "cpu")
+        vec = onnx_vectorizer_for(stored.manifest) if light else None
+        on_device = vec is None  # the onnxruntime path searches on the CPU too, without importing torch to ask
+        if vec is None:
+            if few and threads is None:
+                _one_thread()
+            vec = checked(stored.manifest)
+        notice = k_notice(k, stored.manifest.n_vectors)
+        if notice:
+            click.echo(f"condsearch: {notice}", err=True)
+        result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors), on_device=on_device)
+    except CondsearchError as exc:
+        raise fail(exc) from exc
+    answers = [
+        query_answer(q, stored.manifest.condition, result.scores[qi], result.ids[qi], stored.ids, stored.texts)
+        for qi, q in enumerate(queries)
+    ]
+    _print_answers(answers, stored.manifest.condition, as_json)
+    if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
+        cache_onnx_export(stored.manifest, vec)
+    _quick_exit()
+
+
+def _print_answers(answers: list[dict[str, Any]], condition: str, as_json: bool) -> None:
+    for qi, answer in enumerate(answers):
+        if as_json:
+            click.echo(json.dumps(answer, ensure_ascii=False))
+            continue
+        click.echo(f"query: {answer['query']}\ncondition: {condition}")
+        for row in answer["results"]:
+            click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
+        if qi + 1 < len(answers):
+            click.echo("")
+
+
+@click.command("list", context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per index.")
+@index_dir_option
+def list_cmd(as_json: bool, index_dir: Path) -> None:
+    """List the stored indexes: condition, rows, model, head, dimension."""
+    from condsearch.serve.answers import index_summary
+    from condsearch.store import Manifest
+
+    entries = open_store(index_dir).manifests()
+    if not entries and not as_json:
+        click.echo(f"no indexes in {index_dir}", err=True)
+    for name, m in entries:
+        if as_json:
+            click.echo(json.dumps(index_summary(name, m), ensure_ascii=False))
+        elif not isinstance(m, Manifest):
+            click.echo(f"{name}: unreadable ({m})")
+        else:
+            click.echo(
+                f"{m.condition!r}  corpus={m.corpus_name}  mode={m.mode}  rows={m.n_vectors}  model={m.model_id}  "
+                f"head={m.head}  dim={m.dim}  [{name}]"
+            )
+
+
+@click.command("verify", context_settings=CONTEXT)
+@click.option(
+    "-c", "--condition", "conditions", multiple=True, help="Verify this condition's index [default: every index]."
+)
+@click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per index: index, condition, ok, rows or error.")
+@index_dir_option
+def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bool, index_dir: Path) -> None:
+    """Check indexes in full against their manifests: the sha256 of each index file, its rows, the counts.
+
+    Loading an index (query, serve) checks the index file's size, modification time and first and
+    last 64 KiB only; this reads every byte. Exits 1 when any index fails.
+    """
+    if corpus_name is not None and not conditions:
+        raise click.UsageError("--corpus picks among the indexes of a --condition")
+    store = open_store(index_dir)
+    try:
+        names = list(dict.fromkeys(store.find(c, corpus_name) for c in conditions)) if conditions else store.names()
+    except CondsearchError as exc:
+        raise fail(exc) from exc
+    if not names and not as_json:
+        click.echo(f"no indexes in {index_dir}", err=True)
+    failed = 0
+    for name in names:
+        try:
+            m = store.verify(name)
+            entry: dict[str, Any] = {"index": name, "condition": m.condition, "ok": True, "rows": m.n_vectors}
+        except CondsearchError as exc:
+            failed += 1
+            entry = {"index": name, "ok": False, "error": first_line(exc)}
+        if as_json:
+            click.echo(json.dumps(entry, ensure_ascii=False))
+        elif entry["ok"]:
+            click.echo(f"ok      {entry['condition']!r}  rows={entry['rows']}  [{name}]")
+        else:
+            click.echo(f"FAILED  [{name}]  {entry['error']}")
+    if failed:
+        raise click.ClickException(f"{failed} of {len(names)} index(es) failed verification")

@@ -1,0 +1,99 @@
+"""`condsearch serve`: the HTTP query server's command (the server itself is condsearch.serve)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from condsearch.cli_common import CONTEXT, fail
+from condsearch.cli_options import (
+    device_option,
+    index_dir_option,
+    quantize_check_option,
+    threads_option,
+    trust_option,
+)
+from condsearch.errors import CondsearchError
+from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+
+
+@click.command("serve", context_settings=CONTEXT)
+@click.option(
+    "--host",
+    default=ServeConfig.host,
+    show_default=True,
+    help="Address to listen on (one that is not loopback prints a warning).",
+)
+@click.option("--port", default=ServeConfig.port, show_default=True, type=click.IntRange(1, 65535), help="TCP port.")
+@click.option(
+    "--api-key",
+    envvar=API_KEY_ENV,
+    default=None,
+    help=f"Require this key on every request (header X-API-Key or a Bearer token); prefer env {API_KEY_ENV}.",
+)
+@click.option(
+    "--max-batch",
+    default=ServeConfig.max_batch,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Queries encoded together at most (requests that arrive together share one forward pass).",
+)
+@click.option(
+    "--batch-window-ms",
+    default=ServeConfig.batch_window_ms,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="How long a batch waits for more requests after its first.",
+)
+@click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
+@quantize_check_option
+@threads_option
+@index_dir_option
+@device_option
+@trust_option
+def serve_cmd(
+    host: str,
+    port: int,
+    api_key: str | None,
+    max_batch: int,
+    batch_window_ms: float,
+    preload: bool,
+    index_dir: Path,
+    device: str | None,
+    trust_remote_code: bool,
+    quantize: str | None,
+    threads: int | None,
+) -> None:
+    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs.
+
+    Each model is loaded once and shared by the indexes built with it; indexes load on first use
+    and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
+    """
+    try:
+        from condsearch.serve.server import run_server
+    except ImportError as exc:
+        raise click.ClickException(f"serve needs {exc.name}: pip install 'condsearch[serve]'") from exc
+    if not is_loopback(host):
+        click.echo(
+            f"condsearch: warning: listening on {host}: other machines can query this server"
+            + ("" if api_key else f"; set --api-key or {API_KEY_ENV}"),
+            err=True,
+        )
+    config = ServeConfig(
+        index_dir=index_dir,
+        host=host,
+        port=port,
+        api_key=api_key or None,
+        device=device,
+        trust_remote_code=trust_remote_code,
+        max_batch=max_batch,
+        batch_window_ms=batch_window_ms,
+        preload=preload,
+        quantize=quantize,
+        threads=threads,
+    )
+    try:
+        run_server(config)
+    except CondsearchError as exc:
+        raise fail(exc) from exc
