@@ -99,6 +99,17 @@ def plan_index(n: int, dim: int, factory: str, search_params: str, max_index_mem
     return factory, format_search_params(parse_search_params(search_params))
 
 
+def index_staged_vectors(staging: Path, factory: str, search_params: str) -> faiss.Index:
+    """Build the FAISS index from a staging folder's complete vectors file; a bad factory is one line."""
+    vectors = VectorFile(staging / VECTORS_FILE)
+    try:
+        return build_index(vectors, factory, search_params=search_params)
+    except ValueError as exc:
+        raise CondsearchError(str(exc)) from exc
+    finally:
+        vectors.close()
+
+
 def build_condition_index(
     corpus: CorpusSource,
     condition: str,
@@ -129,13 +140,7 @@ def build_condition_index(
         finally:
             if kept is not None:
                 kept.vectors.close()
-        vectors = VectorFile(draft.staging / VECTORS_FILE)
-        try:
-            index = build_index(vectors, factory, search_params=search_params)
-        except ValueError as exc:
-            raise CondsearchError(str(exc)) from exc
-        finally:
-            vectors.close()
+        index = index_staged_vectors(draft.staging, factory, search_params)
         manifest = Manifest(
             condition=condition,
             corpus_name=corpus_name,

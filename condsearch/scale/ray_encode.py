@@ -31,12 +31,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from condsearch.errors import CondsearchError, first_line
-from condsearch.index import build_index
-from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, plan_index
+from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, index_staged_vectors, plan_index
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
 from condsearch.store import ROWS_FILE, IndexStore, Manifest
-from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
+from condsearch.vectors import VECTORS_FILE, VectorWriter, text_hash, vector_fingerprint
 
 if TYPE_CHECKING:
     from condsearch.pipeline import Vectorizer
@@ -252,13 +251,7 @@ def _publish(
         if not seen.all():
             raise CondsearchError(f"ray: {int((~seen).sum())} row(s) of {condition!r} came back without a vector")
         _write_rows(corpus, draft.staging / ROWS_FILE)
-        vectors = VectorFile(draft.staging / VECTORS_FILE)
-        try:
-            index = build_index(vectors, factory, search_params=search_params)
-        except ValueError as exc:
-            raise CondsearchError(str(exc)) from exc
-        finally:
-            vectors.close()
+        index = index_staged_vectors(draft.staging, factory, search_params)
         manifest = Manifest(
             condition=condition,
             corpus_name=corpus_name,
