@@ -3,8 +3,9 @@
 
 Modes: ``unconditional`` (each sentence embedded alone, condition ignored), ``case``
 (CASE vectors f(c; I(s)) − f(c; I(∅))) and ``csr`` (the router tri-encoder: cos of
-route(s1, c) and route(s2, c), no head). Heads: ``default`` (the head shipped for the
-default model), ``train`` (trained here on --train, epoch chosen on --dev), ``none``
+route(s1, c) and route(s2, c), no head). Heads: a profile shipped for the default model
+(``full``, which ``default`` names; ``lora``; ``frozen``), ``train`` (trained here on --train,
+epoch chosen on --dev), ``none``
 (raw cosine), or a folder from ``condsearch train`` (a head and/or a LoRA adapter, e.g.
 ``train lora``; the adapter is loaded onto the encoder). ``--dims 32,64,128,256`` also
 trains one head per dimension (case mode).
@@ -40,7 +41,7 @@ from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
-from condsearch.pipeline import SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
+from condsearch.pipeline import HEAD_DEFAULT, HEAD_NONE, SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
 from condsearch.training import (  # noqa: E402
     PairFeatures,
     TrainConfig,
@@ -50,7 +51,7 @@ from condsearch.training import (  # noqa: E402
 )
 
 SMOKE_ROWS = 48
-HEAD_CHOICES = ("auto", *SHIPPED_HEADS, "train", "none")
+HEAD_CHOICES = ("auto", HEAD_DEFAULT, *SHIPPED_HEADS, "train", "none")
 
 
 def _log(msg: str) -> None:
@@ -81,8 +82,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--head",
         default="auto",
         help=(
-            "auto, default, frozen, train, none, or a folder written by condsearch train (a head, a LoRA adapter "
-            "from train lora, or both); auto: the shipped default for the default model in case mode, else train"
+            "auto, default, full, lora, frozen, train, none, or a folder written by condsearch train (a head, an "
+            "adapter, or both); auto: the shipped default profile (full) for the default model in case mode, else train"
         ),
     )
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
@@ -185,9 +186,8 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     featurize = case_features if args.mode == "case" else plain_features
     head_choice = args.head
     if head_choice == "auto":
-        head_choice = "train"
-        if args.mode == "case" and resolve_head("auto", encoder)[1] == "default":
-            head_choice = "default"
+        shipped = resolve_head("auto", encoder)[1] if args.mode == "case" else HEAD_NONE
+        head_choice = "train" if shipped == HEAD_NONE else shipped  # the default model's default profile
     need = ["dev", "test"] + (["train"] if head_choice == "train" else [])
     feats: dict[str, PairFeatures] = {}
     start = time.perf_counter()

@@ -184,10 +184,10 @@ def profile_options(command: Callable[..., None]) -> Callable[..., None]:
             "--profile",
             default=None,
             help=(
-                "Adapter + head together: 'default' (the default model's shipped LoRA adapter + head), 'frozen' "
-                "(its shipped head on the frozen encoder), 'full' (its shipped full fine-tune as a rank-64 delta, "
-                "no head, 384-d), 'none', 'auto' ('default' for the default model, else none) or a folder from "
-                "train (adapter and/or head) [default: auto]."
+                "Adapter + head together, shipped for the default model: 'full' (its full fine-tune on C-STS as "
+                "a rank-64 delta, no head, 384-d; what 'default' names), 'lora' (a LoRA adapter + 256-d head, the "
+                "earlier default), 'frozen' (a head on the frozen encoder); or 'none', 'auto' ('default' for "
+                "the default model, else none) or a folder from train (adapter and/or head) [default: auto]."
             ),
         ),
         click.option(
@@ -201,7 +201,7 @@ def profile_options(command: Callable[..., None]) -> Callable[..., None]:
             default=None,
             help=(
                 "Head folder or 'none' [default: none with --adapter]. As before --profile, 'auto', 'default', "
-                "'frozen' and a folder holding an adapter name a profile."
+                "'full', 'lora', 'frozen' and a folder holding an adapter name a profile."
             ),
         ),
     ]

@@ -20,6 +20,7 @@ from condsearch.artifacts.profiles import (
     SHIPPED_PROFILES,
     Profile,
     profile_of_index,
+    recorded_profile,
     resolve_profile,
 )
 from condsearch.encoders import Encoder, encoder_options, load_encoder
@@ -273,7 +274,7 @@ def vectorizer_for(
     if manifest.mode != MODE_CASE:
         raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
     # Pooling, prompts, max_length and dtype as recorded by the encoder's describe().
-    profile = profile_of_index(manifest.model_id, head or manifest.head, manifest.encoder, manifest.mode)
+    profile = profile_of_index(manifest.model_id, manifest.head, manifest.encoder, manifest.mode, asked=head)
     vec = load_vectorizer(
         model or manifest.model_id,
         profile=profile,
@@ -298,9 +299,10 @@ def vectorizer_for(
             f"index for {manifest.condition!r} was built with LoRA adapter sha256 {str(recorded or '-')[:12]}, "
             f"but head {vec.head_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
         )
-    if vec.head_name != manifest.head or vec.head_checksum != manifest.head_checksum:
+    built_with = recorded_profile(manifest.head)
+    if vec.head_name != built_with or vec.head_checksum != manifest.head_checksum:
         raise StoreError(
-            f"index for {manifest.condition!r} was built with head {manifest.head} "
+            f"index for {manifest.condition!r} was built with head {built_with} "
             f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.head_name} "
             f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
         )
@@ -399,7 +401,7 @@ def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
         return None
     if checksum != manifest.head_checksum:
         return None
-    return Vectorizer(encoder, head, manifest.head, checksum, profile=target.profile)
+    return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile)
 
 
 def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:

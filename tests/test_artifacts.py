@@ -16,7 +16,7 @@ from safetensors.torch import save_file
 from condsearch.artifacts import files
 from condsearch.artifacts.adapters import read_adapter
 from condsearch.artifacts.convert import convert_legacy_adapter
-from condsearch.artifacts.profiles import Profile, ProfileError, profile_of_index, resolve_profile
+from condsearch.artifacts.profiles import Profile, ProfileError, profile_of_index, recorded_profile, resolve_profile
 from condsearch.encoders import load_encoder
 from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.pipeline import load_vectorizer
@@ -119,11 +119,11 @@ def test_conversion_keeps_tensors_identity_and_vectors(tiny_bert_dir: Path, tmp_
 
 
 def test_the_shipped_adapter_is_in_peft_format_with_its_old_identity() -> None:
-    adapter = read_adapter(files.DEFAULT_PROFILE_DIR)
+    adapter = read_adapter(files.LORA_PROFILE_DIR)
     assert adapter.format_version == 2 and adapter.lora is not None and adapter.lora.rank == 16
     converted = adapter.meta["converted_from"]
     assert isinstance(converted, dict) and adapter.checksum == converted["adapter_checksum"]
-    assert not (files.DEFAULT_PROFILE_DIR / files.LEGACY_ADAPTER_WEIGHTS).exists()
+    assert not (files.LORA_PROFILE_DIR / files.LEGACY_ADAPTER_WEIGHTS).exists()
 
 
 # --- profiles --------------------------------------------------------------------------------
@@ -132,9 +132,11 @@ def test_the_shipped_adapter_is_in_peft_format_with_its_old_identity() -> None:
 def test_profile_names_aliases_and_conflicts(tiny_bert_dir: Path, tmp_path: Path) -> None:
     ad = _trained(tiny_bert_dir, tmp_path / "ad")
     both = _trained(tiny_bert_dir, tmp_path / "both", head=True)
-    assert resolve_profile(profile="default") == resolve_profile(head="default")  # --head default: an alias
     shipped = resolve_profile(profile="default")
-    assert shipped.name == "default" and shipped.adapter is not None and shipped.head is not None
+    assert shipped == resolve_profile(head="default") == resolve_profile(profile="full")  # an alias, both ways
+    assert shipped.name == "full" and shipped.adapter == files.FULL_PROFILE_DIR.resolve() and shipped.head is None
+    lora = resolve_profile(profile="lora")
+    assert lora.name == "lora" and lora.adapter == lora.head == files.LORA_PROFILE_DIR.resolve()
     frozen = resolve_profile(head="frozen")
     assert frozen.adapter is None and frozen.head == files.FROZEN_HEAD_DIR.resolve()
     assert resolve_profile(str(tiny_bert_dir)) == Profile()  # auto: none for another model
@@ -146,6 +148,7 @@ def test_profile_names_aliases_and_conflicts(tiny_bert_dir: Path, tmp_path: Path
         {"profile": "default", "head": "none"},
         {"profile": "frozen", "adapter": ad},
         {"adapter": ad, "head": "default"},
+        {"adapter": ad, "head": "lora"},
         {"adapter": ad, "head": str(both)},  # a head folder with an adapter of its own
         {"router": "default"},
     ):
@@ -166,6 +169,19 @@ def test_an_index_rebuilds_its_profile(tiny_bert_dir: Path, tmp_path: Path) -> N
     # a profile folder records no separate adapter: manifests of before --adapter still match
     both = _trained(tiny_bert_dir, tmp_path / "both", head=True)
     assert "adapter" not in load_vectorizer(str(tiny_bert_dir), profile=str(both), device="cpu").encoder.describe()
+
+
+def test_an_index_from_when_lora_was_the_default_still_names_lora() -> None:
+    from condsearch.models import DEFAULT_MODEL
+
+    # such manifests say head 'default'; new ones never do (the name is resolved before it is recorded)
+    assert recorded_profile("default") == "lora" and recorded_profile("full") == "full"
+    old = profile_of_index(DEFAULT_MODEL, "default", {}, "case")
+    assert old == resolve_profile(profile="lora") and old.name == "lora"
+    assert profile_of_index(DEFAULT_MODEL, "full", {}, "case") == resolve_profile(profile="default")
+    # a --head asked for at query time names today's profiles: its 'default' is full
+    asked = profile_of_index(DEFAULT_MODEL, "default", {}, "case", asked="default")
+    assert asked.name == "full"
 
 
 def test_cli_index_with_adapter_and_head_then_query(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:

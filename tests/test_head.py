@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.artifacts.files import DEFAULT_PROFILE_DIR as DEFAULT_HEAD_DIR
+from condsearch.artifacts.files import LORA_PROFILE_DIR
 from condsearch.artifacts.files import FROZEN_HEAD_DIR
 from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
@@ -114,7 +114,7 @@ def test_load_bad_config(tmp_path: Path, text: str) -> None:
         load_head(tmp_path / "h")
 
 
-@pytest.mark.parametrize("folder", [DEFAULT_HEAD_DIR, FROZEN_HEAD_DIR])
+@pytest.mark.parametrize("folder", [LORA_PROFILE_DIR, FROZEN_HEAD_DIR])
 def test_shipped_heads_load(folder: Path) -> None:
     head = load_head(folder)
     assert head.config.input_dim == 384

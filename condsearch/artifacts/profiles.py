@@ -1,15 +1,18 @@
 """Profiles: what turns a base model's outputs into index vectors, resolved once from the flags or a manifest.
 
 A CASE profile is an adapter (or none) and a head (or none); a CSR profile is a router (or an
-untrained one). Named profiles ship for the default model: ``default`` (the LoRA adapter + head
-fine-tuned on C-STS), ``frozen`` (the head on the frozen encoder); ``none`` is the raw model and
-``auto`` is ``default`` for the default model, else ``none``. A folder written by ``train``
-(adapter and/or head) is a profile too. ``--head`` names a head only; ``--head auto|default|frozen``
-and ``--head FOLDER`` of a folder holding an adapter are kept as aliases of ``--profile``.
+untrained one). Named profiles ship for the default model: ``full`` (the encoder fine-tuned in
+full on C-STS, shipped as a rank-64 delta; 384-d), ``lora`` (a LoRA adapter + a 256-d head),
+``frozen`` (a head on the frozen encoder). ``default`` names :data:`DEFAULT_PROFILE` (``full``);
+``none`` is the raw model and ``auto`` is the default profile for the default model, else
+``none``. A folder written by ``train`` (adapter and/or head) is a profile too. ``--head`` names a
+head only; ``--head auto|default|lora|full|frozen`` and ``--head FOLDER`` of a folder holding an
+adapter are kept as aliases of ``--profile``.
 
 An index's manifest records the profile as it always has: its ``head`` is the profile's name (a
-shipped name, 'none' or a folder), and an adapter named apart from it (``--adapter``) is
-recorded as the encoder's ``adapter``.
+shipped name, 'none' or a folder; never 'default', which is resolved first), and an adapter named
+apart from it (``--adapter``) is recorded as the encoder's ``adapter``. Indexes written while the
+LoRA profile was the default record it as 'default' (:data:`LEGACY_DEFAULT`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Literal
 
 from condsearch.artifacts.adapters import has_adapter
-from condsearch.artifacts.files import DEFAULT_PROFILE_DIR, FROZEN_HEAD_DIR, FULL_PROFILE_DIR
+from condsearch.artifacts.files import FROZEN_HEAD_DIR, FULL_PROFILE_DIR, LORA_PROFILE_DIR
 from condsearch.artifacts.heads import has_head
 from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
 from condsearch.errors import ModelError
@@ -28,15 +31,20 @@ from condsearch.errors import ModelError
 PROFILE_AUTO = "auto"
 PROFILE_NONE = "none"
 PROFILE_DEFAULT = "default"
-PROFILE_FROZEN = "frozen"
 PROFILE_FULL = "full"
+PROFILE_LORA = "lora"
+PROFILE_FROZEN = "frozen"
 #: what ships for the default model, by profile name
 SHIPPED_PROFILES = {
-    PROFILE_DEFAULT: DEFAULT_PROFILE_DIR,
-    PROFILE_FROZEN: FROZEN_HEAD_DIR,
     PROFILE_FULL: FULL_PROFILE_DIR,
+    PROFILE_LORA: LORA_PROFILE_DIR,
+    PROFILE_FROZEN: FROZEN_HEAD_DIR,
 }
-PROFILE_NAMES = (PROFILE_AUTO, *SHIPPED_PROFILES, PROFILE_NONE)
+#: the profile that ``default`` (and ``auto`` for the default model) names: the best on C-STS dev
+DEFAULT_PROFILE = PROFILE_FULL
+#: what the 'default' of an index written while the LoRA profile was the default means
+LEGACY_DEFAULT = PROFILE_LORA
+PROFILE_NAMES = (PROFILE_AUTO, PROFILE_DEFAULT, *SHIPPED_PROFILES, PROFILE_NONE)
 #: the manifest's encoder record of an adapter named with --adapter (apart from the profile)
 ADAPTER_KEY = "adapter"
 Mode = Literal["case", "csr"]
@@ -81,7 +89,8 @@ def _named(spec: str, model: str | None) -> Profile:
     if spec == PROFILE_AUTO:
         from condsearch.models import DEFAULT_MODEL, resolve_model
 
-        spec = PROFILE_DEFAULT if resolve_model(model).model_id == DEFAULT_MODEL else PROFILE_NONE
+        spec = DEFAULT_PROFILE if resolve_model(model).model_id == DEFAULT_MODEL else PROFILE_NONE
+    spec = DEFAULT_PROFILE if spec == PROFILE_DEFAULT else spec
     if spec == PROFILE_NONE:
         return Profile()
     folder = SHIPPED_PROFILES[spec].resolve() if spec in SHIPPED_PROFILES else _folder(spec, "head")
@@ -121,7 +130,7 @@ def resolve_profile(
         return _named(profile, model)
     if adapter is None:
         return _named(head or PROFILE_AUTO, model)  # --head auto|default|frozen and adapter folders: aliases
-    if head in SHIPPED_PROFILES or head == PROFILE_AUTO:
+    if head in SHIPPED_PROFILES or head in (PROFILE_AUTO, PROFILE_DEFAULT):
         raise ProfileError(
             f"--head {head} names a profile (adapter + head); with --adapter name a head folder or 'none'"
         )
@@ -138,10 +147,21 @@ def resolve_profile(
     return Profile(str(head_folder), adapter_folder, head_folder)
 
 
-def profile_of_index(model_id: str, head: str, encoder: Mapping[str, object], mode: str) -> Profile:
-    """Return the profile an index was built with, from its manifest's head and encoder record."""
+def recorded_profile(head: str) -> str:
+    """Return the profile name a manifest's ``head`` means ('default' in an index older than the ``full`` default)."""
+    return LEGACY_DEFAULT if head == PROFILE_DEFAULT else head
+
+
+def profile_of_index(
+    model_id: str, head: str, encoder: Mapping[str, object], mode: str, *, asked: str | None = None
+) -> Profile:
+    """Return the profile an index was built with, from its manifest's head and encoder record.
+
+    ``asked`` is a --head given at query time in place of the recorded one (its 'default' is today's).
+    """
     if mode == "csr":
         recorded = encoder.get("router")
         return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode="csr")
     adapter = encoder.get(ADAPTER_KEY)
-    return resolve_profile(model_id, head=head, adapter=str(adapter) if isinstance(adapter, str) else None)
+    name = recorded_profile(head) if asked is None else DEFAULT_PROFILE if asked == PROFILE_DEFAULT else asked
+    return resolve_profile(model_id, head=name, adapter=str(adapter) if isinstance(adapter, str) else None)

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from condsearch.artifacts.profiles import recorded_profile
 from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import SearchResult, search, to_search_device
 from condsearch.pipeline import Vectorizer, vectorizer_for
@@ -52,7 +53,7 @@ def vectorizer_key(manifest: Manifest) -> str:
         "model_id": manifest.model_id,
         "model_revision": manifest.model_revision,
         "mode": manifest.mode,
-        "head": manifest.head,
+        "head": recorded_profile(manifest.head),  # an older index's 'default' is 'lora'
         "head_checksum": manifest.head_checksum,
         "encoder": manifest.encoder,  # pooling, prompts, max_length, dtype, adapter and router fingerprints
     }
