@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.artifacts.files import LORA_PROFILE_DIR
-from condsearch.artifacts.files import FROZEN_HEAD_DIR
+from condsearch.artifacts.files import FROZEN_HEAD_DIR, LORA_PROFILE_DIR
 from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.artifacts.heads import HeadConfig, head_checksum
