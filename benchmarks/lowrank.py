@@ -51,7 +51,8 @@ def _score(encoder: BertStyleEncoder, dev: CstsData, batch_size: int) -> tuple[f
 def measure(args: argparse.Namespace, dev: CstsData, tuned_paths: list[Path]) -> list[dict[str, object]]:
     """Return one row per setting: base, full fine-tune, each rank."""
     base = _base(args.model, args.device)
-    base_state = {k: v.detach().clone() for k, v in base.model.state_dict().items()}
+    # on the CPU beside the read weights, whatever --device runs the dev passes
+    base_state = {k: v.detach().to("cpu", copy=True) for k, v in base.model.state_dict().items()}
     tuned = average_weights([read_tuned(p) for p in tuned_paths])
     energy = kept_energy(base_state, tuned, args.ranks)
     rows: list[dict[str, object]] = []

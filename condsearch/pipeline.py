@@ -100,9 +100,9 @@ def load_profile_head(profile: Profile, encoder: Encoder) -> tuple[ProjectionHea
         check_head(head.config, profile.name, described)
     carried = described.get("adapter_checksum")
     if profile.adapter is not None and carried != adapter_checksum(profile.adapter):
-        raise ModelError(f"head {profile.name!r} carries a LoRA adapter that the encoder was not loaded with")
+        raise ModelError(f"head {profile.name!r} carries an adapter that the encoder was not loaded with")
     if carried and profile.adapter is None:
-        raise ModelError(f"head {profile.name!r} was trained without the LoRA adapter this encoder carries")
+        raise ModelError(f"head {profile.name!r} was trained without the adapter this encoder carries")
     return head, checksum
 
 
@@ -296,7 +296,7 @@ def vectorizer_for(
     recorded, loaded = manifest.encoder.get("adapter_checksum"), described.get("adapter_checksum")
     if recorded != loaded:
         raise StoreError(
-            f"index for {manifest.condition!r} was built with LoRA adapter sha256 {str(recorded or '-')[:12]}, "
+            f"index for {manifest.condition!r} was built with adapter sha256 {str(recorded or '-')[:12]}, "
             f"but head {vec.head_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
         )
     built_with = recorded_profile(manifest.head)

@@ -108,7 +108,9 @@ def test_resolve_head_auto_none_and_missing(tmp_path: Path) -> None:
 def test_resolve_head_checks_dimension_and_model(tmp_path: Path) -> None:
     enc = HashEncoder()
     with pytest.raises(ModelError, match="384-d inputs"):
-        resolve_head("default", enc)  # the shipped head is for the 384-d default model
+        resolve_head("lora", enc)  # the shipped head is for the 384-d default model
+    with pytest.raises(ModelError, match="adapter that the encoder was not loaded with"):
+        resolve_head("default", enc)  # full: no head, an adapter this encoder does not carry
     save_head(ProjectionHead(HeadConfig(input_dim=16, dim=4, model_id="other/model")), tmp_path / "other")
     with pytest.raises(ModelError, match="trained for other/model"):
         resolve_head(str(tmp_path / "other"), enc)
