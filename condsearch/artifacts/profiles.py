@@ -163,5 +163,5 @@ def profile_of_index(
         recorded = encoder.get("router")
         return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode="csr")
     adapter = encoder.get(ADAPTER_KEY)
-    name = recorded_profile(head) if asked is None else DEFAULT_PROFILE if asked == PROFILE_DEFAULT else asked
+    name = recorded_profile(head) if asked is None else asked  # resolve_profile reads 'default' as today's
     return resolve_profile(model_id, head=name, adapter=str(adapter) if isinstance(adapter, str) else None)
