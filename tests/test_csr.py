@@ -167,6 +167,18 @@ def test_half_precision_cache_is_close(tmp_path: Path, tiny_bert_dir: Path) -> N
     assert cos.min() > 0.999
 
 
+def test_a_model_saved_in_float16_runs_in_float32(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    half_dir = tmp_path / "half"
+    AutoModel.from_pretrained(str(tiny_bert_dir)).half().save_pretrained(half_dir)
+    AutoTokenizer.from_pretrained(str(tiny_bert_dir)).save_pretrained(half_dir)
+    encoder = load_csr_encoder(str(half_dir), router="none", cache_dir=tmp_path / "c")
+    assert next(encoder.router.parameters()).dtype == torch.float32  # as CASE loads it: no Half/Float mix
+    full = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "d")
+    a, b = encoder.encode_conditional(SENTENCES, CONDITION), full.encode_conditional(SENTENCES, CONDITION)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 0.999  # only the weights' rounding differs
+
+
 def test_cache_is_reused_across_runs(tmp_path: Path, tiny_bert_dir: Path, monkeypatch) -> None:
     first = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path)
     a = first.encode_conditional(SENTENCES, CONDITION)

@@ -17,6 +17,7 @@ from condsearch.csr.cache import StateCache, collate, split, text_key
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig
 from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.encoders.bert import pick_device
+from condsearch.encoders.runtime import load_pretrained
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, resolve_model
 from condsearch.progress import progress_bar
@@ -46,7 +47,11 @@ class CsrEncoder:
 
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-            model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            # float32 whatever dtype the folder was saved in, as the CASE encoders load it (the router's
+            # arithmetic and its state cache are float32)
+            model = load_pretrained(
+                AutoModel.from_pretrained, source.location, dtype=torch.float32, trust_remote_code=trust_remote_code
+            )
         except (OSError, ValueError, KeyError) as exc:
             raise ModelError.cannot_load(source.model_id, exc) from exc
         folder = resolve_router(router, source.model_id)
