@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -150,12 +151,15 @@ def encode_batch_option(default: int, help: str) -> Callable[[F], F]:
 
 def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
     """Refuse, before any training, an --out (or --checkpoint-dir) that is not ours to replace or cannot be written."""
-    from condsearch.atomic import check_output_dir
+    from condsearch.artifacts.files import check_own_artifact
+    from condsearch.atomic import check_output_dir, recover_dir
 
     try:
-        check_output_dir(out, kind)
-        if checkpoint_dir is not None:
-            check_output_dir(checkpoint_dir, "checkpoint")
+        for folder, what in ((out, kind), (checkpoint_dir, "checkpoint")):
+            if folder is not None:
+                recover_dir(Path(os.path.abspath(folder)))  # a replacement cut off by a crash: judge the folder it left
+                check_own_artifact(folder, what)
+                check_output_dir(folder, what)
     except CondsearchError as exc:
         raise click.ClickException(first_line(exc)) from exc
 

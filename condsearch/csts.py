@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from condsearch.errors import CorpusError
 
 COLUMNS = ("sentence1", "sentence2", "condition", "label")
 INVALID_LABEL = -1.0
+#: the similarity scale of C-STS labels (inclusive); INVALID_LABEL marks a row to drop
+LABEL_MIN, LABEL_MAX = 1.0, 5.0
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,32 @@ class CstsData:
 
 def scale_labels(labels: np.ndarray) -> np.ndarray:
     """Map labels 1..5 onto 0..1, the target of the cosine regression."""
-    return ((labels - 1.0) / 4.0).astype(np.float32)
+    return ((labels - LABEL_MIN) / (LABEL_MAX - LABEL_MIN)).astype(np.float32)
+
+
+def parse_label(text: str | None) -> float:
+    """Return a label as a number on the 1..5 scale (or INVALID_LABEL); ValueError says why it is not one."""
+    try:
+        label = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError("is not a number") from None
+    if label == INVALID_LABEL:
+        return label
+    scale = f"{LABEL_MIN:g}-{LABEL_MAX:g}"
+    if not math.isfinite(label):
+        raise ValueError(f"is not a finite number (labels are {scale}; {INVALID_LABEL:g} drops a row)")
+    if not LABEL_MIN <= label <= LABEL_MAX:
+        raise ValueError(f"is outside the {scale} scale ({INVALID_LABEL:g} drops a row)")
+    return label
 
 
 def read_csts(path: Path | str) -> CstsData:
-    """Read a CSV with columns sentence1, sentence2, condition, label; drop label -1."""
+    """Read a CSV with columns sentence1, sentence2, condition, label; drop label -1.
+
+    A label that is not a number on the 1..5 scale (NaN, inf, 0, 6) is a CorpusError naming its line.
+    """
     path = Path(path)
+    rows: list[tuple[int, dict[str, str | None]]] = []
     try:
         with open(path, newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
@@ -47,22 +70,23 @@ def read_csts(path: Path | str) -> CstsData:
             if missing:
                 found = ", ".join(reader.fieldnames or []) or "none"
                 raise CorpusError(f"{path}: missing column(s) {', '.join(missing)}; columns are {found}")
-            rows = list(reader)
+            for row in reader:
+                rows.append((reader.line_num, row))  # the line the row ends on (a quoted field may span lines)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise CorpusError(f"{path}: cannot read C-STS file ({type(exc).__name__})") from exc
     s1, s2, cond, labels = [], [], [], []
     dropped = 0
-    for line, row in enumerate(rows, start=2):
+    for line, row in rows:
         try:
-            label = float(row["label"])
-        except (TypeError, ValueError) as exc:
-            raise CorpusError(f"{path}:{line}: label {row['label']!r} is not a number") from exc
+            label = parse_label(row["label"])
+        except ValueError as exc:
+            raise CorpusError(f"{path}:{line}: label {row['label']!r} {exc}") from exc
         if label == INVALID_LABEL or not (row["condition"] or "").strip():
             dropped += 1
             continue
         s1.append(row["sentence1"] or "")
         s2.append(row["sentence2"] or "")
-        cond.append(row["condition"])
+        cond.append(row["condition"] or "")
         labels.append(label)
     if not labels:
         raise CorpusError(f"{path}: no labelled rows")

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 
-from condsearch.artifacts.files import HEAD_CONFIG, HEAD_WEIGHTS, write_json
+from condsearch.artifacts.files import HEAD_CONFIG, HEAD_WEIGHTS, check_own_artifact, write_json
 from condsearch.artifacts.heads import HeadConfig, head_checksum, head_meta, read_head_config
+from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import replacing_dir
 from condsearch.errors import ModelError
 
@@ -40,16 +40,26 @@ class ProjectionHead(nn.Module):
 
 
 def save_head(head: ProjectionHead, directory: Path, extra: dict[str, object] | None = None) -> str:
-    """Write the head's weights and config into ``directory`` atomically; return the checksum."""
+    """Write the head's weights and config into ``directory`` atomically; return the checksum.
+
+    ``directory`` must be missing, empty or an earlier head (ArtifactFolderError otherwise); weights
+    with NaN or inf are refused (ModelError), leaving it as it was.
+    """
+    check_own_artifact(directory, "head")
     with replacing_dir(directory) as tmp:
-        write_head_files(head, tmp, extra)
+        write_head_files(head, tmp, extra, shown=Path(directory))
     return head_checksum(directory)
 
 
-def write_head_files(head: ProjectionHead, folder: Path, extra: dict[str, object] | None = None) -> None:
-    """Write the head's weights and config into an existing folder (callers make it atomic)."""
+def write_head_files(
+    head: ProjectionHead, folder: Path, extra: dict[str, object] | None = None, *, shown: Path | None = None
+) -> None:
+    """Write the head's weights and config into an existing folder (callers make it atomic).
+
+    ``shown``: the folder an error names (the final one, not the temporary folder written into).
+    """
     state = {k: v.detach().cpu().contiguous() for k, v in head.state_dict().items()}
-    save_file(state, str(Path(folder) / HEAD_WEIGHTS), metadata={"format": "pt"})
+    save_weights(state, Path(folder) / HEAD_WEIGHTS, f"{shown or folder}: head weights")
     write_json(Path(folder) / HEAD_CONFIG, head_meta(head.config, extra))
 
 
@@ -57,9 +67,9 @@ def load_head(directory: Path) -> ProjectionHead:
     """Load a head saved by :func:`save_head`."""
     directory = Path(directory)
     head = ProjectionHead(read_head_config(directory))
+    state = load_weights(directory / HEAD_WEIGHTS, "head weights")
     try:
-        state = load_file(str(directory / HEAD_WEIGHTS))
         head.load_state_dict(state)
-    except Exception as exc:  # safetensors raises several types for damaged files
-        raise ModelError(f"{directory}: head weights unreadable ({type(exc).__name__})") from exc
+    except RuntimeError as exc:  # missing, unexpected or misshapen tensors
+        raise ModelError(f"{directory}: head weights unreadable (they do not fit its {HEAD_CONFIG})") from exc
     return head.eval()

@@ -34,13 +34,13 @@ class NumpyHead:
 
 def load_numpy_head(directory: Path) -> NumpyHead:
     """Load a head saved by ``condsearch.head.save_head`` for numpy inference."""
-    from safetensors.numpy import load_file
+    from condsearch.artifacts.weights import load_weights
 
     config = read_head_config(directory)
-    try:
-        weight = load_file(str(Path(directory) / HEAD_WEIGHTS))[LINEAR_WEIGHT].astype(np.float32)
-    except Exception as exc:  # safetensors raises several types for damaged files
-        raise ModelError(f"{directory}: head weights unreadable ({type(exc).__name__})") from exc
+    state = load_weights(Path(directory) / HEAD_WEIGHTS, "head weights", framework="numpy")
+    if LINEAR_WEIGHT not in state:
+        raise ModelError(f"{directory}: head weights hold no {LINEAR_WEIGHT}")
+    weight = np.asarray(state[LINEAR_WEIGHT], dtype=np.float32)
     if weight.shape != (config.dim, config.input_dim):
         raise ModelError(f"{directory}: head weights are {weight.shape}, not ({config.dim}, {config.input_dim})")
     return NumpyHead(config, weight)

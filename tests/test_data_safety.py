@@ -14,6 +14,7 @@ from condsearch.atomic import (
     check_output_dir,
     replacing_dir,
 )
+from condsearch.head import HeadConfig, ProjectionHead, save_head
 from tests.test_cli import assert_clean_error, ok, run
 
 CSV = "sentence1,sentence2,condition,label\na red dress,a blue dress,colour,2\na red hat,a red coat,colour,5\n"
@@ -153,8 +154,7 @@ def test_train_refuses_an_out_of_another_kind(
     csv = tmp_path / "t.csv"
     csv.write_text(CSV)
     head = tmp_path / "head"
-    head.mkdir()
-    (head / ARTIFACT_MARKERS["head"]).write_text("{}")
+    save_head(ProjectionHead(HeadConfig(input_dim=3, dim=2)), head)  # a real head: a bare head.json is no proof
     result = run("train", csv, "--out", head, "--model", tiny_bert_dir, "--finetune", "lora")
     assert_clean_error(result, match="holds a condsearch head, not an adapter")
 
@@ -222,12 +222,12 @@ def test_train_with_an_unwritable_cache_is_one_line(
 def test_train_denied_writing_the_head_is_one_line(
     tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.head
+    import safetensors.torch
 
     def denied(tensors: object, path: str, **kwargs: object) -> None:
         raise PermissionError(13, "Permission denied", path)
 
-    monkeypatch.setattr(condsearch.head, "save_file", denied)
+    monkeypatch.setattr(safetensors.torch, "save_file", denied)  # what every artifact's weights are written with
     csv = tmp_path / "t.csv"
     csv.write_text(CSV)
     result = run("train", csv, "--out", tmp_path / "head", "--dim", 4, "--epochs", 1, "--model", tiny_bert_dir)

@@ -28,8 +28,10 @@ from condsearch.artifacts.files import (
     HEAD_WEIGHTS,
     LEGACY_ADAPTER_FORMAT_VERSION,
     PEFT_WEIGHTS,
+    check_own_artifact,
     file_checksum,
 )
+from condsearch.artifacts.weights import load_weights
 from condsearch.errors import CondsearchError, ModelError, first_line
 
 #: adapter.json's keys that PEFT's config and the sidecar's own fields hold instead
@@ -42,14 +44,15 @@ def convert_legacy_adapter(source: Path, target: Path | None = None) -> str:
     ``target`` None converts in place (atomically). The result is read back and checked to hold
     the same tensors and the same identity as the source.
     """
-    from safetensors.numpy import load_file, save_file
+    from safetensors.numpy import save_file
 
     from condsearch.atomic import replacing_dir
 
     old = read_adapter(source)
     if old.format_version != LEGACY_ADAPTER_FORMAT_VERSION or old.kind != LORA_KIND or old.lora is None:
         raise ModelError(f"{source}: not a LoRA adapter of condsearch's first format")
-    factors = lora_factors(old, load_file(str(old.weights)))
+    check_own_artifact(Path(target or source), "adapter")
+    factors = lora_factors(old, load_weights(old.weights, "adapter weights", framework="numpy"))
     identity = old.checksum
     provenance = {k: v for k, v in old.meta.items() if k not in _MOVED}
     with replacing_dir(Path(target or source), kind="adapter") as tmp:
@@ -60,7 +63,7 @@ def convert_legacy_adapter(source: Path, target: Path | None = None) -> str:
             if (Path(source) / name).is_file():
                 shutil.copy2(Path(source) / name, tmp / name)
         new = read_adapter(tmp)
-        again = lora_factors(new, load_file(str(new.weights)))
+        again = lora_factors(new, load_weights(new.weights, "adapter weights", framework="numpy"))
         same = set(again) == set(factors) and all(
             np.array_equal(again[m][i], factors[m][i]) for m in factors for i in (0, 1)
         )

@@ -10,10 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from condsearch.artifacts.files import ROUTER_CONFIG, ROUTER_FORMAT_VERSION, ROUTER_WEIGHTS, write_json
+from condsearch.artifacts.files import (
+    ROUTER_CONFIG,
+    ROUTER_FORMAT_VERSION,
+    ROUTER_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
 from condsearch.artifacts.routers import read_router_config, router_checksum
+from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import replacing_dir
 from condsearch.csr.router import Router, RouterConfig
 from condsearch.errors import ModelError
@@ -22,9 +28,10 @@ from condsearch.errors import ModelError
 def save_router(router: Router, directory: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> str:
     """Write the router's trainable parameters and metadata atomically; return the checksum."""
     directory = Path(directory)
+    check_own_artifact(directory, "router")
     with replacing_dir(directory) as tmp:
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in router.trainable_parameters().items()}
-        save_file(state, str(tmp / ROUTER_WEIGHTS), metadata={"format": "pt"})
+        save_weights(state, tmp / ROUTER_WEIGHTS, f"{directory}: router weights")  # float16 can overflow to inf
         info = {
             "format_version": ROUTER_FORMAT_VERSION,
             "layer": router.layer,
@@ -49,10 +56,7 @@ def load_router_weights(router: Router, directory: Path) -> None:
     meta = read_router_config(directory)
     if meta.get("layer") != router.layer:
         raise ModelError(f"{directory}: router trained at layer {meta.get('layer')}, not {router.layer}")
-    try:
-        state = load_file(str(Path(directory) / ROUTER_WEIGHTS))
-    except Exception as exc:  # safetensors raises several types for damaged files
-        raise ModelError(f"{directory}: router weights unreadable ({type(exc).__name__})") from exc
+    state = load_weights(Path(directory) / ROUTER_WEIGHTS, "router weights")
     params = router.trainable_parameters()
     if set(state) != set(params):
         raise ModelError(f"{directory}: router weights do not fit this backbone and router config")

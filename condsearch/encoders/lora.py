@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from condsearch.artifacts.adapters import DELTA_KIND, Adapter, check_adapter, lora_factors, read_adapter
+from condsearch.artifacts.weights import load_weights
 from condsearch.errors import ModelError
 
 if TYPE_CHECKING:
@@ -78,10 +78,7 @@ def apply_deltas(model: nn.Module, state: Mapping[str, torch.Tensor]) -> int:
 
 def merge_adapter(model: nn.Module, adapter: Adapter) -> None:
     """Fold a read adapter's weights into model in place (one-line ModelError when they do not fit)."""
-    try:
-        state = load_file(str(adapter.weights))
-    except Exception as exc:  # safetensors raises several types for damaged files
-        raise ModelError(f"{adapter.folder}: adapter weights unreadable ({type(exc).__name__})") from exc
+    state = load_weights(adapter.weights, "adapter weights")  # one line when damaged or non-finite
     try:
         if adapter.kind == DELTA_KIND:
             apply_deltas(model, state)

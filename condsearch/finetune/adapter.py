@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
-from safetensors.torch import save_file
 
 from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, has_adapter: re-exported for training
     DELTA_KIND,
@@ -24,7 +23,14 @@ from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, ha
     peft_names,
     write_lora_meta,
 )
-from condsearch.artifacts.files import LEGACY_ADAPTER_CONFIG, LEGACY_ADAPTER_WEIGHTS, PEFT_WEIGHTS, write_json
+from condsearch.artifacts.files import (
+    LEGACY_ADAPTER_CONFIG,
+    LEGACY_ADAPTER_WEIGHTS,
+    PEFT_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
+from condsearch.artifacts.weights import check_finite, save_weights
 from condsearch.atomic import replacing_dir
 from condsearch.finetune.lora import LoraConfig, lora_state
 from condsearch.head import ProjectionHead, write_head_files
@@ -61,19 +67,22 @@ def save_adapter(
     The adapter is stored as ``dtype`` (half the bytes of float32). The encoder's own adapter
     is rounded to that precision first, so that it gives exactly the vectors the file will.
     """
+    directory = Path(directory)
     params = lora_state(encoder.model)
+    check_own_artifact(directory, "adapter")
+    check_finite(params, f"{directory}: adapter weights")  # before rounding them in the encoder
     with torch.no_grad():
         for p in params.values():
             p.copy_(p.to(dtype).to(p.dtype))
     modules = sorted({key.rsplit(".", 1)[0] for key in params})
     factors = {m: (params[f"{m}.lora_a"], params[f"{m}.lora_b"]) for m in modules}
     settings = LoraSettings(config.rank, config.alpha, config.dropout, config.targets)
-    with replacing_dir(Path(directory)) as tmp:
+    with replacing_dir(directory) as tmp:
         state = {k: v.detach().to("cpu", dtype).contiguous() for k, v in peft_names(factors).items()}
-        save_file(state, str(tmp / PEFT_WEIGHTS), metadata={"format": "pt"})
+        save_weights(state, tmp / PEFT_WEIGHTS, f"{directory}: adapter weights")  # float16 can overflow to inf
         write_lora_meta(tmp, settings, modules, provenance(encoder, extra))
         if head is not None:
-            write_head_files(head, tmp, extra)
+            write_head_files(head, tmp, extra, shown=directory)
     return adapter_checksum(directory)
 
 
@@ -92,12 +101,13 @@ def save_delta_adapter(
     encoder is the base model the changes apply to; rank is what the matrices were cut to (None: full).
     """
     directory = Path(directory)
+    check_own_artifact(directory, "adapter")
     with replacing_dir(directory) as tmp:
         tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
-        save_file(tensors, str(tmp / LEGACY_ADAPTER_WEIGHTS), metadata={"format": "pt"})
+        save_weights(tensors, tmp / LEGACY_ADAPTER_WEIGHTS, f"{directory}: adapter weights")
         write_json(
             tmp / LEGACY_ADAPTER_CONFIG, legacy_meta({"kind": DELTA_KIND, "rank": rank}, provenance(encoder, extra))
         )
         if head is not None:
-            write_head_files(head, tmp, extra)
+            write_head_files(head, tmp, extra, shown=directory)
     return adapter_checksum(directory)

@@ -21,17 +21,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
 
-from condsearch.artifacts.files import CHECKPOINT_FORMAT_VERSION, CHECKPOINT_STATE
+from condsearch.artifacts.files import (
+    CHECKPOINT_BEST,
+    CHECKPOINT_EPOCHS,
+    CHECKPOINT_FORMAT_VERSION,
+    CHECKPOINT_OPTIMIZER,
+    CHECKPOINT_STATE,
+    CHECKPOINT_TRAINABLE,
+    check_own_artifact,
+)
+from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import recover_dir, replacing_dir
 from condsearch.errors import ModelError
 
 STATE_FILE = CHECKPOINT_STATE
-TRAINABLE_FILE = "trainable.safetensors"
-BEST_FILE = "best.safetensors"
-OPTIMIZER_FILE = "optimizer.safetensors"
-EPOCH_FILES = "epoch-*.safetensors"  # each kept epoch's trainable parameters, keyed like TRAINABLE_FILE
+TRAINABLE_FILE = CHECKPOINT_TRAINABLE
+BEST_FILE = CHECKPOINT_BEST
+OPTIMIZER_FILE = CHECKPOINT_OPTIMIZER
+EPOCH_FILES = CHECKPOINT_EPOCHS  # each kept epoch's trainable parameters, keyed like TRAINABLE_FILE
 _RNG_KEY = "__cpu_rng_state__"
 
 
@@ -66,17 +74,19 @@ def save_checkpoint(
 ) -> None:
     """Write the training state into folder (replaced atomically); with keep_epoch, also the epoch's own copy."""
     folder = Path(folder)
+    what = f"{folder}: checkpoint"
+    check_own_artifact(folder, "checkpoint")
     with replacing_dir(folder) as tmp:
         for kept in sorted(folder.glob(EPOCH_FILES)) if folder.is_dir() else []:
             try:
                 os.link(kept, tmp / kept.name)
             except OSError:  # a filesystem without hard links
                 shutil.copy2(kept, tmp / kept.name)
-        save_file(_tensors(params), str(tmp / TRAINABLE_FILE))
+        save_weights(_tensors(params), tmp / TRAINABLE_FILE, what)
         if keep_epoch:
-            save_file(_tensors(params), str(tmp / f"epoch-{state.epoch}.safetensors"))
+            save_weights(_tensors(params), tmp / f"epoch-{state.epoch}.safetensors", what)
         if best is not None:
-            save_file(_tensors(best), str(tmp / BEST_FILE))
+            save_weights(_tensors(best), tmp / BEST_FILE, what)
         moments: dict[str, torch.Tensor] = {}
         steps: dict[str, float] = {}
         for name, p in params.items():
@@ -87,7 +97,7 @@ def save_checkpoint(
             moments[f"{name}.exp_avg_sq"] = slot["exp_avg_sq"]
             steps[name] = float(slot["step"])
         moments[_RNG_KEY] = torch.get_rng_state()
-        save_file(_tensors(moments), str(tmp / OPTIMIZER_FILE))
+        save_weights(_tensors(moments), tmp / OPTIMIZER_FILE, what)
         info = {
             "format_version": CHECKPOINT_FORMAT_VERSION,
             "epoch": state.epoch,
@@ -130,12 +140,9 @@ def load_checkpoint(
     if saved != config:
         changed = sorted(k for k in set(config) | set(saved) if saved.get(k) != config.get(k))
         raise ModelError(f"{folder}: checkpoint was written with other settings ({', '.join(changed)}); drop --resume")
-    try:
-        trained = load_file(str(folder / TRAINABLE_FILE))
-        moments = load_file(str(folder / OPTIMIZER_FILE))
-        best = load_file(str(folder / BEST_FILE)) if (folder / BEST_FILE).is_file() else None
-    except Exception as exc:  # safetensors raises several types for damaged files
-        raise ModelError(f"{folder}: checkpoint tensors unreadable ({type(exc).__name__})") from exc
+    trained = load_weights(folder / TRAINABLE_FILE, "checkpoint tensors")
+    moments = load_weights(folder / OPTIMIZER_FILE, "checkpoint tensors")
+    best = load_weights(folder / BEST_FILE, "checkpoint tensors") if (folder / BEST_FILE).is_file() else None
     if set(trained) != set(params):
         raise ModelError(f"{folder}: checkpoint does not hold this model's trainable parameters")
     steps = info.get("optimizer_steps") or {}

@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 
 from condsearch.artifacts.adapters import DELTA_KIND  # noqa: F401 - the adapter kind this module's output is
+from condsearch.artifacts.weights import load_weights
 from condsearch.encoders.lora import apply_deltas  # noqa: F401 - applying a delta adapter is inference's
 from condsearch.errors import ModelError
 
@@ -62,10 +62,7 @@ def read_tuned(path: Path) -> dict[str, torch.Tensor]:
     checkpoint = not path.is_dir() or (path / STATE_FILE).is_file()
     if path.is_dir():
         path = path / (TRAINABLE_FILE if checkpoint else "model.safetensors")
-    try:
-        state = load_file(str(path))
-    except Exception as exc:  # safetensors raises several types for damaged or missing files
-        raise ModelError(f"{path}: fine-tuned weights unreadable ({type(exc).__name__})") from exc
+    state = load_weights(path, "fine-tuned weights")
     if checkpoint:
         state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}
     return state

@@ -9,7 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from condsearch.artifacts.files import MODEL_SUMMARY
+from condsearch.artifacts.files import MODEL_SUMMARY, check_own_artifact
+from condsearch.artifacts.weights import check_finite
 from condsearch.atomic import replacing_dir
 from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
@@ -137,6 +138,9 @@ def _summary(
 def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, extra: dict[str, object]) -> None:
     """Write a loadable model folder (weights, tokenizer, token limit) and the head, atomically."""
     out = Path(out)
+    check_own_artifact(out, "model")
+    # transformers writes the weights itself: check them before it does
+    check_finite(encoder.model.state_dict(), f"{out}: model weights")  # type: ignore[operator]
     try:
         with replacing_dir(out) as tmp:
             encoder.model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers model
@@ -147,6 +151,6 @@ def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, ext
                 # the head answers to the model folder's own identity, which --model OUT resolves to
                 head = result.head
                 head.config = replace(head.config, model_id=str(out.resolve()), model_revision="")
-                write_head_files(head, tmp, extra)
+                write_head_files(head, tmp, extra, shown=out)
     except OSError as exc:
         raise CondsearchError(f"{out}: cannot write the model folder ({os_reason(exc)})") from exc
