@@ -1,24 +1,47 @@
 # Quickstart: `make demo` (index the bundled corpus under two conditions, query it) and `make test`.
 # Both create .venv when missing. Where there is no CUDA, PyTorch's CPU build (torch==2.13.0)
-# is installed first so that the package's `torch>=` requirement is already met.
+# is installed first so that the package's `torch>=` requirement is already met. Everything else
+# is installed at the versions in constraints.txt, those CI last passed with (see `constraints`).
 
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.condsearch-installed
+CONSTRAINTS := constraints.txt
 DEMO_QUERY := A girl in an orange dress serves the ball
 
-.PHONY: install demo test test-slow test-ray bench-smoke lint clean
+.PHONY: install upgrade constraints demo test test-slow test-ray bench-smoke lint clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if $(BIN)/python -c "import torch" 2>/dev/null; then :; \
 	elif command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -q torch; \
 	else $(BIN)/python -m pip install -q torch==2.13.0; fi
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
+
+# constraints.txt pins every package of the dev install except torch (installed above, a CUDA or a
+# CPU build, with its nvidia-*/triton) and condsearch itself, for the Python it was made with (the
+# pins carry that python_version marker; on another Python, pip resolves afresh). Refresh it on
+# purpose, never on the way: `make upgrade` (today's newest releases that pyproject allows, torch
+# kept), then .ci/run; when that passes, `make constraints` and commit the diff, naming what moved.
+upgrade:
+	test -x $(BIN)/python
+	mkdir -p build
+	$(BIN)/python -m pip freeze | grep -i '^torch==' > build/torch-kept.txt
+	$(BIN)/python -m pip install -q -U --upgrade-strategy eager -c build/torch-kept.txt -e '.[dev]'
+	touch $(STAMP)
+
+constraints:
+	test -x $(BIN)/python
+	{ echo "# Written by \`make constraints\` from a venv that passed .ci/run; \`make install\` installs with it."; \
+	  echo "# torch, nvidia-*, cuda-*, triton and condsearch are left out: the Makefile installs torch apart."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | grep -v -i -E '^(torch|triton|condsearch|nvidia-|cuda-)([=@ ]|$$)' \
+	  | sed "s/\$$/ ; python_version == \"$$($(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')\"/"; \
+	} > $(CONSTRAINTS).tmp
+	mv $(CONSTRAINTS).tmp $(CONSTRAINTS)
 
 demo: $(STAMP)
 	$(BIN)/condsearch demo-corpus build/demo_corpus.parquet

@@ -26,16 +26,24 @@ def _address(ctx: click.Context, param: click.Parameter, value: str | None) -> s
         raise click.BadParameter(first_line(exc).partition(": ")[2], ctx, param) from exc
 
 
-def _store_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+def _store_spec(ctx: click.Context, param: click.Parameter, value: str | None, *, create: bool = True) -> str | None:
+    """Check a --store value, and a Milvus Lite path on disk: writers may create a database, readers may not."""
     if value is None:
         return None
+    from condsearch.scale.lite import check_lite_path
     from condsearch.scale.milvus import parse_store
 
     try:
-        parse_store(value)
+        target = parse_store(value)
+        if target is not None and target.lite:
+            check_lite_path(value, target.uri, create=create)
     except CondsearchError as exc:
         raise click.BadParameter(first_line(exc).partition(": ")[2], ctx, param) from exc
     return value
+
+
+def _read_store_spec(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return _store_spec(ctx, param, value, create=False)
 
 
 def ray_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -83,7 +91,7 @@ query_store_option = click.option(
     "--store",
     "store_spec",
     default=None,
-    callback=_store_spec,
+    callback=_read_store_spec,
     help=f"Search indexes in Milvus instead of --index-dir: {STORE_FORMS}.",
 )
 
@@ -140,7 +148,7 @@ def milvus_query(
 
     target = parse_store(spec)
     assert target is not None
-    milvus = MilvusStore(target)
+    milvus = MilvusStore(target, create=False)
     try:
         index = milvus.find(check_condition(condition), corpus_name)
         milvus.check(index)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -52,9 +56,76 @@ def test_missing_pymilvus_is_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
     import sys
 
     monkeypatch.setitem(sys.modules, "pymilvus", None)  # import pymilvus raises ImportError
+    (tmp_path / "m.db" / "collections").mkdir(parents=True)  # a milvus-lite 3 database's folder
+    (tmp_path / "m.db" / "LOCK").touch()
     result = _run("query", "x", "-c", "colour", "--store", f"milvus-lite:{tmp_path / 'm.db'}")
     assert result.exit_code == 1
     assert result.output.strip() == "Error: pymilvus is not installed: pip install 'condsearch[milvus]'"
+
+
+def test_lite_paths_in_missing_or_unrelated_places_are_refused(tmp_path: Path) -> None:
+    """A typo'd folder, a folder or file that is not a Milvus Lite database: refused in one line, nothing created."""
+    notes = tmp_path / "notes.db"
+    notes.mkdir()
+    (notes / "todo.txt").write_text("keep me")
+    text = tmp_path / "text.db"
+    text.write_text("not a database")
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)  # must not be opened: reading it would block
+    corpus = _corpus(tmp_path / "c.parquet", 10)
+    cases = {
+        tmp_path / "missing" / "m.db": f"folder {tmp_path / 'missing'} does not exist",
+        notes: f"{notes} is not a Milvus Lite database",
+        text: f"{text} is not a Milvus Lite database",
+        fifo: f"{fifo} is not a Milvus Lite database",
+    }
+    for path, reason in cases.items():
+        db = f"milvus-lite:{path}"
+        for args in (
+            ["query", "x", "-c", "colour", "--store", db],
+            ["export", "--to", db],
+            ["index", corpus, "-c", "colour", "--store", db],
+        ):
+            result = _run(*args, "--index-dir", tmp_path / "idx")
+            assert result.exit_code == 2, (args, result.output)
+            message = result.output.splitlines()[-1]  # usage, then one line: no traceback
+            assert message.startswith("Error: Invalid value for '--") and message.endswith(f"': {reason}"), message
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "idx").exists()
+    assert sorted(p.name for p in notes.iterdir()) == ["todo.txt"] and text.read_text() == "not a database"
+    # a read never creates a database: query names a path where none is
+    absent = tmp_path / "absent.db"
+    result = _run("query", "x", "-c", "colour", "--store", f"milvus-lite:{absent}")
+    assert result.exit_code == 2 and "no Milvus Lite database" in result.output and not absent.exists()
+
+
+def _sqlite(path: Path, table: str) -> Path:
+    with sqlite3.connect(path) as db:
+        db.execute(f"CREATE TABLE {table} (id INTEGER PRIMARY KEY)")
+    return path
+
+
+def test_lite_path_rule(tmp_path: Path) -> None:
+    """Writers may create a database in an existing folder; a path that exists must hold one; never open a device."""
+    from condsearch.scale.lite import check_lite_path
+
+    spec = "milvus-lite:x.db"
+    new, empty, lite3 = tmp_path / "new.db", tmp_path / "empty.db", tmp_path / "lite3.db"
+    empty.mkdir()
+    (lite3 / "collections").mkdir(parents=True)
+    (lite3 / "LOCK").touch()
+    lite2 = _sqlite(tmp_path / "lite2.db", "collection_meta")  # milvus-lite 2's SQLite file
+    for path in (new, empty):
+        check_lite_path(spec, str(path), create=True)
+        with pytest.raises(StoreError, match="no Milvus Lite database at"):
+            check_lite_path(spec, str(path), create=False)
+    for path in (lite3, lite2):
+        check_lite_path(spec, str(path), create=True)
+        check_lite_path(spec, str(path), create=False)
+    (tmp_path / "zero.db").symlink_to("/dev/zero")
+    for path in (_sqlite(tmp_path / "app.db", "users"), tmp_path / "zero.db", Path("/dev/null")):
+        with pytest.raises(StoreError, match="is not a Milvus Lite database"):
+            check_lite_path(spec, str(path), create=True)
+    assert not new.exists() and os.listdir(empty) == []
 
 
 pytest.importorskip("milvus_lite", reason="the milvus extra is not installed (pip install 'condsearch[milvus]')")
@@ -151,3 +222,68 @@ def test_export_pushes_chosen_conditions(tiny_bert_dir: Path, tmp_path: Path) ->
     assert _run("query", "red dress", "-c", "mood", "--store", db).exit_code == 0
     none = _run("export", "--to", db, "-c", "weather", "--index-dir", where)
     assert none.exit_code == 1 and "no index for condition 'weather'" in none.output
+
+
+def test_milvus_lite_2_file_is_named(tmp_path: Path) -> None:
+    db = _sqlite(tmp_path / "old.db", "collection_meta")
+    result = _run("query", "x", "-c", "colour", "--store", f"milvus-lite:{db}")
+    assert result.exit_code == 1 and len(result.output.strip().splitlines()) == 1, result.output
+    assert "a Milvus Lite 2 database: milvus-lite 3 keeps one in a folder" in result.output
+
+
+def _cli(*args: object) -> subprocess.CompletedProcess[str]:
+    """Run condsearch in a process of its own, as a user does: Milvus Lite's state does not carry over."""
+    command = [sys.executable, "-m", "condsearch", *(str(a) for a in args)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
+
+
+def _clean(result: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert result.returncode == 0, result.stderr
+    for noise in ("Traceback", "NotImplementedError", "[ERROR]"):
+        assert noise not in result.stderr, result.stderr
+    return result
+
+
+def test_round_trip_in_separate_processes(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """index --store, then query --store, each in its own process; export, then query, likewise; no tracebacks.
+
+    In one process Milvus Lite keeps its collections loaded, which hid that a new process finds them
+    released (pymilvus 3 with milvus-lite 3: "call load() before search/get/query").
+    """
+    corpus, where = _corpus(tmp_path / "c.parquet", 40), tmp_path / "idx"
+    first, second = f"milvus-lite:{tmp_path / 'first.db'}", f"milvus-lite:{tmp_path / 'second.db'}"
+    common = ["--model", tiny_bert_dir, "--head", "none", "--index-dir", where]
+    _clean(_cli("index", corpus, "-c", "colour", *common, "--store", first))
+    ask = ["query", "a girl in a red dress", "-c", "colour", "--json", "-k", "5"]
+    faiss_out = _run(*ask, "--index-dir", where)
+    assert faiss_out.exit_code == 0, faiss_out.output
+    exact = {r["id"]: r["score"] for r in json.loads(faiss_out.stdout)["results"]}
+
+    def same_as_faiss(result: subprocess.CompletedProcess[str]) -> None:
+        got = json.loads(_clean(result).stdout)["results"]
+        assert len(got) == 5
+        np.testing.assert_allclose([r["score"] for r in got], sorted(exact.values(), reverse=True), atol=1e-5)
+
+    same_as_faiss(_cli(*ask, "--store", first))
+    _clean(_cli("export", "--to", second, "--index-dir", where))  # a new database
+    same_as_faiss(_cli(*ask, "--store", second))
+    _clean(_cli("export", "--to", first, "--index-dir", where))  # replacing, in a database made by another process
+    same_as_faiss(_cli(*ask, "--store", first))
+
+
+def test_failed_export_exits_non_zero_in_one_line(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """A database another process holds open: export fails with one line and exit 1."""
+    where, db = tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"
+    common = ["--model", tiny_bert_dir, "--head", "none", "--index-dir", where]
+    assert _run("index", _corpus(tmp_path / "c.parquet", 20), "-c", "colour", *common).exit_code == 0
+    target = parse_store(db)
+    assert target is not None
+    holder = MilvusStore(target)
+    holder.entries()  # opens the database here: Milvus Lite lets one process at a time in
+    try:
+        failed = _cli("export", "--to", db, "--index-dir", where)
+    finally:
+        holder.close()
+    assert failed.returncode == 1, failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1 and failed.stderr.startswith("Error: "), failed.stderr
+    assert failed.stdout == ""

@@ -17,17 +17,24 @@ head, adapter and router checks apply on query). Replacing a condition's vectors
 under a new tag, checks that all arrived, upserts the catalog row (the flip) and only then
 deletes the old tag's rows. A reader takes the tag from the catalog, searches only that tag,
 and searches again if the tag moved meanwhile (old rows are deleted only after the flip), so
-it never sees half an update. Milvus Lite opens its file in one process at a time.
+it never sees half an update. Milvus Lite opens a database in one process at a time.
+
+A database opened afresh has its collections released (milvus-lite 3 on every open, a server
+after a restart), so each collection is loaded before it is first searched or queried. Errors of
+pymilvus and gRPC become one-line StoreErrors; their own error logs (and those of
+Milvus Lite's in-process gRPC server, milvus-lite 3) are silenced unless condsearch runs with -v.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,9 +42,10 @@ import numpy as np
 
 from condsearch import __version__
 from condsearch.ann import parse_search_params
-from condsearch.errors import StoreError, first_line
+from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import SearchResult
 from condsearch.scale import missing_extra
+from condsearch.scale.lite import check_lite_path
 from condsearch.store import READABLE_FORMATS, Manifest, index_name
 from condsearch.vectors import vector_fingerprint
 
@@ -50,6 +58,10 @@ _TEXT_BYTES = 65535  # Milvus's VARCHAR limit
 _ID_BYTES = 4096
 _ATTEMPTS = 5
 MAX_K = 16384  # Milvus's top-k limit
+# loggers that print tracebacks of errors condsearch reports itself, in one line: pymilvus's (milvus_client has
+# a level of its own), and those of milvus-lite 3's server, which runs in this process (gRPC's logs a traceback
+# for each call the server lacks)
+ENGINE_LOGGERS = ("pymilvus", "pymilvus.milvus_client", "milvus_lite", "grpc._server")
 
 
 @dataclass(frozen=True)
@@ -126,28 +138,56 @@ def milvus_index(factory: str, search_params: str) -> tuple[str, dict[str, int],
 
 
 class MilvusStore:
-    """Indexes in one Milvus database; writes replace a condition's vectors atomically."""
+    """Indexes in one Milvus database; writes replace a condition's vectors atomically.
 
-    def __init__(self, target: MilvusTarget) -> None:
+    ``create=False`` (readers) refuses a Milvus Lite path where no database is yet.
+    """
+
+    def __init__(self, target: MilvusTarget, *, create: bool = True) -> None:
         self.target = target
+        self.create = create
         self._client: Any = None
-        self._partition_key: dict[str, bool] = {}
+        self._loaded: set[str] = set()
 
     @property
     def client(self) -> Any:
         if self._client is None:
+            if self.target.lite:
+                check_lite_path(self.target.spec, self.target.uri, create=self.create)
             try:
                 from pymilvus import MilvusClient
             except ImportError as exc:
                 raise missing_extra("pymilvus", "milvus") from exc
-            if self.target.lite:
-                os.makedirs(os.path.dirname(self.target.uri), exist_ok=True)
+            _quiet_engine_logs()
             try:
                 self._client = MilvusClient(uri=self.target.uri, token=os.environ.get(TOKEN_ENV, ""))
             except Exception as exc:  # noqa: BLE001 - pymilvus raises its own and gRPC's errors
-                busy = " (Milvus Lite opens a file in one process at a time)" if self.target.lite else ""
-                raise StoreError(f"--store {self.target.spec}: cannot open ({first_line(exc)}){busy}") from exc
+                raise StoreError(f"--store {self.target.spec}: cannot open ({_reason(exc)}){self._hint()}") from exc
         return self._client
+
+    def _hint(self) -> str:
+        if not self.target.lite:
+            return ""
+        if os.path.isfile(self.target.uri):  # check_lite_path let it through: milvus-lite 2's SQLite file
+            return " (a Milvus Lite 2 database: milvus-lite 3 keeps one in a folder; export it again to a new path)"
+        return " (Milvus Lite opens a database in one process at a time)"
+
+    @contextmanager
+    def _reporting(self, doing: str) -> Iterator[None]:
+        """Turn the errors of pymilvus and gRPC into one-line StoreErrors; condsearch's own pass as they are."""
+        try:
+            yield
+        except CondsearchError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - MilvusException, grpc.RpcError and whatever else they raise
+            raise StoreError(f"--store {self.target.spec}: cannot {doing} ({_reason(exc)})") from exc
+
+    def _load(self, collection: str) -> str:
+        """Return collection, loaded first if this store has not loaded it yet (search and query need it)."""
+        if collection not in self._loaded:
+            self.client.load_collection(collection)
+            self._loaded.add(collection)
+        return collection
 
     def close(self) -> None:
         if self._client is not None:
@@ -163,6 +203,13 @@ class MilvusStore:
         n = len(ids)
         if not (n == len(texts) == vectors.shape[0] == manifest.n_vectors) or vectors.shape[1] != manifest.dim:
             raise ValueError("manifest, ids, texts and vectors differ in size")
+        with self._reporting("write"):
+            return self._write(manifest, ids, texts, vectors, rows)
+
+    def _write(
+        self, manifest: Manifest, ids: Sequence[str | int], texts: Sequence[str], vectors: Any, rows: int
+    ) -> MilvusIndex:
+        n = len(ids)
         key = index_name(manifest.corpus_name, manifest.condition)
         fingerprint = manifest.fingerprint or vector_fingerprint(
             manifest.encoder, mode=manifest.mode, head_checksum=manifest.head_checksum, dim=manifest.dim
@@ -221,7 +268,15 @@ class MilvusStore:
         schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)  # Milvus wants a vector field in every collection
         params = self.client.prepare_index_params()
         params.add_index(field_name="unused", index_type="FLAT", metric_type="L2")
-        self.client.create_collection(CATALOG, schema=schema, index_params=params, consistency_level="Strong")
+        self.client.create_collection(CATALOG, schema=schema, consistency_level="Strong")
+        self._index_and_load(CATALOG, params)
+
+    def _index_and_load(self, collection: str, params: Any) -> None:
+        # create_collection(index_params=...) waits for the index through AllocTimestamp, which Milvus
+        # Lite lacks (its server logs a traceback for it); Lite builds an index at once, so no wait there
+        self.client.create_index(collection, params, sync=not self.target.lite)
+        self.client.load_collection(collection)
+        self._loaded.add(collection)
 
     def _ensure_collection(self, collection: str, dim: int, index_type: str, build: dict[str, int]) -> bool:
         """Create the collection if missing; return whether its condition field is a partition key."""
@@ -244,25 +299,23 @@ class MilvusStore:
         params = self.client.prepare_index_params()
         params.add_index(field_name="vector", index_type=index_type, metric_type="IP", params=build)
         try:
-            self.client.create_collection(
-                collection, schema=schema(True), index_params=params, consistency_level="Strong"
-            )
-            return True
+            self.client.create_collection(collection, schema=schema(True), consistency_level="Strong")
+            partition_key = True
         except Exception:  # noqa: BLE001 - a Milvus without partition keys: a plain field, filtered on
-            self.client.create_collection(
-                collection, schema=schema(False), index_params=params, consistency_level="Strong"
-            )
-            return False
+            self.client.create_collection(collection, schema=schema(False), consistency_level="Strong")
+            partition_key = False
+        self._index_and_load(collection, params)
+        return partition_key
 
     def _delete(self, collection: str, key: str, tag: str) -> None:
         try:
-            self.client.delete(collection, filter=_where(key, tag))
+            self.client.delete(self._load(collection), filter=_where(key, tag))
             self.client.flush(collection)
         except Exception:  # noqa: BLE001, S110 - rows left under a tag no catalog row names are never read
             pass
 
     def _count(self, collection: str, key: str, tag: str) -> int:
-        got = self.client.query(collection, filter=_where(key, tag), output_fields=["count(*)"])
+        got = self.client.query(self._load(collection), filter=_where(key, tag), output_fields=["count(*)"])
         return int(got[0]["count(*)"])
 
     # ------------------------------------------------------------------ reading
@@ -270,18 +323,24 @@ class MilvusStore:
     def _entry(self, key: str) -> MilvusIndex | None:
         if not self.client.has_collection(CATALOG):
             return None
-        got = self.client.query(CATALOG, ids=[key], output_fields=["entry"])
+        got = self.client.query(self._load(CATALOG), ids=[key], output_fields=["entry"])
         return _parse_entry(key, got[0]["entry"], self.target.spec) if got else None
 
     def entries(self) -> list[MilvusIndex]:
         """Return every index in this database."""
-        if not self.client.has_collection(CATALOG):
-            return []
-        got = self.client.query(CATALOG, filter='key != ""', output_fields=["key", "entry"], limit=MAX_K)
+        with self._reporting("read the catalog"):
+            if not self.client.has_collection(CATALOG):
+                return []
+            filter_all = 'key != ""'
+            got = self.client.query(self._load(CATALOG), filter=filter_all, output_fields=["key", "entry"], limit=MAX_K)
         return sorted((_parse_entry(r["key"], r["entry"], self.target.spec) for r in got), key=lambda e: e.key)
 
     def find(self, condition: str, corpus_name: str | None = None) -> MilvusIndex:
         """Return the index of a condition (and corpus when several share it)."""
+        with self._reporting("read the catalog"):
+            return self._find(condition, corpus_name)
+
+    def _find(self, condition: str, corpus_name: str | None) -> MilvusIndex:
         if corpus_name is not None:
             entry = self._entry(index_name(corpus_name, condition))
             if entry is not None:
@@ -304,10 +363,14 @@ class MilvusStore:
         """Return the k best rows of index for each (n, dim) unit query vector, by inner product."""
         if k > MAX_K:
             raise StoreError(f"k={k} is more than Milvus returns ({MAX_K})")
+        with self._reporting("search"):
+            return self._search(index, vectors, k)
+
+    def _search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> MilvusHits:
         for _ in range(_ATTEMPTS):
             _, _, params = milvus_index(index.manifest.factory, index.manifest.search_params)
             got = self.client.search(
-                index.collection,
+                self._load(index.collection),
                 data=np.asarray(vectors, dtype=np.float32).tolist(),
                 filter=_where(index.key, index.tag),
                 limit=k,
@@ -324,12 +387,25 @@ class MilvusStore:
 
     def check(self, index: MilvusIndex) -> None:
         """Check that the rows of index's tag are all there (a cheap count, as the FAISS store checks sizes)."""
-        n = self._count(index.collection, index.key, index.tag)
+        with self._reporting("count the rows"):
+            n = self._count(index.collection, index.key, index.tag)
         if n != index.manifest.n_vectors:
             raise StoreError(
                 f"{index.manifest.condition!r} in {self.target.spec}: {n} vectors where the manifest says "
                 f"{index.manifest.n_vectors}; index it again"
             )
+
+
+def _quiet_engine_logs() -> None:
+    if not logging.getLogger().isEnabledFor(logging.INFO):  # -v shows them
+        for name in ENGINE_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _reason(exc: BaseException) -> str:
+    """Return the gist of a pymilvus error: its message alone, not the exception's repr around it."""
+    message = getattr(exc, "message", None)
+    return first_line(message) if isinstance(message, str) and message.strip() else first_line(exc)
 
 
 def _where(key: str, tag: str) -> str:
