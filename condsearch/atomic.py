@@ -1,20 +1,25 @@
 """Replace a folder by a freshly written one, so that a crash leaves the old copy or the new, never a mix.
 
 Only a condsearch artifact (or an empty folder) is ever replaced: ``--out ~/projects`` must not
-delete someone's projects after a long training run.
+delete someone's projects after a long training run. Files that condsearch reads back from its
+own folders are opened by :func:`open_regular`, which refuses a FIFO or a device instead of
+blocking on it or reading it without end.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import IO
 
 from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind
-from condsearch.errors import CondsearchError, os_reason
+from condsearch.errors import CondsearchError, StoreError, os_reason
 
 
 class OutputDirError(CondsearchError):
@@ -151,3 +156,49 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Make dst a second name of src (a hard link: no data written), or a copy where links are refused.
+
+    src stays where it is, so that work kept under it survives a failure of whatever dst is for.
+    """
+    try:
+        os.link(src, dst, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise
+        shutil.copyfile(src, dst, follow_symlinks=False)
+
+
+# Reading back: a FIFO opened for reading blocks until a writer comes, and /dev/zero never ends.
+# O_NONBLOCK makes the open return at once whatever the file is; fstat then refuses all but a
+# regular file, on which O_NONBLOCK has no effect.
+
+
+def open_regular(path: Path | str, *, dir_fd: int | None = None, where: Path | str | None = None) -> IO[bytes]:
+    """Open a regular file to read, without blocking; raise StoreError for a FIFO, a device or a folder.
+
+    ``dir_fd`` opens ``path`` relative to an open folder; ``where`` names the file in messages
+    (default: ``path``). FileNotFoundError and other OSErrors of the open itself propagate.
+    """
+
+    def opener(name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=dir_fd)
+
+    fh = open(path, "rb", opener=opener)  # noqa: SIM115 - returned to the caller, who closes it
+    try:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise StoreError(f"{where if where is not None else path}: not a regular file; refusing to read it")
+    except BaseException:
+        fh.close()
+        raise
+    return fh
+
+
+def read_capped(fh: IO[bytes], max_bytes: int, where: Path | str) -> bytes:
+    """Return the whole of an open file, refusing one of more than max_bytes (counted as read, not as stat says)."""
+    data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise StoreError(f"{where}: too large (over {max_bytes} bytes); refusing to read it")
+    return data

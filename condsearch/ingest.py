@@ -35,8 +35,8 @@ from condsearch.ann import (
     parse_memory,
     parse_search_params,
 )
-from condsearch.atomic import replacing_file
-from condsearch.errors import CondsearchError
+from condsearch.atomic import open_regular, read_capped, replacing_file
+from condsearch.errors import CondsearchError, first_line
 from condsearch.index import build_index
 from condsearch.progress import progress_bar
 from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 #: rows encoded and written between two resumable checkpoints
 CHUNK_ROWS = 8192
 _PROGRESS = "progress.json"
+_PROGRESS_MAX_BYTES = 64 << 10
 _CHUNKS = "rows"
 
 
@@ -183,10 +184,18 @@ class _Progress:
 
 
 def _load_progress(staging: Path, key: str) -> _Progress | None:
+    path = staging / _PROGRESS
     try:
-        raw = json.loads((staging / _PROGRESS).read_text(encoding="utf-8"))
+        with open_regular(path) as fh:
+            raw = json.loads(read_capped(fh, _PROGRESS_MAX_BYTES, path).decode("utf-8"))
         state = _Progress(**raw)
-    except (OSError, ValueError, TypeError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, CondsearchError) as exc:  # damaged or not a file: start afresh
+        log.warning("%s; starting this build from its first row", first_line(exc))
+        return None
+    counts = (state.chunks_done, state.rows_done, state.n_encoded, state.n_reused)
+    if not isinstance(state.key, str) or not all(type(c) is int and c >= 0 for c in counts):
         return None
     return state if state.key == key and (staging / VECTORS_FILE).is_file() else None
 
@@ -225,6 +234,12 @@ def _encode_chunks(
         log.info("resuming %r after %d finished rows", condition, resumed)
     previous = {i: (pos, h) for pos, (i, h) in enumerate(zip(kept.ids, kept.hashes, strict=True))} if kept else {}
     writer = VectorWriter(staging / VECTORS_FILE, (n, dim), resume=resumed > 0)
+    if resumed and not writer.resumed:  # the staged vectors are gone or damaged: what they held is lost
+        log.warning(
+            "the staged vectors of %r do not match their progress record; starting from the first row", condition
+        )
+        state, resumed = _Progress(key), 0
+        _save_progress(staging, state)
     bar = progress_bar(total=n, initial=resumed, unit="row", desc=f"indexing {condition[:30]!r}", enabled=progress)
     try:
         for k, (ids, texts) in enumerate(corpus.batches(chunk_rows)):
@@ -280,15 +295,20 @@ def _chunk_vectors(
 
 
 def _merge_rows(staging: Path) -> None:
-    """Join the chunks' rows files into one rows.parquet, a chunk at a time."""
+    """Join the chunks' rows files into one rows.parquet, a chunk at a time.
+
+    The new file replaces the old one whole: a published version may share the old one (a hard link).
+    """
     parts = sorted((staging / _CHUNKS).glob("*.parquet"))
-    writer: pq.ParquetWriter | None = None
-    try:
-        for part in parts:
-            table = pq.read_table(part)
-            if writer is None:
-                writer = pq.ParquetWriter(staging / ROWS_FILE, table.schema)
-            writer.write_table(table.cast(writer.schema))
-    finally:
-        if writer is not None:
-            writer.close()
+    with replacing_file(staging / ROWS_FILE) as tmp:
+        writer: pq.ParquetWriter | None = None
+        try:
+            for part in parts:
+                with open_regular(part) as fh:
+                    table = pq.ParquetFile(fh).read()
+                if writer is None:
+                    writer = pq.ParquetWriter(tmp, table.schema)
+                writer.write_table(table.cast(writer.schema))
+        finally:
+            if writer is not None:
+                writer.close()

@@ -20,23 +20,32 @@ which survives an interruption so that the next build resumes there; the publish
 answering until the build's version replaces it.
 
 Loading checks the index file cheaply (size, modification time and the first and last 64 KiB
-against the manifest) and hashes it in full only when its modification time has changed;
-:meth:`IndexStore.verify` hashes it always.
+against the manifest) and the rows file by size, and hashes the index file in full only when its
+modification time has changed; :meth:`IndexStore.verify` hashes every file of the index always, and
+:meth:`IndexStore.kept_vectors` hashes the rows and vectors before a re-index reuses them.
+
+Every file is opened without blocking and read only if it is a regular file (a FIFO or a link to
+``/dev/zero`` is refused in one line, never waited on), and a manifest only up to 1 MiB. A manifest
+is checked field by field against :class:`Manifest`'s types before anything uses it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
+import stat
 import time
-from collections.abc import Callable, Iterator
+import typing
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import faiss
 import pyarrow as pa
@@ -45,17 +54,22 @@ from filelock import FileLock
 
 from condsearch import __version__
 from condsearch.ann import apply_search_params
-from condsearch.atomic import fsync_dir, replacing_file
+from condsearch.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
+log = logging.getLogger(__name__)
+
 # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
 # 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
-FORMAT_VERSION = 3
-READABLE_FORMATS = (1, 2, 3)
+# 4: files, the sha256 and size of every file of the index
+FORMAT_VERSION = 4
+READABLE_FORMATS = (1, 2, 3, 4)
 MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 1 << 20  # a manifest is a few KiB; more is not one
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
+INDEX_FILES = (INDEX_FILE, ROWS_FILE, VECTORS_FILE)  # what a version folder holds besides its manifest
 VERSIONS = ".versions"
 PARTIAL = ".partial"  # <root>/.versions/<name>.partial: a build's resumable work
 _TRASH = ".trash-"
@@ -88,6 +102,7 @@ class Manifest:
     index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
+    files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""
@@ -150,17 +165,15 @@ class _Moved(Exception):
 
 @dataclass
 class _Files:
-    """The three files of one index, opened from one folder so that they belong together."""
+    """The manifest and files of one index, opened from one folder so that they belong together."""
 
     folder: Path
-    manifest: bytes
-    index: IO[bytes] | None
-    rows: IO[bytes] | None
+    manifest: bytes = b""
+    opened: dict[str, IO[bytes]] = field(default_factory=dict)  # vectors.npy only where there is one
 
     def close(self) -> None:
-        for fh in (self.index, self.rows):
-            if fh is not None:
-                fh.close()
+        for fh in self.opened.values():
+            fh.close()
 
 
 class IndexStore:
@@ -225,10 +238,12 @@ class IndexStore:
                 checksum = _sha256(fh)
                 size = os.fstat(fh.fileno()).st_size
                 probe = _probe(fh, size)
+            files: dict[str, dict[str, object]] = {INDEX_FILE: {"sha256": checksum, "size": size}}
             for kept in (ROWS_FILE, VECTORS_FILE):
                 if (version / kept).is_file():
-                    with open(version / kept, "rb+") as fh:
+                    with open(version / kept, "rb") as fh:
                         os.fsync(fh.fileno())
+                        files[kept] = {"sha256": _sha256(fh), "size": os.fstat(fh.fileno()).st_size}
             final = Manifest(
                 **{
                     **asdict(manifest),
@@ -236,6 +251,7 @@ class IndexStore:
                     "index_size": size,
                     "index_mtime_ns": os.stat(version / INDEX_FILE).st_mtime_ns,
                     "index_probe": probe,
+                    "files": files,
                     "format_version": FORMAT_VERSION,
                     "condsearch_version": __version__,
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -284,8 +300,8 @@ class IndexStore:
         return left[-1] if left and left[-1].is_dir() else None
 
     @contextmanager
-    def _open(self, name: str, *, data: bool) -> Iterator[_Files]:
-        """Open name's manifest (and with data, its index and rows files) from one version folder."""
+    def _open(self, name: str, data: Sequence[str] = ()) -> Iterator[_Files]:
+        """Open name's manifest and the data files named (vectors.npy where there is one) from one version folder."""
         for _ in range(_ATTEMPTS):
             folder = self._folder(name)
             if folder is None:
@@ -302,33 +318,29 @@ class IndexStore:
             return
         raise StoreError(f"{self.root / name}: replaced faster than it can be read; try again")
 
-    def _open_in(self, folder: Path, data: bool) -> _Files:
+    def _open_in(self, folder: Path, data: Sequence[str]) -> _Files:
         try:
             fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except FileNotFoundError as exc:
             raise _Moved from exc
         except OSError as exc:
             raise StoreError(f"{folder}: unreadable ({os_reason(exc)})") from exc
-
-        def opener(path: str, flags: int) -> int:
-            return os.open(path, flags, dir_fd=fd)
-
-        files = _Files(folder, b"", None, None)
+        files = _Files(folder)
         try:
             try:
-                with open(MANIFEST, "rb", opener=opener) as fh:
-                    files.manifest = fh.read()
+                with open_regular(MANIFEST, dir_fd=fd, where=folder / MANIFEST) as fh:
+                    files.manifest = read_capped(fh, MANIFEST_MAX_BYTES, folder / MANIFEST)
             except FileNotFoundError as exc:
                 if self._gone(folder, fd):
                     raise _Moved from exc
                 raise StoreError(f"{folder}: not an index (no {MANIFEST})") from exc
-            if data:
-                for attr, file_name in (("index", INDEX_FILE), ("rows", ROWS_FILE)):
-                    try:
-                        setattr(files, attr, open(file_name, "rb", opener=opener))  # noqa: SIM115 - closed by _Files
-                    except FileNotFoundError as exc:
-                        if self._gone(folder, fd):
-                            raise _Moved from exc
+            for file_name in data:
+                try:
+                    files.opened[file_name] = open_regular(file_name, dir_fd=fd, where=folder / file_name)
+                except FileNotFoundError as exc:
+                    if self._gone(folder, fd):
+                        raise _Moved from exc
+                    if file_name != VECTORS_FILE:  # formats 1 and 2 keep no vectors, nor does write() without any
                         raise StoreError(f"{folder}: index files unreadable (no {file_name})") from exc
         except OSError as exc:  # not FileNotFoundError, handled above: permission denied, I/O error
             files.close()
@@ -363,22 +375,16 @@ class IndexStore:
 
     def read_manifest(self, name: str) -> Manifest:
         """Read and check one manifest."""
-        with self._open(name, data=False) as files:
+        with self._open(name) as files:
             return self._parse_manifest(files.folder / MANIFEST, files.manifest)
 
     @staticmethod
     def _parse_manifest(path: Path, raw_bytes: bytes) -> Manifest:
         try:
             raw = json.loads(raw_bytes.decode("utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
             raise StoreError(f"{path}: corrupt manifest") from exc
-        if not isinstance(raw, dict) or raw.get("format_version") not in READABLE_FORMATS:
-            version = raw.get("format_version") if isinstance(raw, dict) else None
-            raise StoreError(f"{path}: unsupported index format {version!r} (expected {FORMAT_VERSION})")
-        try:
-            return Manifest(**raw)
-        except TypeError as exc:
-            raise StoreError(f"{path}: manifest fields do not match this condsearch version") from exc
+        return manifest_from_dict(raw, path)
 
     def manifests(self) -> list[tuple[str, Manifest | StoreError]]:
         """Return every index's manifest, or the error that stops it from loading."""
@@ -389,6 +395,16 @@ class IndexStore:
             except StoreError as exc:
                 out.append((name, exc))
         return out
+
+    def damaged_note(self, listing: Sequence[tuple[str, Manifest | StoreError]]) -> str:
+        """Return "; 1 index is damaged: …" naming the indexes of a listing that failed to load, or ""."""
+        damaged = [(name, exc) for name, exc in listing if isinstance(exc, StoreError)]
+        if not damaged:
+            return ""
+        name, exc = damaged[0]
+        reason = first_line(exc).removeprefix(f"{self.root}{os.sep}")  # "<name>/manifest.json: corrupt …"
+        count = "1 index is damaged" if len(damaged) == 1 else f"{len(damaged)} indexes are damaged, first"
+        return f"; {count}: {reason if reason.startswith(name) else f'{name}: {reason}'} (run condsearch verify)"
 
     def find(self, condition: str, corpus_name: str | None = None) -> str:
         """Return the index name for a condition (and corpus when several share it)."""
@@ -414,25 +430,30 @@ class IndexStore:
             )
         known = sorted({m.condition for _, m in listing if isinstance(m, Manifest)})
         listed = "; ".join(repr(c) for c in known) if known else "none"
-        raise StoreError(f"no index for condition {condition!r} in {self.root}; indexed: {listed}")
+        raise StoreError(
+            f"no index for condition {condition!r} in {self.root}; indexed: {listed}{self.damaged_note(listing)}"
+        )
 
     def load(self, name: str, *, verify: bool = False) -> StoredIndex:
         """Load one index, checking that its files agree with its manifest.
 
         The index file is checked by size, modification time and its first and last 64 KiB, and
         hashed in full only when its modification time differs from the manifest's (a copied or
-        edited file) or when ``verify`` is set.
+        edited file) or when ``verify`` is set; the rows file is checked by size. ``verify`` also
+        hashes the rows and the kept vectors and checks the vectors' shape.
         """
-        with self._open(name, data=True) as files:
+        with self._open(name, INDEX_FILES if verify else (INDEX_FILE, ROWS_FILE)) as files:
             manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
-            assert files.index is not None and files.rows is not None
-            index_path = files.folder / INDEX_FILE
+            index_fh, rows_fh = files.opened[INDEX_FILE], files.opened[ROWS_FILE]
             try:
-                self._check_index_file(index_path, files.index, manifest, verify=verify)
-                files.index.seek(0)
-                index = faiss.read_index(faiss.PyCallbackIOReader(files.index.read))  # type: ignore[attr-defined]  # SWIG, untyped
+                self._check_index_file(files.folder / INDEX_FILE, index_fh, manifest, verify=verify)
+                _check_file(files.folder / ROWS_FILE, rows_fh, manifest, full=verify)
+                if verify:
+                    _check_vectors(files.folder / VECTORS_FILE, files.opened.get(VECTORS_FILE), manifest)
+                index_fh.seek(0)
+                index = faiss.read_index(faiss.PyCallbackIOReader(index_fh.read))  # type: ignore[attr-defined]  # SWIG, untyped
                 # ParquetFile, not read_table: that imports pyarrow.dataset and with it pandas (1 s of a one-shot query)
-                rows = pq.ParquetFile(files.rows).read(columns=[c for c in ("id", "text") if c in _columns(files.rows)])
+                rows = pq.ParquetFile(rows_fh).read(columns=[c for c in ("id", "text") if c in _columns(rows_fh)])
                 apply_search_params(index, manifest.search_params)
             except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
                 raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
@@ -448,28 +469,25 @@ class IndexStore:
     def kept_vectors(self, name: str) -> KeptVectors | None:
         """Return the vectors kept beside an index with their rows' ids and text hashes, or None if it has none.
 
-        Meant for the index's writer (holding :meth:`writing`'s lock), so the version read stays in place.
+        The rows and vectors files are hashed against the manifest first: files that are damaged, or
+        that carry no checksums (format 3 and older), are not trusted, and give None with a one-line
+        warning. Meant for the index's writer (holding :meth:`writing`'s lock), so the version read
+        stays in place.
         """
         if self._folder(name) is None:
             return None
-        with self._open(name, data=False) as files:
-            manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
-            folder = files.folder.resolve()
-        if manifest.format_version < 3 or not manifest.fingerprint or not (folder / VECTORS_FILE).is_file():
-            return None
         try:
-            rows = pq.read_table(folder / ROWS_FILE, columns=["id", "text_hash"])
-            vectors = VectorFile(folder / VECTORS_FILE)
-        except (OSError, ValueError, KeyError, pa.ArrowInvalid):
-            return None  # damaged or missing: the next build encodes every row
-        ids, hashes = rows.column("id").to_pylist(), rows.column("text_hash").to_pylist()
-        if not (len(ids) == len(hashes) == vectors.shape[0] == manifest.n_vectors) or vectors.shape[1] != manifest.dim:
-            vectors.close()
+            with self._open(name, (ROWS_FILE, VECTORS_FILE)) as files:
+                manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
+                if manifest.format_version < 3 or not manifest.fingerprint:
+                    return None  # kept no vectors
+                return _read_kept(files, manifest)
+        except StoreError as exc:
+            log.warning("%s; not reusing the kept vectors", first_line(exc))
             return None
-        return KeptVectors(manifest, ids, hashes, vectors)
 
     def verify(self, name: str) -> Manifest:
-        """Check one index in full (sha256 of its index file, rows and counts); return its manifest."""
+        """Check one index in full (each file's sha256, the vectors' shape, the counts); return its manifest."""
         return self.load(name, verify=True).manifest
 
     @staticmethod
@@ -490,6 +508,119 @@ class IndexStore:
             raise damaged
 
 
+def manifest_from_dict(raw: object, where: Path | str) -> Manifest:
+    """Return the Manifest a parsed manifest.json holds, each field checked; raise StoreError naming where."""
+    if not isinstance(raw, dict) or raw.get("format_version") not in READABLE_FORMATS:
+        version = raw.get("format_version") if isinstance(raw, dict) else None
+        raise StoreError(f"{where}: unsupported index format {version!r} (expected {FORMAT_VERSION})")
+    names = {f.name for f in fields(Manifest)}
+    required = {f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING}
+    odd = sorted(raw.keys() - names) or sorted(required - raw.keys())
+    if odd:
+        raise StoreError(f"{where}: manifest fields do not match this condsearch version (field {odd[0]!r})")
+    problem = _field_problem(raw)
+    if problem:
+        raise StoreError(f"{where}: corrupt manifest ({problem})")
+    return Manifest(**raw)
+
+
+def _read_kept(files: _Files, manifest: Manifest) -> KeptVectors:
+    """Check the kept rows and vectors of an open index against its manifest in full, then open them."""
+    folder, vectors_fh = files.folder, files.opened.get(VECTORS_FILE)
+    if ROWS_FILE not in manifest.files or VECTORS_FILE not in manifest.files:
+        raise StoreError(f"{folder}: the kept vectors carry no checksums (format {manifest.format_version})")
+    _check_vectors(folder / VECTORS_FILE, vectors_fh, manifest)
+    assert vectors_fh is not None  # _check_vectors refuses a missing file that the manifest records
+    _check_file(folder / ROWS_FILE, files.opened[ROWS_FILE], manifest, full=True)
+    try:
+        rows = pq.ParquetFile(files.opened[ROWS_FILE]).read(columns=["id", "text_hash"])
+    except (OSError, ValueError, KeyError) as exc:  # pyarrow's errors derive from these
+        raise StoreError(f"{folder / ROWS_FILE}: unreadable ({first_line(exc)})") from exc
+    ids, hashes = rows.column("id").to_pylist(), rows.column("text_hash").to_pylist()
+    if len(ids) != manifest.n_vectors:
+        raise StoreError(f"{folder}: rows and manifest disagree")
+    return KeptVectors(manifest, ids, hashes, VectorFile(folder / VECTORS_FILE, vectors_fh))
+
+
+def _check_file(path: Path, fh: IO[bytes], manifest: Manifest, *, full: bool) -> None:
+    """Check a file against the size (and with full, the sha256) the manifest records for it, if any."""
+    record = manifest.files.get(path.name)
+    if record is None:
+        return
+    size = os.fstat(fh.fileno()).st_size
+    if size != record["size"]:
+        raise StoreError(f"{path}: {size} bytes where the manifest says {record['size']}; the file is damaged")
+    if full and _sha256(fh) != record["sha256"]:
+        raise StoreError(f"{path}: checksum mismatch; the file is damaged")
+
+
+def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None:
+    """Check the kept vectors in full: checksum where recorded, and an (n_vectors, dim) float32 array."""
+    if fh is None:
+        if VECTORS_FILE in manifest.files:
+            raise StoreError(f"{path}: missing, though the manifest records it; the index is damaged")
+        return
+    _check_file(path, fh, manifest, full=True)
+    try:
+        vectors = VectorFile(path, fh)
+    except ValueError as exc:
+        raise StoreError(f"{first_line(exc)}; the file is damaged") from exc
+    vectors.close()
+    if vectors.shape != (manifest.n_vectors, manifest.dim):
+        raise StoreError(
+            f"{path}: {vectors.shape} vectors where the manifest says {(manifest.n_vectors, manifest.dim)}; "
+            "the file is damaged"
+        )
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MINIMUM = {"dim": 1, "n_vectors": 0, "n_skipped": 0, "index_size": 0}
+_KINDS = {str: "str", int: "int", dict: "a JSON object"}
+
+
+@functools.cache
+def _field_types() -> dict[str, type]:
+    """Return each Manifest field's runtime type (dict for dict[...])."""
+    hints = typing.get_type_hints(Manifest)
+    return {name: typing.get_origin(hint) or hint for name, hint in hints.items()}
+
+
+def _field_problem(raw: dict[str, Any]) -> str:
+    """Return what is wrong with a manifest's fields, in a few words, or "" when nothing is."""
+    for name, kind in _field_types().items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"field {name!r} should be {_KINDS[kind]}"
+        if name in _MINIMUM and typing.cast(int, value) < _MINIMUM[name]:
+            return f"field {name!r} should be an int >= {_MINIMUM[name]}"
+    for file_name, record in raw.get("files", {}).items():
+        if file_name not in INDEX_FILES:
+            return f"field 'files' should be about {', '.join(INDEX_FILES)} only, not {file_name!r}"
+        if not (
+            isinstance(record, dict)
+            and record.keys() == {"sha256", "size"}
+            and isinstance(record["sha256"], str)
+            and _SHA256.fullmatch(record["sha256"])
+            and type(record["size"]) is int
+            and record["size"] >= 0
+        ):
+            return f"field 'files' should be {{file: {{'sha256': hex digest, 'size': bytes}}}} for {file_name!r}"
+    index = raw.get("files", {}).get(INDEX_FILE)
+    if index is not None and (index["sha256"], index["size"]) != (raw.get("index_checksum"), raw.get("index_size")):
+        return f"field 'files' should give {INDEX_FILE} the 'index_checksum' and 'index_size' that the manifest gives"
+    return ""
+
+
+def _is_regular(path: Path) -> bool:
+    """Return whether path is a regular file itself (not a link to one)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _columns(fh: IO[bytes]) -> list[str]:
     fh.seek(0)
     names = pq.read_schema(fh).names
@@ -508,22 +639,26 @@ class Draft:
 
     ``staging`` is a folder for work that should survive an interruption (a resumable build puts its
     rows and vectors there); :meth:`publish` writes the index and manifest and swaps the version in.
+    The staged rows and vectors are linked into the version, not moved: should the publish fail (a
+    full disk) or the process die in it, they are still in staging for the next run to resume from.
+    Staged files are therefore never rewritten in place (a published version may share them), only
+    replaced.
     """
 
     def __init__(self, store: IndexStore, name: str, condition: str, staging: Path) -> None:
         self.store, self.name, self.condition, self.staging = store, name, condition, staging
 
     def publish(self, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None] | None = None) -> str:
-        """Publish index with manifest; place(version) writes the rows (and vectors), else they move from staging."""
+        """Publish index with manifest; place(version) writes the rows (and vectors), else they come from staging."""
         if index_name(manifest.corpus_name, manifest.condition) != self.name:
             raise ValueError("the manifest names another index than this draft's")
 
-        def move(version: Path) -> None:
+        def link(version: Path) -> None:
             for kept in (ROWS_FILE, VECTORS_FILE):
-                if (self.staging / kept).is_file():
-                    os.replace(self.staging / kept, version / kept)
+                if _is_regular(self.staging / kept):
+                    link_or_copy(self.staging / kept, version / kept)
 
-        self.store._replace(self.name, manifest, index, place or move)  # noqa: SLF001 - the draft is the store's
+        self.store._replace(self.name, manifest, index, place or link)  # noqa: SLF001 - the draft is the store's
         return self.name
 
     def discard_staging(self) -> None:

@@ -13,8 +13,11 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 import numpy as np
+
+from condsearch.atomic import open_regular
 
 VECTORS_FILE = "vectors.npy"
 HASH_BYTES = 16
@@ -44,18 +47,26 @@ def _header(shape: tuple[int, int]) -> bytes:
 
 
 class VectorWriter:
-    """Write an (n, d) float32 ``.npy`` by row ranges, in any order; ranges not written read as zeros."""
+    """Write an (n, d) float32 ``.npy`` by row ranges, in any order; ranges not written read as zeros.
+
+    With ``resume``, a file of the same shape already at path is written into (``resumed`` says so);
+    otherwise a new file takes its place.
+    """
 
     def __init__(self, path: Path, shape: tuple[int, int], *, resume: bool = False) -> None:
         self.path, self.shape = Path(path), (int(shape[0]), int(shape[1]))
         self._header = _header(self.shape)
         size = len(self._header) + 4 * self.shape[0] * self.shape[1]
-        if resume and self.path.is_file() and self.path.stat().st_size == size:
+        self.resumed = False  # whether resume found the file and kept what it holds
+        if resume and self.path.is_file() and not self.path.is_symlink() and self.path.stat().st_size == size:
             with open(self.path, "rb") as fh:
                 if fh.read(len(self._header)) == self._header:
-                    self._fd = os.open(self.path, os.O_RDWR)
+                    self._fd = os.open(self.path, os.O_RDWR | os.O_NOFOLLOW)
+                    self.resumed = True
                     return
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        # a new file, never the old one truncated: that may be a published version's file too (a hard link)
+        self.path.unlink(missing_ok=True)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         os.write(self._fd, self._header)
         os.ftruncate(self._fd, size)
 
@@ -79,19 +90,37 @@ class VectorWriter:
 
 
 class VectorFile:
-    """Read rows of a float32 ``.npy`` without loading or mapping it whole: ``shape``, slicing and ``take``."""
+    """Read rows of a float32 ``.npy`` without loading or mapping it whole: ``shape``, slicing and ``take``.
 
-    def __init__(self, path: Path) -> None:
+    ``fh``, when given, is the file already open (it stays the caller's to close); else ``path`` is
+    opened, and refused unless it is a regular file. A header that is not a C-ordered (n, d) float32
+    array, or a file whose size is not the header's plus n·d·4 bytes, raises ValueError.
+    """
+
+    def __init__(self, path: Path, fh: IO[bytes] | None = None) -> None:
         self.path = Path(path)
-        with open(self.path, "rb") as fh:
-            version = np.lib.format.read_magic(fh)
-            read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-            shape, fortran, dtype = read(fh)
-            self._offset = fh.tell()
-        self._fd = os.open(self.path, os.O_RDONLY)
-        if dtype != np.dtype("<f4") or fortran or len(shape) != 2:
-            raise ValueError(f"{path}: not a C-ordered (n, d) float32 array")
-        self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
+        source = open_regular(self.path) if fh is None else fh
+        self._fd = os.dup(source.fileno())
+        if fh is None:
+            source.close()
+        try:
+            with os.fdopen(os.dup(self._fd), "rb") as header:
+                header.seek(0)
+                version = np.lib.format.read_magic(header)
+                read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                shape, fortran, dtype = read(header)
+                self._offset = header.tell()
+            if dtype != np.dtype("<f4") or fortran or len(shape) != 2:
+                raise ValueError(f"{path}: not a C-ordered (n, d) float32 array")
+            self.shape: tuple[int, int] = (int(shape[0]), int(shape[1]))
+            expected = self._offset + 4 * self.shape[0] * self.shape[1]
+            if os.fstat(self._fd).st_size != expected:
+                raise ValueError(
+                    f"{path}: {os.fstat(self._fd).st_size} bytes where a {self.shape} array takes {expected}"
+                )
+        except BaseException:
+            os.close(self._fd)
+            raise
 
     def __len__(self) -> int:
         return self.shape[0]

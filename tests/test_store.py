@@ -163,10 +163,15 @@ def test_manifest_fields(tmp_path: Path) -> None:
     assert raw["condsearch_version"] == condsearch.__version__
     assert raw["n_vectors"] == 5 and raw["dim"] == DIM and raw["condition"] == "colour"
     assert len(raw["index_checksum"]) == 64 and len(raw["index_probe"]) == 64
+    # format 4: every file's sha256 and size (write() was given no vectors, so there are none)
+    assert sorted(raw["files"]) == [INDEX_FILE, ROWS_FILE]
+    assert raw["files"][INDEX_FILE] == {"sha256": raw["index_checksum"], "size": raw["index_size"]}
+    assert raw["files"][ROWS_FILE]["size"] == (tmp_path / name / ROWS_FILE).stat().st_size
     stat = (tmp_path / name / INDEX_FILE).stat()
     assert (raw["index_size"], raw["index_mtime_ns"]) == (stat.st_size, stat.st_mtime_ns)
     m = store.read_manifest(name)
-    written = ("index_checksum", "index_size", "index_mtime_ns", "index_probe", "condsearch_version", "created_at")
+    written = ("index_checksum", "index_size", "index_mtime_ns", "index_probe", "files", "condsearch_version")
+    written += ("created_at",)
     assert m == replace(_manifest("colour", 5), **{k: getattr(m, k) for k in written})
 
 
@@ -239,7 +244,7 @@ def _as_format_1(store: IndexStore, name: str) -> None:
     shutil.copytree(version, link)
     shutil.rmtree(store.root / VERSIONS)
     raw = json.loads((link / MANIFEST).read_text())
-    for key in ("index_size", "index_mtime_ns", "index_probe"):
+    for key in ("index_size", "index_mtime_ns", "index_probe", "files"):
         del raw[key]
     (link / MANIFEST).write_text(json.dumps({**raw, "format_version": 1}))
 
@@ -318,7 +323,7 @@ def test_load_does_not_hash_the_whole_index_file(tmp_path: Path, monkeypatch: py
     real = condsearch.store._sha256
     monkeypatch.setattr(condsearch.store, "_sha256", lambda fh: hashed.append(fh.name) or real(fh))
     assert store.load(name).index.ntotal == 20 and hashed == []
-    assert store.verify(name).n_vectors == 20 and hashed == [INDEX_FILE]
+    assert store.verify(name).n_vectors == 20 and hashed == [INDEX_FILE, ROWS_FILE]
 
 
 def test_a_copied_index_loads_by_its_full_checksum(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -351,6 +356,11 @@ def test_corrupt_rows_file_is_store_error(tmp_path: Path) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store)
     (tmp_path / name / ROWS_FILE).write_bytes(b"garbage, not parquet")
+    with pytest.raises(StoreError, match="rows.parquet: 20 bytes where the manifest says .*; the file is damaged"):
+        store.load(name)
+    raw = json.loads((tmp_path / name / MANIFEST).read_text())
+    del raw["files"]  # format 3 recorded no sizes: parsing tells
+    (tmp_path / name / MANIFEST).write_text(json.dumps({**raw, "format_version": 3}))
     with pytest.raises(StoreError, match="unreadable"):
         store.load(name)
 
@@ -383,7 +393,7 @@ def test_missing_manifest_is_store_error(tmp_path: Path) -> None:
         store.load(name)
 
 
-@pytest.mark.parametrize("version", [0, 4, "1", "2", "3", None])
+@pytest.mark.parametrize("version", [0, 5, "1", "2", "3", "4", None])
 def test_wrong_format_version_is_store_error(tmp_path: Path, version) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store)
