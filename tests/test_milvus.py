@@ -287,3 +287,18 @@ def test_failed_export_exits_non_zero_in_one_line(tiny_bert_dir: Path, tmp_path:
     assert failed.returncode == 1, failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1 and failed.stderr.startswith("Error: "), failed.stderr
     assert failed.stdout == ""
+
+
+@pytest.mark.parametrize("field,value", [("encoder", None), ("search_params", 5), ("head", 5), ("condition", ["x"])])
+def test_a_catalog_manifest_field_of_the_wrong_type_is_one_store_error(field: str, value: object) -> None:
+    from condsearch.scale.milvus import _parse_entry
+    from condsearch.store import FORMAT_VERSION, Manifest
+
+    manifest = Manifest("c", "corpus", "", "", "m", "", {}, "case", "none", "", 4, "ip", "FLAT", 3, 0)
+    body = {"collection": "c1", "tag": "1", "index_type": "FLAT", "partition_key": False}
+    good = {**manifest.__dict__, "format_version": FORMAT_VERSION}
+    assert _parse_entry("k", json.dumps({"manifest": good, **body}), "milvus-lite:x").manifest == Manifest(**good)
+    bad = json.dumps({"manifest": {**good, field: value}, **body})
+    with pytest.raises(StoreError, match=f"corrupt manifest .*{field}") as err:
+        _parse_entry("k", bad, "milvus-lite:x")
+    assert "\n" not in str(err.value)

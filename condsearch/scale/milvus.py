@@ -46,7 +46,7 @@ from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import SearchResult
 from condsearch.scale import missing_extra
 from condsearch.scale.lite import check_lite_path
-from condsearch.store import READABLE_FORMATS, Manifest, index_name
+from condsearch.store import Manifest, index_name, manifest_from_dict
 from condsearch.vectors import vector_fingerprint
 
 LITE = "milvus-lite:"
@@ -432,12 +432,8 @@ def _catalog_row(entry: MilvusIndex) -> dict[str, Any]:
 def _parse_entry(key: str, raw: str, spec: str) -> MilvusIndex:
     try:
         body = json.loads(raw)
-        manifest = body["manifest"]
-        if manifest.get("format_version") not in READABLE_FORMATS:
-            raise StoreError(f"{key} in {spec}: unsupported index format {manifest.get('format_version')!r}")
-        return MilvusIndex(
-            key, Manifest(**manifest), body["collection"], body["tag"], body["index_type"], body["partition_key"]
-        )
+        manifest = manifest_from_dict(body["manifest"], f"{key} in {spec}")  # each field checked, as on disk
+        return MilvusIndex(key, manifest, body["collection"], body["tag"], body["index_type"], body["partition_key"])
     except (ValueError, KeyError, TypeError) as exc:
         raise StoreError(f"{key} in {spec}: unreadable catalog entry; index it again") from exc
 
