@@ -46,6 +46,13 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     type=click.FloatRange(min=0),
     help="How long a batch waits for more requests after its first.",
 )
+@click.option(
+    "--max-body-bytes",
+    default=ServeConfig.max_body_bytes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="A request body larger than this gets a 413 before it is read.",
+)
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
 @quantize_check_option
 @threads_option
@@ -58,6 +65,7 @@ def serve_cmd(
     api_key: str | None,
     max_batch: int,
     batch_window_ms: float,
+    max_body_bytes: int,
     preload: bool,
     index_dir: Path,
     device: str | None,
@@ -89,6 +97,7 @@ def serve_cmd(
         trust_remote_code=trust_remote_code,
         max_batch=max_batch,
         batch_window_ms=batch_window_ms,
+        max_body_bytes=max_body_bytes,
         preload=preload,
         quantize=quantize,
         threads=threads,

@@ -31,7 +31,15 @@ def test_serve_defaults_come_from_the_config(started: list[ServeConfig], tmp_pat
     [config] = started
     assert (config.host, config.port, config.api_key) == ("127.0.0.1", 8000, None)
     assert (config.max_batch, config.batch_window_ms) == (ServeConfig.max_batch, ServeConfig.batch_window_ms)
+    assert config.max_body_bytes == ServeConfig.max_body_bytes
     assert config.index_dir == tmp_path and "warning" not in result.stderr
+
+
+def test_serve_max_body_bytes(started: list[ServeConfig], tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["serve", "--max-body-bytes", "4096", "--index-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert started[0].max_body_bytes == 4096
+    assert CliRunner().invoke(main, ["serve", "--max-body-bytes", "0"]).exit_code == 2
 
 
 def test_serve_on_all_interfaces_warns(started: list[ServeConfig], tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
@@ -28,20 +28,35 @@ from condsearch.serve.answers import capped_k, index_summary, query_answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
+from condsearch.serve.limits import BodyLimit
 
 log = logging.getLogger(__name__)
 
 
 class QueryRequest(BaseModel):
-    """One query (``query``) or several (``queries``) under a condition."""
+    """One query (``query``) or several (``queries``) under a condition.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict: every text is a JSON string and k a JSON integer (``true``, ``"5"`` and ``5.0`` are
+    refused, not converted).
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     query: str | None = Field(None, description="One query text; or give `queries`.")
     queries: list[str] | None = Field(None, description="Several query texts, answered in order.")
     condition: str = Field(description="The condition whose index to search.")
     k: int = Field(ServeConfig.k, ge=1, description="Results per query; more than the index holds returns every row.")
     corpus: str | None = Field(None, description="Corpus name, when several corpora share the condition.")
+
+    @field_validator("query", "condition", "corpus")
+    @classmethod
+    def _text(cls, value: str | None) -> str | None:
+        return value if value is None else _check_text(value)
+
+    @field_validator("queries")
+    @classmethod
+    def _texts(cls, value: list[str] | None) -> list[str] | None:
+        return value if value is None else [_check_text(t) for t in value]
 
     @model_validator(mode="after")
     def _one_kind_of_query(self) -> QueryRequest:
@@ -62,6 +77,18 @@ class QueryRequest(BaseModel):
         return [self.query] if self.query is not None else list(self.queries or [])
 
 
+def _check_text(text: str) -> str:
+    # JSON can carry a lone surrogate (\ud800), which no tokenizer takes; NUL is in no real text
+    # and ends strings in C libraries
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode (it holds a lone surrogate, such as \\ud800)") from None
+    if "\x00" in text:
+        raise ValueError("holds a NUL character")
+    return text
+
+
 class Hit(BaseModel):
     rank: int
     id: str | int
@@ -80,9 +107,12 @@ class QueryAnswer(BaseModel):
 class QueryResponse(BaseModel):
     index: str = Field(description="The index directory answered from.")
     corpus: str
-    k: int = Field(description="Results per query returned (at most the index's rows).")
+    k: int = Field(description="The most results any query got (at most k_requested and the index's rows).")
     k_requested: int
-    k_capped: bool = Field(description="True when k was larger than the index, so every row is returned.")
+    k_capped: bool = Field(
+        description="True when a query got fewer than k_requested results: k was larger than the index "
+        "(every row is returned), or an approximate index found fewer."
+    )
     rows: int = Field(description="Rows in the index.")
     results: list[QueryAnswer]
 
@@ -100,7 +130,18 @@ class RequestError(Exception):
 
 
 def _error(status: int, reason: BaseException | str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": first_line(reason) or "error", **extra}, status_code=status)
+    return JSONResponse(_printable({"error": first_line(reason) or "error", **extra}), status_code=status)
+
+
+def _printable(value: Any) -> Any:
+    """Return value with every string made encodable as UTF-8: an error may quote what a client sent."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
 
 
 def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
@@ -115,6 +156,15 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     if first.get("type") == "model_attributes_type":
         return 422, "the body must be a JSON object"
     return 422, f"{'.'.join(loc)}: {msg}" if loc else msg
+
+
+def _given_key(request: Request) -> bytes:
+    headers = {name.lower(): value for name, value in request.headers.raw}
+    given = headers.get(API_KEY_HEADER.lower().encode(), b"")
+    auth = headers.get(b"authorization", b"")
+    if not given and auth[:7].lower() == b"bearer ":
+        given = auth[7:].strip()
+    return given
 
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
@@ -139,16 +189,16 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     )
     app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
 
+    # outermost last: the key is checked before the body is read
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
     if config.api_key:
-        expected = config.api_key.encode()
+        # compared as bytes: the key's UTF-8 (an argv or environment that is not UTF-8 gives its own
+        # bytes back) against the header's raw bytes, which ASGI hands over undecoded
+        expected = config.api_key.encode("utf-8", "surrogateescape")
 
         @app.middleware("http")
         async def require_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-            given = request.headers.get(API_KEY_HEADER) or ""
-            auth = request.headers.get("authorization") or ""
-            if not given and auth.lower().startswith("bearer "):
-                given = auth[7:].strip()
-            if not hmac.compare_digest(given.encode(), expected):
+            if not hmac.compare_digest(_given_key(request), expected):
                 response = _error(401, f"missing or wrong API key (send it as {API_KEY_HEADER} or a Bearer token)")
                 response.headers["WWW-Authenticate"] = "Bearer"
                 return response
@@ -194,6 +244,9 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         texts = body.texts
         if len(texts) > config.max_queries:
             raise RequestError(422, f"at most {config.max_queries} queries per request, got {len(texts)}")
+        for name, text in [("condition", body.condition), *(("query", t) for t in texts)]:
+            if len(text) > config.max_text_chars:
+                raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         entry = await run_in_threadpool(resident.get, body.condition, body.corpus)
         rows = entry.manifest.n_vectors
         k = capped_k(body.k, rows)
@@ -207,13 +260,15 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             query_answer(q, stored.manifest.condition, found.scores[i], found.ids[i], stored.ids, stored.texts)
             for i, q in enumerate(texts)
         ]
+        # what was found, not what was asked: an approximate index may return fewer than k
+        counts = [len(a["results"]) for a in answers]
         return JSONResponse(
             {
                 "index": stored.name,
                 "corpus": stored.manifest.corpus_name,
-                "k": k,
+                "k": max(counts),
                 "k_requested": body.k,
-                "k_capped": body.k > rows,
+                "k_capped": min(counts) < body.k,
                 "rows": rows,
                 "results": answers,
             }
@@ -222,7 +277,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     @app.get("/indexes")
     def indexes() -> dict[str, list[dict[str, Any]]]:
         """List the stored indexes, as `condsearch list --json` does."""
-        return {"indexes": [index_summary(name, m) for name, m in resident.listing(fresh=True)]}
+        # a folder name or error may hold bytes that are not UTF-8 (surrogate-escaped)
+        return _printable({"indexes": [index_summary(name, m) for name, m in resident.listing(fresh=True)]})
 
     @app.get("/health")
     def health() -> dict[str, Any]:

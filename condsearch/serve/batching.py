@@ -37,8 +37,9 @@ class MicroBatcher(Generic[T, R]):
     """Collect items for up to ``window_s`` after the first arrives (or until ``max_batch``), then run them.
 
     ``run(items)`` returns one answer per item, in order; an answer that is an exception is
-    raised to that item's caller only. ``size(item)`` weighs an item (e.g. its number of
-    queries) against ``max_batch``; an item heavier than ``max_batch`` runs alone.
+    raised to that item's caller only. When ``run`` itself raises, each item is run again alone,
+    so the exception reaches only the items that cause it. ``size(item)`` weighs an item (e.g.
+    its number of queries) against ``max_batch``; an item heavier than ``max_batch`` runs alone.
     """
 
     def __init__(
@@ -110,12 +111,15 @@ class MicroBatcher(Generic[T, R]):
         self.stats.n_items += len(items)
         self.stats.largest = max(self.stats.largest, len(items))
         try:
-            answers = list(self._run(items))
-            if len(answers) != len(items):
-                raise RuntimeError(f"batch function gave {len(answers)} answers for {len(items)} items")
+            answers = self._call(items)
         except BaseException as exc:  # noqa: BLE001 - the worker must outlive any batch
-            log.exception("batch of %d failed", len(items))
-            answers = [exc] * len(items)
+            if len(items) == 1:
+                log.exception("a request failed")
+                answers = [exc]
+            else:
+                # one bad item must not fail the others: answer each alone, so only it fails
+                log.warning("a batch of %d failed (%s); answering its items one by one", len(items), exc)
+                answers = [self._alone(item) for item in items]
         for (_, future), answer in zip(batch, answers, strict=True):
             if future.cancelled():
                 continue
@@ -123,3 +127,16 @@ class MicroBatcher(Generic[T, R]):
                 future.set_exception(answer)
             else:
                 future.set_result(answer)
+
+    def _call(self, items: list[T]) -> list[R | BaseException]:
+        answers = list(self._run(items))
+        if len(answers) != len(items):
+            raise RuntimeError(f"batch function gave {len(answers)} answers for {len(items)} items")
+        return answers
+
+    def _alone(self, item: T) -> R | BaseException:
+        try:
+            return self._call([item])[0]
+        except BaseException as exc:  # noqa: BLE001
+            log.exception("a request failed")
+            return exc

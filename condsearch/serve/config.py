@@ -27,6 +27,19 @@ class ServeConfig:
     k: int = 10
     #: queries one request may carry
     max_queries: int = 256
+    #: a request body larger than this gets a 413, refused before it is read whole (bytes)
+    max_body_bytes: int = 1024 * 1024
+    #: a query or condition longer than this gets a 422 (characters; a model reads at most a few hundred tokens)
+    max_text_chars: int = 10_000
+    #: a connection whose request line and headers have not all arrived this long after it opened (or
+    #: after its previous answer) is closed, so half-open clients cannot pile up (seconds)
+    head_timeout_s: float = 10.0
+    #: a request whose body has not all arrived this long after its headers gets a 408 (seconds)
+    body_timeout_s: float = 30.0
+    #: an idle keep-alive connection is closed after this long (seconds)
+    keep_alive_s: int = 5
+    #: request line and headers larger than this are refused with a 400 (bytes)
+    max_head_bytes: int = 16 * 1024
     #: how long the batcher waits for more requests after the first one arrives (milliseconds)
     batch_window_ms: float = 2.0
     #: queries encoded together at most (one forward pass per model and condition)

@@ -16,7 +16,8 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -216,44 +217,67 @@ class Resident:
         """Answer a batch: one forward pass per (model, condition), one search per index.
 
         Returns one SearchResult per job (scores, ids: (n_queries, job.k)), or the exception
-        that stopped its group.
+        raised for it. A forward pass or search that fails for a group is tried again job by
+        job, so a job that breaks the model fails alone.
         """
         answers: list[SearchResult | BaseException | None] = [None] * len(jobs)
-        vectors: list[np.ndarray | None] = [None] * len(jobs)
+        vectors: dict[int, np.ndarray] = {}
         groups: dict[tuple[str, str], list[int]] = defaultdict(list)
         for j, job in enumerate(jobs):
             groups[(job.index.model_key, job.index.manifest.condition)].append(j)
         for (key, condition), members in groups.items():
-            texts = [q for j in members for q in jobs[j].queries]
-            try:
-                vecs = self.vectorizer(key).vectors(texts, condition, batch_size=max(1, len(texts)))
-            except Exception as exc:  # noqa: BLE001 - reported to this group's callers only
-                for j in members:
-                    answers[j] = exc
-                continue
-            start = 0
-            for j in members:
-                vectors[j] = vecs[start : start + len(jobs[j].queries)]
-                start += len(jobs[j].queries)
+            encode = partial(_encode, self.vectorizer(key), condition)
+            for j, vecs in zip(members, _each_or_alone(encode, [jobs[j].queries for j in members]), strict=True):
+                if isinstance(vecs, BaseException):
+                    answers[j] = vecs
+                else:
+                    vectors[j] = vecs
         by_index: dict[int, list[int]] = defaultdict(list)
-        for j, job in enumerate(jobs):
-            if answers[j] is None:
-                by_index[id(job.index)].append(j)
+        for j in vectors:
+            by_index[id(jobs[j].index)].append(j)
         for members in by_index.values():
-            entry = jobs[members[0]].index
-            k = max(jobs[j].k for j in members)
-            try:
-                found = search(entry.searcher, np.concatenate([vectors[j] for j in members]), k)  # type: ignore[misc]
-            except Exception as exc:  # noqa: BLE001
-                for j in members:
-                    answers[j] = exc
-                continue
-            start = 0
-            for j in members:
-                n, kj = len(jobs[j].queries), jobs[j].k
-                answers[j] = SearchResult(found.scores[start : start + n, :kj], found.ids[start : start + n, :kj])
-                start += n
+            find = partial(_search, jobs[members[0]].index.searcher)
+            for j, found in zip(members, _each_or_alone(find, [(vectors[j], jobs[j].k) for j in members]), strict=True):
+                answers[j] = found
         return answers  # type: ignore[return-value]
+
+
+def _encode(vectorizer: Vectorizer, condition: str, queries: list[tuple[str, ...]]) -> list[np.ndarray]:
+    """Return each request's query vectors, encoded in one forward pass."""
+    texts = [q for qs in queries for q in qs]
+    vecs = vectorizer.vectors(texts, condition, batch_size=max(1, len(texts)))
+    return np.split(vecs, np.cumsum([len(qs) for qs in queries])[:-1])
+
+
+def _search(searcher: Any, requests: list[tuple[np.ndarray, int]]) -> list[SearchResult]:
+    """Return each (query vectors, k) request's results, searched in one call."""
+    found = search(searcher, np.concatenate([v for v, _ in requests]), max(k for _, k in requests))
+    answers, start = [], 0
+    for v, k in requests:
+        answers.append(SearchResult(found.scores[start : start + len(v), :k], found.ids[start : start + len(v), :k]))
+        start += len(v)
+    return answers
+
+
+P = TypeVar("P")
+A = TypeVar("A")
+
+
+def _each_or_alone(run: Callable[[list[P]], Sequence[A]], parts: list[P]) -> list[A | BaseException]:
+    """Return run(parts), or where that raises, run([part]) for each part (its exception if it raises)."""
+    try:
+        return list(run(parts))
+    except Exception as exc:  # noqa: BLE001 - reported to the callers whose part raises
+        if len(parts) == 1:
+            return [exc]
+        log.warning("a batch of %d failed (%s); answering its requests one by one", len(parts), first_line(exc))
+    answers: list[A | BaseException] = []
+    for part in parts:
+        try:
+            answers.append(run([part])[0])
+        except Exception as exc:  # noqa: BLE001
+            answers.append(exc)
+    return answers
 
 
 def _matches(listing: Listing, condition: str, corpus: str | None) -> list[tuple[str, Manifest]]:
