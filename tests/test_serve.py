@@ -186,6 +186,17 @@ def test_damaged_index_is_a_500_and_the_server_survives(index_dir: Path, client:
     assert post(client, query="q", condition=COLOUR).status_code == 200
 
 
+def test_a_corrupt_manifest_is_named_not_taken_for_a_missing_index(index_dir: Path) -> None:
+    from condsearch.store import MANIFEST, IndexStore
+
+    (index_dir / IndexStore(index_dir).find(SPORT) / MANIFEST).write_text("{not json")
+    with serve(index_dir) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        response = post(http, query="q", condition=SPORT)
+        assert response.status_code == 404 and "1 index is damaged" in response.json()["error"]
+        assert "corrupt manifest" in response.json()["error"]
+        assert post(http, query="q", condition=COLOUR).status_code == 200
+
+
 @pytest.mark.parametrize(
     ("reason", "expected"), [("\n  why  \nmore", "why"), ("", "error"), (ValueError(), "ValueError")]
 )

@@ -154,7 +154,8 @@ class Resident:
         known = sorted({m.condition for m in manifests})
         where = f" for corpus {corpus!r}" if corpus is not None else ""
         listed = "; ".join(repr(c) for c in known) if known else "none"
-        raise UnknownCondition(f"no index for condition {condition!r}{where}; indexed: {listed}", known)
+        damaged = self.store.damaged_note(listing)  # a corrupt manifest is named, not taken for a missing index
+        raise UnknownCondition(f"no index for condition {condition!r}{where}; indexed: {listed}{damaged}", known)
 
     # ------------------------------------------------------------ loading
 
