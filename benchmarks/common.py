@@ -114,6 +114,23 @@ def write_outputs(result: dict[str, object], table: str, json_out: Path | None, 
         md_out.write_text(table)
 
 
+def rankings_agree(
+    scores_a: np.ndarray, ids_a: np.ndarray, scores_b: np.ndarray, ids_b: np.ndarray, tol: float = 1e-6
+) -> np.ndarray:
+    """Return, per query, whether two top-k rankings agree up to ties: (n_queries,) bool.
+
+    scores_*, ids_*: (n_queries, k), best first. They agree when their scores agree within tol, rank
+    by rank, and so do their ids once those tied with the k-th score (within tol) are set aside: which
+    of several equal rows make the cut, or in which order equal rows come, is the CPU's choice.
+    """
+    agree = np.all(np.abs(np.asarray(scores_a, np.float64) - np.asarray(scores_b, np.float64)) <= tol, axis=1)
+    for q in np.flatnonzero(agree):
+        kept_a = set(ids_a[q][scores_a[q] > scores_a[q][-1] + tol].tolist())
+        kept_b = set(ids_b[q][scores_b[q] > scores_b[q][-1] + tol].tolist())
+        agree[q] = kept_a == kept_b
+    return agree
+
+
 _SUBJECTS = ["A girl", "A man", "Two dogs", "A woman", "Three boys", "An old man"]
 _COLORS = ["red", "blue", "green", "orange", "black", "white"]
 _ACTIONS = ["plays tennis", "rides a bicycle", "walks on the beach", "plays soccer", "swims in a pool", "runs"]

@@ -19,8 +19,23 @@ if TYPE_CHECKING:
 
 AUTO = "auto"
 #: search parameters FAISS's ParameterSpace knows for the index types condsearch builds
-SEARCH_PARAMS = ("nprobe", "efSearch", "ht", "max_codes")
+SEARCH_PARAMS = ("nprobe", "efSearch", "max_codes")
+#: the largest value of each: FAISS stores them in C ints and sizes its search heaps by them, so a
+#: bigger one wraps negative or makes every later query fail to allocate (nprobe is also at most nlist)
+SEARCH_PARAM_MAX = {"nprobe": 1 << 20, "efSearch": 1 << 16, "max_codes": 1 << 40}
+#: the factory strings condsearch builds, checked before FAISS sees them: FAISS aborts the process on
+#: some others (HNSW0, PQ4x0) and cannot add rows to others (IDMap, NSG) the way the store does
+FACTORY_FORMS = (
+    "Flat, HNSW<M>[,Flat|,SQ<t>|,PQ<m>], IVF<lists>,Flat|SQ<t>|PQ<m>[x<bits>], PQ<m>[x<bits>], SQ<t> or auto"
+)
+HNSW_M_RANGE = (2, 256)
+IVF_LISTS_MAX = 1 << 20
+PQ_BITS_RANGE = (1, 16)
+SQ_TYPES = ("4", "6", "8", "fp16")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_NUMBER = r"[0-9]{1,9}"  # more digits are out of every range, and FAISS would wrap them
+_STRUCTURE = re.compile(rf"HNSW(?P<hnsw_m>{_NUMBER})|IVF(?P<nlist>{_NUMBER})")
+_CODES = re.compile(rf"Flat|SQ(?P<sq>[0-9a-z]{{1,9}})|PQ(?P<pq_m>{_NUMBER})(?:x(?P<pq_bits>{_NUMBER}))?")
 
 
 @dataclass(frozen=True)
@@ -59,40 +74,118 @@ def parse_memory(text: str) -> int:
     return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
-def parse_search_params(text: str) -> dict[str, float]:
-    """Parse 'nprobe=32,efSearch=64' into a dict; raise ValueError for anything else."""
-    params: dict[str, float] = {}
+@dataclass(frozen=True)
+class FactorySpec:
+    """A factory string condsearch builds, parsed: its graph or inverted lists, and how it codes rows."""
+
+    factory: str
+    hnsw_m: int = 0  # graph degree of HNSW; 0: no graph
+    nlist: int = 0  # inverted lists of IVF; 0: none
+    pq_m: int = 0  # product quantizer: sub-vectors per row (bytes at 8 bits); 0: none
+    pq_bits: int = 0
+    sq: str = ""  # scalar quantizer: bits per component, or fp16
+
+
+def parse_factory(text: object) -> FactorySpec:
+    """Parse a factory string of the forms in :data:`FACTORY_FORMS`; raise ValueError for any other.
+
+    Checks what needs no corpus: the form and the ranges of its numbers (``auto`` is not a factory).
+    """
+    head, comma, rest = text.partition(",") if isinstance(text, str) else ("", "", "")
+    structure = _STRUCTURE.fullmatch(head)
+    if structure is None:  # codes alone: Flat, PQ, SQ
+        codes = _CODES.fullmatch(text) if isinstance(text, str) else None
+    else:  # HNSW's codes default to Flat; IVF names its own
+        codes = _CODES.fullmatch(rest if comma or structure["nlist"] is not None else "Flat")
+    if codes is None:
+        raise ValueError(f"index factory {text!r} is not supported; use {FACTORY_FORMS}")
+    found = {k: v for m in (structure, codes) if m is not None for k, v in m.groupdict().items() if v is not None}
+    spec = FactorySpec(
+        str(text),
+        hnsw_m=int(found.get("hnsw_m", 0)),
+        nlist=int(found.get("nlist", 0)),
+        pq_m=int(found.get("pq_m", 0)),
+        pq_bits=int(found.get("pq_bits", 8)) if "pq_m" in found else 0,
+        sq=found.get("sq", ""),
+    )
+    low, high = HNSW_M_RANGE
+    if "hnsw_m" in found and not low <= spec.hnsw_m <= high:
+        raise ValueError(f"index factory {text!r}: HNSW's M must be {low} to {high}")
+    if "nlist" in found and not 1 <= spec.nlist <= IVF_LISTS_MAX:
+        raise ValueError(f"index factory {text!r}: IVF's lists must be 1 to {IVF_LISTS_MAX}")
+    low, high = PQ_BITS_RANGE
+    if "pq_m" in found and (spec.pq_m < 1 or not low <= spec.pq_bits <= high):
+        raise ValueError(f"index factory {text!r}: PQ<m>x<bits> needs m at least 1 and bits {low} to {high}")
+    if "sq" in found and spec.sq not in SQ_TYPES:
+        raise ValueError(f"index factory {text!r}: SQ<t> takes t among {', '.join(SQ_TYPES)}")
+    return spec
+
+
+def check_factory(text: object, n: int, d: int) -> FactorySpec:
+    """Parse a factory string and check it fits n vectors of d dimensions; raise ValueError if not.
+
+    Nothing reaches FAISS unchecked: some factory strings end the process inside it.
+    """
+    spec = parse_factory(text)
+    if spec.pq_m and d % spec.pq_m:
+        raise ValueError(f"index factory {text!r}: PQ's {spec.pq_m} sub-vectors must divide the dimension {d}")
+    too_few_for_pq = spec.pq_m > 0 and (1 << spec.pq_bits) > n  # each of its codebooks has 2**bits centroids
+    if spec.nlist > n or too_few_for_pq:
+        raise ValueError(f"cannot train {text!r} on {n} vectors: too few for this index")
+    return spec
+
+
+def parse_search_params(text: object) -> dict[str, int]:
+    """Parse 'nprobe=32,efSearch=64' into a dict of whole numbers in range; raise ValueError for anything else."""
+    if not isinstance(text, str):
+        raise ValueError(f"search parameters {text!r} are not text such as 'nprobe=32'")
+    params: dict[str, int] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
-        name, sep, value = part.partition("=")
-        name = name.strip()
+        name, sep, value = (s.strip() for s in part.partition("="))
         if not sep or name not in SEARCH_PARAMS:
             raise ValueError(f"search parameter {part!r}: use name=value with a name among {', '.join(SEARCH_PARAMS)}")
-        try:
-            number = float(value)
-        except ValueError:
-            raise ValueError(f"search parameter {part!r}: {value.strip()!r} is not a number") from None
-        if number <= 0 or number != int(number):
-            raise ValueError(f"search parameter {part!r}: the value must be a positive whole number")
-        params[name] = number
+        if not re.fullmatch(r"[0-9]+", value) or not value.strip("0"):
+            raise ValueError(f"search parameter {part[:40]!r}: the value must be a positive whole number")
+        if len(value.lstrip("0")) > 15 or int(value) > SEARCH_PARAM_MAX[name]:
+            raise ValueError(f"search parameter {part[:40]!r}: {name} is at most {SEARCH_PARAM_MAX[name]}")
+        params[name] = int(value)
     return params
 
 
-def format_search_params(params: dict[str, float]) -> str:
+def format_search_params(params: dict[str, int]) -> str:
     """Return the canonical text of parsed search parameters (recorded in manifests)."""
     return ",".join(f"{k}={int(v)}" for k, v in params.items())
 
 
-def apply_search_params(index: faiss.Index, text: str) -> faiss.Index:
-    """Set search parameters on an index with FAISS's ParameterSpace; raise ValueError if it has none such."""
+def apply_search_params(index: faiss.Index, text: object) -> faiss.Index:
+    """Set checked search parameters on an index with FAISS's ParameterSpace; raise ValueError if any cannot be.
+
+    Refuses a parameter out of range (:func:`parse_search_params`; nprobe above the index's lists) or
+    one the index type has no use for.
+    """
     import faiss  # lazily: the CLI reads IndexConfig for --help
 
     space = faiss.ParameterSpace()
     for name, value in parse_search_params(text).items():
+        if name == "nprobe":
+            nlist = _nlist(index)
+            if nlist and value > nlist:
+                raise ValueError(f"search parameter nprobe={value}: this index has only {nlist} lists")
         try:
-            space.set_index_parameter(index, name, value)
+            space.set_index_parameter(index, name, float(value))
         except RuntimeError:
             raise ValueError(f"search parameter {name!r} does not apply to this index type") from None
     return index
+
+
+def _nlist(index: faiss.Index) -> int:
+    """Return the inverted lists of an IVF index, 0 for other types."""
+    import faiss
+
+    try:
+        return int(faiss.extract_index_ivf(index).nlist)
+    except RuntimeError:
+        return 0
 
 
 def flat_bytes(n: int, d: int) -> int:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from condsearch import __version__
-from condsearch.cli_common import CONTEXT
+from condsearch.cli_common import CONTEXT, check_utf8
 from condsearch.cli_index import index_cmd
 from condsearch.cli_query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli_scale import export_cmd
@@ -22,7 +22,16 @@ from condsearch.progress import set_quiet
 
 
 class _Commands(click.Group):
-    """The command group; an OSError (permission denied, disk full) on any path ends as one line, not a traceback."""
+    """The command group; an OSError (permission denied, disk full) on any path ends as one line, not a traceback.
+
+    Arguments that are not valid UTF-8 are refused before any command sees them: Python hands their
+    bytes over as lone surrogates, which no tokenizer, JSON line or terminal takes.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        for arg in args:
+            check_utf8(arg, "argument", usage=True)
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,31 @@ def fail(exc: CondsearchError) -> click.ClickException:
     if isinstance(exc, ProfileError):
         return click.UsageError(first_line(exc))
     return click.ClickException(first_line(exc))
+
+
+def check_utf8(text: str, what: str, *, usage: bool = False) -> str:
+    """Return text if it encodes as UTF-8; else raise a one-line error naming it (a usage error with ``usage``).
+
+    Undecodable bytes reach Python as lone surrogates (``\\udcff``), which no tokenizer or JSON output takes.
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        message = f"{what} {ascii(text[:60])} is not valid UTF-8"
+        raise (click.UsageError(message) if usage else click.ClickException(message)) from None
+    return text
+
+
+#: characters that JSON lets stand raw but that str.splitlines() and some JSON-lines readers take as line ends
+_LINE_ENDS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(obj: object) -> str:
+    """Return obj as one line of JSON, non-ASCII text as is but for the characters some readers end lines at."""
+    text = json.dumps(obj, ensure_ascii=False)
+    for raw, escaped in _LINE_ENDS.items():
+        text = text.replace(raw, escaped)
+    return text
 
 
 def open_store(index_dir: Path | None) -> IndexStore:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from condsearch.ann import IndexConfig
+from condsearch.ann import AUTO, IndexConfig, parse_factory, parse_search_params
 from condsearch.cli_options import (
     device_option,
     encoder_options,
@@ -29,6 +29,16 @@ if TYPE_CHECKING:
     from condsearch.pipeline import Vectorizer
 
 from condsearch.cli_common import CONTEXT, fail, open_store
+
+
+def _check_index_options(factory: str, search_params: str) -> None:
+    """Refuse a factory string or search parameters of an unsupported form before any model loads."""
+    try:
+        if factory != AUTO:
+            parse_factory(factory)
+        parse_search_params(search_params)
+    except ValueError as exc:
+        raise CondsearchError(str(exc)) from exc
 
 
 @click.command("index", context_settings=CONTEXT)
@@ -148,6 +158,7 @@ def index_cmd(
     try:
         for c in conditions:
             check_condition(c)
+        _check_index_options(index_factory, search_params)
         data = scan_corpus(corpus, text_column, id_column)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)

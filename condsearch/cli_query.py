@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import json
 import os
 import sys
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any
 
 import click
 
-from condsearch.cli_common import CONTEXT, fail, open_store
+from condsearch.cli_common import CONTEXT, check_utf8, fail, json_line, open_store
 from condsearch.cli_options import (
     device_option,
     index_dir_option,
@@ -28,9 +27,13 @@ from condsearch.serve.config import ServeConfig
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
     queries: list[str] = []
     for t in texts:
-        queries.extend(line for line in sys.stdin.read().splitlines() if line.strip()) if t == "-" else queries.append(
-            t
-        )
+        if t != "-":
+            queries.append(t)
+            continue
+        try:
+            queries.extend(line for line in sys.stdin.read().splitlines() if line.strip())
+        except UnicodeDecodeError as exc:
+            raise click.ClickException(f"stdin: cannot read queries (not valid UTF-8: {exc.reason})") from exc
     if query_file is not None:
         try:
             queries.extend(line for line in query_file.read_text(encoding="utf-8").splitlines() if line.strip())
@@ -38,7 +41,7 @@ def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
             raise click.ClickException(f"{query_file}: cannot read queries ({type(exc).__name__})") from exc
     if not queries:
         raise click.UsageError("give a query TEXT, '-' for stdin, or --file")
-    return queries
+    return [check_utf8(q, "query") for q in queries]  # a stdin decoded with surrogateescape (C locale)
 
 
 def _quick_exit() -> None:
@@ -161,7 +164,7 @@ def query_cmd(
 def _print_answers(answers: list[dict[str, Any]], condition: str, as_json: bool) -> None:
     for qi, answer in enumerate(answers):
         if as_json:
-            click.echo(json.dumps(answer, ensure_ascii=False))
+            click.echo(json_line(answer))
             continue
         click.echo(f"query: {answer['query']}\ncondition: {condition}")
         for row in answer["results"]:
@@ -183,7 +186,7 @@ def list_cmd(as_json: bool, index_dir: Path) -> None:
         click.echo(f"no indexes in {index_dir}", err=True)
     for name, m in entries:
         if as_json:
-            click.echo(json.dumps(index_summary(name, m), ensure_ascii=False))
+            click.echo(json_line(index_summary(name, m)))
         elif not isinstance(m, Manifest):
             click.echo(f"{name}: unreadable ({m})")
         else:
@@ -224,7 +227,7 @@ def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bo
             failed += 1
             entry = {"index": name, "ok": False, "error": first_line(exc)}
         if as_json:
-            click.echo(json.dumps(entry, ensure_ascii=False))
+            click.echo(json_line(entry))
         elif entry["ok"]:
             click.echo(f"ok      {entry['condition']!r}  rows={entry['rows']}  [{name}]")
         else:

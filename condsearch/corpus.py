@@ -39,6 +39,47 @@ class Corpus:
 
 #: rows per record batch when a parquet corpus is streamed
 READ_BATCH_ROWS = 8192
+#: what an id column may hold: ids come back in ``query --json`` and the server's answers, so only
+#: types that JSON carries exactly (floats are not: NaN is no JSON, and NaN != NaN passes a duplicate check)
+ID_TYPES = "strings or integers"
+#: integer ids beyond the signed 64-bit range cannot be stored in the index's rows file
+_ID_MAX = (1 << 63) - 1
+
+
+def _plain(kind: pa.DataType) -> pa.DataType:
+    """Return a dictionary type's value type (pandas' `category`), any other type itself."""
+    return kind.value_type if pa.types.is_dictionary(kind) else kind
+
+
+def _is_text(kind: pa.DataType) -> bool:
+    kind = _plain(kind)
+    is_view = getattr(pa.types, "is_string_view", None)  # pyarrow 16 and later
+    return (
+        pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or (is_view is not None and is_view(kind))
+        or pa.types.is_null(kind)
+    )
+
+
+def _check_columns(path: Path, schema: pa.Schema, text_column: str, id_column: str | None) -> None:
+    """Refuse a text column of other than strings and an id column of other than strings or integers, by type."""
+    if not _is_text(schema.field(text_column).type):
+        raise CorpusError(f"{path}: column {text_column!r} does not hold strings")
+    if id_column is None:
+        return
+    kind = schema.field(id_column).type
+    plain = _plain(kind)
+    if not (pa.types.is_integer(plain) or (_is_text(plain) and not pa.types.is_null(plain))):
+        raise CorpusError(f"{path}: column {id_column!r} holds {kind}; ids must be {ID_TYPES}")
+
+
+def _check_id(path: Path, id_column: str | None, i: object) -> None:
+    """Refuse a null id, and an integer id outside the signed 64-bit range (a uint64 column's)."""
+    if i is None:
+        raise CorpusError(f"{path}: column {id_column!r} has null ids")
+    if isinstance(i, int) and i > _ID_MAX:
+        raise CorpusError(f"{path}: id {i} in column {id_column!r} is beyond the signed 64-bit range ids are kept in")
 
 
 @dataclass(frozen=True)
@@ -91,8 +132,9 @@ def _record_batches(
 def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | None = None) -> CorpusFile:
     """Check a parquet corpus in one streaming pass, as :func:`read_corpus` would, keeping only the ids seen.
 
-    Skips null or blank texts, refuses null or duplicate ids, a text column of non-strings and
-    a corpus with no text at all.
+    Skips null or blank texts; refuses a text column of other than strings (dictionary-encoded ones
+    are decoded), an id column of other than strings or integers (:data:`ID_TYPES`), null, duplicate
+    or beyond-64-bit ids, and a corpus with no text at all.
     """
     path = Path(path)
     if not path.is_file():
@@ -108,9 +150,7 @@ def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | No
         raise CorpusError(f"{path}: no column {id_column!r}; columns are {', '.join(columns)}")
     if id_column is None and "id" in columns and text_column != "id":
         id_column = "id"
-    kind = schema.field(text_column).type
-    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
-        raise CorpusError(f"{path}: column {text_column!r} does not hold strings")
+    _check_columns(path, schema, text_column, id_column)
     seen: set[str | int] = set()
     n_total = 0
     for raw_ids, texts in _record_batches(path, text_column, id_column):
@@ -119,8 +159,7 @@ def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | No
         for i, t in zip(ids, texts, strict=True):
             if t is None or not t.strip():
                 continue
-            if i is None:
-                raise CorpusError(f"{path}: column {id_column!r} has null ids")
+            _check_id(path, id_column, i)
             if i in seen:
                 raise CorpusError(f"{path}: duplicate id {i!r} in column {id_column!r}")
             seen.add(i)
@@ -139,7 +178,7 @@ def file_checksum(path: Path) -> str:
 
 
 def read_corpus(path: Path | str, text_column: str = "text", id_column: str | None = None) -> Corpus:
-    """Read a parquet corpus; skip null or blank texts; refuse duplicate ids.
+    """Read a parquet corpus; skip null or blank texts; refuse ids as :func:`scan_corpus` does.
 
     Without ``id_column``, an ``id`` column is used when present, else the row number.
     """
@@ -157,17 +196,15 @@ def read_corpus(path: Path | str, text_column: str = "text", id_column: str | No
         raise CorpusError(f"{path}: no column {id_column!r}; columns are {', '.join(columns)}")
     if id_column is None and "id" in columns and text_column != "id":
         id_column = "id"
+    _check_columns(path, table.schema, text_column, id_column)
     texts = table.column(text_column).to_pylist()
-    if table.num_rows and not all(t is None or isinstance(t, str) for t in texts):
-        raise CorpusError(f"{path}: column {text_column!r} does not hold strings")
     raw_ids = table.column(id_column).to_pylist() if id_column else list(range(table.num_rows))
     ids: list[str | int] = []
     kept: list[str] = []
     for i, t in zip(raw_ids, texts, strict=True):
         if t is None or not t.strip():
             continue
-        if i is None:
-            raise CorpusError(f"{path}: column {id_column!r} has null ids")
+        _check_id(path, id_column, i)
         ids.append(i)
         kept.append(t)
     if not kept:

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import faiss
 import numpy as np
 
-from condsearch.ann import IndexConfig, apply_search_params, sample_rows, train_rows
+from condsearch.ann import IndexConfig, apply_search_params, check_factory, sample_rows, train_rows
+from condsearch.errors import first_line
 
 if TYPE_CHECKING:
     from condsearch.vectors import VectorFile
@@ -18,10 +19,20 @@ DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default 
 
 @dataclass(frozen=True)
 class SearchResult:
-    """Batched neighbours: scores (n_queries, k) float32, higher is better; ids (n_queries, k) int64 row numbers."""
+    """Batched neighbours: scores (n_queries, k) float32, higher is better; ids (n_queries, k) int64 row numbers.
+
+    From :func:`search`, k is min(k asked, rows indexed) and every id is a row. An id of -1 (FAISS's
+    "none") is left only by an index type that :func:`search` cannot search exhaustively (none that
+    condsearch builds on the CPU); :attr:`n_found` counts the others, per query.
+    """
 
     scores: np.ndarray
     ids: np.ndarray
+
+    @property
+    def n_found(self) -> np.ndarray:
+        """Return the results each query got: (n_queries,) int64, ids other than -1."""
+        return (self.ids >= 0).sum(axis=1)
 
 
 def normalize(vectors: np.ndarray) -> np.ndarray:
@@ -48,10 +59,12 @@ def build_index(
     ``chunk_rows`` at a time, so no copy of all vectors is made. ``search_params`` (e.g.
     ``nprobe=32``) are set with FAISS's ParameterSpace.
 
-    Raises ValueError for a factory string FAISS rejects, a training set too small for it or
-    search parameters that do not apply.
+    Raises ValueError for a factory string of another form than :data:`condsearch.ann.FACTORY_FORMS`
+    (checked before FAISS sees it), a training set too small for it, search parameters that do not
+    apply or are out of range, and anything else FAISS refuses.
     """
     n, d = vectors.shape
+    check_factory(factory, n, d)
     try:
         index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as exc:
@@ -63,8 +76,11 @@ def build_index(
             index.train(np.ascontiguousarray(vectors.take(sample, axis=0), dtype=np.float32))
         except RuntimeError as exc:
             raise ValueError(f"cannot train {factory!r} on {len(sample)} vectors: too few for this index") from exc
-    for start in range(0, n, chunk_rows):
-        index.add(np.ascontiguousarray(vectors[start : start + chunk_rows], dtype=np.float32))
+    try:
+        for start in range(0, n, chunk_rows):
+            index.add(np.ascontiguousarray(vectors[start : start + chunk_rows], dtype=np.float32))
+    except RuntimeError as exc:
+        raise ValueError(f"FAISS cannot build {factory!r}: {first_line(exc)}") from exc
     return index
 
 
@@ -129,11 +145,46 @@ def to_search_device(index: faiss.Index) -> faiss.Index | TorchFlatIndex:
 
 
 def search(index: faiss.Index | TorchFlatIndex, queries: np.ndarray, k: int) -> SearchResult:
-    """Return the k best rows for each normalised query."""
+    """Return the k best rows for each normalised query, every row when k is at least their number.
+
+    An approximate index can find fewer than k rows for a query (an HNSW graph from its entry point,
+    IVF in the lists it probes); such a query is searched again over every row, so results are never
+    short and never padded: the result has min(k, index.ntotal) columns.
+    """
     if k <= 0:
         raise ValueError("k must be positive")
-    scores, ids = index.search(np.ascontiguousarray(queries, dtype=np.float32), k)
+    k = min(k, index.ntotal)
+    x = np.ascontiguousarray(queries, dtype=np.float32)
+    if k == 0:  # an empty index: FAISS asserts k > 0
+        return SearchResult(np.empty((len(x), 0), dtype=np.float32), np.empty((len(x), 0), dtype=np.int64))
+    scores, ids = index.search(x, k)
+    short = (ids < 0).any(axis=1)
+    if short.any():
+        again = _search_every_row(index, x[short], k)
+        if again is not None:
+            scores[short], ids[short] = again
     return SearchResult(scores, ids)
+
+
+def _search_every_row(
+    index: faiss.Index | TorchFlatIndex, queries: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Search an approximate index exhaustively, over the same stored codes; None for an exhaustive one.
+
+    HNSW: its storage (every row, as Flat, SQ or PQ codes). IVF: every list, with no cap on codes.
+    """
+    if isinstance(index, TorchFlatIndex):
+        return None
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexHNSW):
+        return inner.storage.search(queries, k)
+    try:
+        lists = faiss.extract_index_ivf(index).nlist
+    except RuntimeError:
+        return None
+    every_list = faiss.SearchParametersIVF()
+    every_list.nprobe, every_list.max_codes = lists, 0  # 0: no cap on codes scanned
+    return index.search(queries, k, params=every_list)
 
 
 def exact_search(corpus: np.ndarray, queries: np.ndarray, k: int) -> SearchResult:

@@ -29,6 +29,7 @@ from condsearch.ann import (
     AUTO,
     IndexConfig,
     apply_search_params,
+    check_factory,
     choose_index,
     format_search_params,
     ivf_lists,
@@ -88,6 +89,7 @@ def plan_index(n: int, dim: int, factory: str, search_params: str, max_index_mem
         if factory == AUTO:
             plan = choose_index(n, dim, parse_memory(max_index_memory))
             factory, search_params = plan.factory, search_params or plan.search_params
+        check_factory(factory, n, dim)  # some factory strings end the process inside FAISS: none reaches it unchecked
         try:
             probe = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError as exc:

@@ -171,3 +171,226 @@ def test_build_index_from_a_file_of_vectors_equals_from_memory(tmp_path: Path) -
     mem = build_index(x, "IVF16,Flat", search_params="nprobe=4", train_size=1000, chunk_rows=700)
     disk = build_index(VectorFile(tmp_path / "v.npy"), "IVF16,Flat", search_params="nprobe=4", train_size=1000)
     np.testing.assert_array_equal(mem.search(queries, 10)[1], disk.search(queries, 10)[1])
+
+
+# ---------------------------------------------------------------- k near N, and factories or parameters that crash
+
+
+def _hash_rows(tmp_path: Path, n: int = 308) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"id": [f"r{i}" for i in range(n)], "text": [f"row number {i}" for i in range(n)]}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "factory, params",
+    [
+        ("HNSW32", ""),
+        ("HNSW32", "efSearch=16"),
+        ("HNSW16,SQ8", ""),
+        ("IVF16,Flat", "nprobe=1"),
+        ("IVF16,Flat", "nprobe=2,max_codes=5"),
+        ("IVF16,PQ4x4", "nprobe=1"),  # 8-bit PQ trains for seconds on a busy CPU: see test_8_bit_pq_forms_are_supported
+        ("IVF16,SQ8", ""),
+    ],
+)
+def test_k_of_every_row_returns_every_row_from_approximate_indexes(tmp_path: Path, factory: str, params: str) -> None:
+    # HNSW32 over 308 rows gave 192-232 of them for k=308, FAISS filling the rest with id -1; an IVF
+    # index probing one list of ~20 rows gave ~20 for k=150
+    from tests.conftest import HashEncoder
+
+    vec = Vectorizer(HashEncoder(), None, "none", "")
+    store = IndexStore(tmp_path / "i")
+    [name] = index_corpus(
+        read_corpus(_hash_rows(tmp_path)), ["c"], vec, store, corpus_name="x", factory=factory, search_params=params
+    )
+    stored = store.load(name)
+    queries = ["row number 3", "something else", "row number 300"]
+    for k in (308, 150, 10):
+        found = query_index(stored, vec, queries, k)
+        assert found.ids.shape == (3, k) and (found.ids >= 0).all(), (k, (found.ids >= 0).sum(axis=1))
+        assert all(len(set(row)) == k for row in found.ids.tolist())
+        assert (np.diff(found.scores, axis=1) <= 1e-5).all()  # still best first
+    assert {int(i) for i in query_index(stored, vec, queries, 308).ids[0]} == set(range(308))
+
+
+def test_search_caps_k_at_the_index_size_and_never_pads(tmp_path: Path) -> None:
+    from condsearch.index import search
+
+    x = normalize(np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32))
+    for factory in ("Flat", "HNSW8", "IVF4,Flat"):
+        found = search(build_index(x, factory), x[:2], 100)
+        assert found.ids.shape == (2, 40) and (found.ids >= 0).all()
+        assert found.n_found.tolist() == [40, 40]
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        "HNSW0",
+        "HNSW1",
+        "HNSW300",
+        "HNSW99999999999999999999",
+        "IDMap2,Flat",
+        "IDMap,Flat",
+        "NSG4",
+        "NSG32",
+        "IVF0,Flat",
+        "IVF99999999999999999999,Flat",
+        "PQ0",
+        "PQ4x0",
+        "PQ4x17",
+        "PQ5",
+        "PQ32",
+        "OPQ4,IVF16,PQ4",
+        "LSH",
+        "Flat,RFlat",
+        "IVF16",
+        "IVF16,",
+        " Flat",
+        "SQ3",
+        "",
+    ],
+)
+def test_factories_outside_the_supported_forms_are_refused_before_faiss_sees_them(factory: str) -> None:
+    from condsearch.ann import check_factory
+
+    with pytest.raises(ValueError, match="factory"):
+        check_factory(factory, 308, 16)
+    with pytest.raises(ValueError, match="factory"):
+        build_index(normalize(np.random.default_rng(0).standard_normal((308, 16)).astype(np.float32)), factory)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    ["Flat", "HNSW2", "HNSW256", "HNSW32,Flat", "HNSW16,SQ8", "HNSW16,PQ4x4", "IVF1,Flat", "IVF16,SQ8", "IVF16,PQ4x4",
+     "IVF8,PQ8x4", "PQ4x4", "PQ16x1", "SQ4", "SQ6", "SQ8", "SQfp16"],
+)  # fmt: skip
+def test_every_supported_factory_builds_and_answers_every_row(factory: str) -> None:
+    from condsearch.ann import check_factory
+    from condsearch.index import search
+
+    x = normalize(np.random.default_rng(1).standard_normal((308, 16)).astype(np.float32))
+    check_factory(factory, 308, 16)
+    found = search(build_index(x, factory), x[:3], 308)
+    assert found.ids.shape == (3, 308) and all(set(row) == set(range(308)) for row in found.ids.tolist())
+
+
+def test_8_bit_pq_forms_are_supported() -> None:
+    from condsearch.ann import check_factory
+
+    for factory in ("PQ4", "IVF8,PQ8", "HNSW16,PQ4", "IVF1024,PQ32"):
+        assert check_factory(factory, 10**6, 256).pq_bits == 8
+
+
+@pytest.mark.parametrize(
+    "factory, n, match", [("IVF64,Flat", 10, "too few"), ("PQ4", 100, "too few"), ("PQ4x4", 10, "too few")]
+)
+def test_factories_too_big_for_the_corpus_are_refused_up_front(factory: str, n: int, match: str) -> None:
+    from condsearch.ann import check_factory
+
+    with pytest.raises(ValueError, match=match):
+        check_factory(factory, n, 16)
+
+
+def test_abort_prone_factories_are_one_line_errors_in_a_fresh_process(tmp_path: Path) -> None:
+    # HNSW0 ended the process in a FAISS assertion (SIGABRT), HNSW1 in a segfault, PQ4x0 in SIGFPE:
+    # run where such an end cannot take pytest with it
+    import json
+    import subprocess
+    import sys
+
+    corpus = _hash_rows(tmp_path, 40)
+    script = f"""
+import json, sys
+import numpy as np
+from click.testing import CliRunner
+from condsearch.cli import main
+from condsearch.corpus import read_corpus
+from condsearch.errors import CondsearchError
+from condsearch.index import build_index
+from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.store import IndexStore
+sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
+from tests.conftest import HashEncoder
+
+out = {{}}
+for factory in ("HNSW0", "HNSW1", "PQ4x0"):
+    r = CliRunner().invoke(main, ["index", {str(corpus)!r}, "-c", "c", "--model", "nowhere/none",
+                                  "--index-factory", factory, "--index-dir", {str(tmp_path / "cli")!r}])
+    try:
+        index_corpus(read_corpus({str(corpus)!r}), ["c"], Vectorizer(HashEncoder(), None, "none", ""),
+                     IndexStore({str(tmp_path / "api")!r}), corpus_name="x", factory=factory)
+        api = "built"
+    except CondsearchError as exc:
+        api = str(exc)
+    out[factory] = [r.exit_code, r.output, repr(r.exception), api]
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    for factory, (code, output, exception, api) in json.loads(done.stdout.splitlines()[-1]).items():
+        assert code == 1 and exception.startswith("SystemExit"), (factory, output, exception)
+        [line] = [x for x in output.splitlines() if x.startswith("Error:")]
+        assert factory in line and "factory" in line
+        assert factory in api and "factory" in api
+
+
+@pytest.mark.parametrize(
+    "factory, params, match",
+    [
+        ("HNSW16", "efSearch=99999999999999999999", "efSearch"),
+        ("HNSW16", "efSearch=1000000000", "efSearch"),
+        ("HNSW16", "efSearch=65537", "efSearch"),
+        ("IVF16,Flat", "nprobe=17", "nprobe"),
+        ("IVF16,Flat", "max_codes=99999999999999999999", "max_codes"),
+        ("IVF16,PQ4x4", "ht=3", "search parameter"),
+        ("PQ4x4", "ht=3", "search parameter"),
+        ("HNSW16", "efSearch=1e3", "whole number"),
+        ("HNSW16", "efSearch=-1", "whole number"),
+    ],
+)
+def test_search_params_out_of_range_are_refused(tmp_path: Path, factory: str, params: str, match: str) -> None:
+    from tests.conftest import HashEncoder
+
+    vec = Vectorizer(HashEncoder(), None, "none", "")
+    with pytest.raises(CondsearchError, match=match):
+        index_corpus(
+            read_corpus(_hash_rows(tmp_path)),
+            ["c"],
+            vec,
+            IndexStore(tmp_path / "i"),
+            corpus_name="x",
+            factory=factory,
+            search_params=params,
+        )
+    assert IndexStore(tmp_path / "i").names() == []
+
+
+def test_search_params_at_their_limits_are_accepted(tmp_path: Path) -> None:
+    from condsearch.ann import apply_search_params
+
+    x = normalize(np.random.default_rng(2).standard_normal((308, 16)).astype(np.float32))
+    hnsw, ivf = build_index(x, "HNSW16"), build_index(x, "IVF16,Flat")
+    apply_search_params(hnsw, "efSearch=65536")
+    apply_search_params(ivf, "nprobe=16,max_codes=1000000000")
+    assert faiss.downcast_index(hnsw).hnsw.efSearch == 65536 and faiss.extract_index_ivf(ivf).nprobe == 16
+
+
+@pytest.mark.parametrize("params", ["efSearch=1000000000", "efSearch=99999999999999999999", "ht=2", 5, None])
+def test_a_manifest_with_out_of_range_search_params_is_store_error(
+    corpus_file: Path, tmp_path: Path, params: object
+) -> None:
+    import json
+
+    store = IndexStore(tmp_path)
+    vec = Vectorizer(ClusterEncoder(), None, "none", "")
+    [name] = index_corpus(read_corpus(corpus_file), ["c"], vec, store, corpus_name="x", factory="HNSW8")
+    path = tmp_path / name / "manifest.json"
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "search_params": params}))
+    with pytest.raises(StoreError):
+        store.load(name)

@@ -180,6 +180,25 @@ def test_index_throughput_incremental_smoke(tiny_bert_dir: Path, tmp_path: Path)
     assert {r["factory"] for r in real["results"]} == {"Flat", "HNSW32"} and real["dim"] == 32
 
 
+def test_rankings_agree_up_to_ties_at_the_cut() -> None:
+    # a random tiny BERT gives many equal scores: which of the tied rows make the top k is the CPU's choice
+    agree = load_script("common").rankings_agree
+    scores = np.array([[0.9, 0.8, 0.5, 0.5], [0.9, 0.7, 0.7, 0.6]], dtype=np.float32)
+    ids = np.array([[1, 2, 3, 4], [1, 2, 3, 4]])
+    other_tie = np.array([[1, 2, 3, 7], [1, 3, 2, 4]])  # row 0: another row tied at the cut; row 1: a swap in a tie
+    assert agree(scores, ids, scores, other_tie).tolist() == [True, True]
+    assert agree(scores, ids, scores + np.float32(5e-7), other_tie).tolist() == [True, True]
+    wrong_row = np.array([[1, 7, 3, 4], [1, 2, 9, 4]])  # a row replaced above the cut, in or out of a tie
+    assert agree(scores, ids, scores, wrong_row).tolist() == [False, False]
+    moved = scores.copy()
+    moved[0, 1] = 0.79  # a score that differs beyond the tolerance
+    assert agree(scores, ids, moved, ids).tolist() == [False, True]
+    # the tie extends past the cut on one side only: still a tie at the k-th score
+    cut = np.array([[0.9, 0.5, 0.5]], dtype=np.float32)
+    assert agree(cut, np.array([[1, 2, 3]]), cut, np.array([[1, 3, 8]])).tolist() == [True]
+    assert agree(cut, np.array([[1, 2, 3]]), cut, np.array([[8, 2, 3]])).tolist() == [False]
+
+
 def test_index_throughput_stream_smoke(tmp_path: Path) -> None:
     argv = ["--stream-rows", "1", "--smoke", "--encoder", "hash", "--dim", "16"]
     result = _run("index_throughput", argv, tmp_path / "o.json")

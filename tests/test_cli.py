@@ -544,7 +544,17 @@ def test_missing_condition_option_is_usage_error(corpus_file: Path) -> None:
     assert_clean_error(run("index", corpus_file), code=2)
 
 
-@pytest.mark.parametrize("factory, match", [("NotAFactory", "rejects index factory"), ("IVF64,Flat", "too few")])
+@pytest.mark.parametrize(
+    "factory, match",
+    [
+        ("NotAFactory", "not supported"),
+        ("IVF64,Flat", "too few"),
+        ("IDMap2,Flat", "not supported"),  # a traceback from FAISS once every row was encoded
+        ("NSG4", "not supported"),
+        # HNSW0, HNSW1 and PQ4x0 ended the process inside FAISS: tested in a subprocess in test_ann.py
+        ("HNSW32,PQ5", "must divide"),
+    ],
+)
 def test_bad_index_factory(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, factory: str, match: str) -> None:
     assert_clean_error(
         run(
@@ -561,6 +571,103 @@ def test_bad_index_factory(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Pat
         ),
         match=match,
     )
+    assert not (tmp_path / "i").exists() or not any((tmp_path / "i").iterdir())
+
+
+@pytest.mark.parametrize(
+    "factory, params, match",
+    [
+        ("HNSW8", "efSearch=99999999999999999999", "at most"),  # wrapped negative: one result per query
+        ("HNSW8", "efSearch=1000000000", "at most"),  # every later query failed with bad_alloc
+        ("IVF4,Flat", "nprobe=5", "only 4 lists"),
+        ("HNSW8", "ht=4", "name among"),
+    ],
+)
+def test_search_params_out_of_range_are_one_line(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, factory: str, params: str, match: str
+) -> None:
+    argv = ["index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--index-dir", tmp_path / "i"]
+    assert_clean_error(run(*argv, "--index-factory", factory, "--search-params", params), match=match)
+
+
+def test_k_of_every_row_from_an_approximate_index_returns_every_row(
+    tiny_bert_dir: Path, write_corpus, index_dir: Path
+) -> None:
+    # IVF probing one of 4 lists found ~10 of 40 rows, yet the notice said "returning all 40"
+    texts = [f"{s} number {i}" for i, s in enumerate(SENTENCES * 5)]
+    path = write_corpus(id=[f"r{i}" for i in range(40)], text=texts)
+    argv = ["--model", tiny_bert_dir, "--index-dir", index_dir, "--index-factory", "IVF4,Flat"]
+    ok(run("index", path, "-c", COLOUR, *argv, "--search-params", "nprobe=1"))
+    for k in (40, 100, 25):
+        result = ok(query(index_dir, SENTENCES[0], "-c", COLOUR, "-k", k, "--json"))
+        [row] = json_lines(result.stdout)
+        ids = [r["id"] for r in row["results"]]
+        assert len(ids) == len(set(ids)) == min(k, 40)
+        assert ("returning all 40" in result.stderr) == (k > 40)
+
+
+def _typed_corpus(tmp_path: Path, ids: pa.Array) -> Path:
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table({"id": ids, "text": SENTENCES[:3]}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "ids, named",
+    [
+        (pa.array([[1], [2], [3]]), "list"),
+        (pa.array([{"a": 1}, {"a": 2}, {"a": 3}]), "struct"),
+        (pa.array([1, 2, 2**64 - 1], type=pa.uint64()), "64-bit"),  # crashed once every row was encoded
+        (pa.array([b"a", b"b", b"c"]), "binary"),  # indexed, then broke query --json
+        (pa.array([float("nan"), float("nan"), 1.0]), "double"),  # passed the duplicate check, printed NaN
+        (pa.array([1, 2, 3], type=pa.timestamp("s")), "timestamp"),
+    ],
+)
+def test_id_columns_of_other_types_are_one_line_errors(
+    tiny_bert_dir: Path, tmp_path: Path, ids: pa.Array, named: str
+) -> None:
+    argv = ["index", _typed_corpus(tmp_path, ids), "-c", COLOUR, "--model", tiny_bert_dir]
+    message = assert_clean_error(run(*argv, "--index-dir", tmp_path / "i"), match=named)
+    assert "strings or integers" in message or "64-bit" in message
+    assert not (tmp_path / "i").exists()
+
+
+def test_dictionary_encoded_texts_and_ids_are_indexed(tiny_bert_dir: Path, tmp_path: Path, index_dir: Path) -> None:
+    # pandas writes its `category` dtype as a dictionary column; it was refused as "does not hold strings"
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "category.parquet"
+    table = pa.table({"id": pa.array(["a", "b", "c"]).dictionary_encode(), "text": pa.array(SENTENCES[:3])})
+    pq.write_table(table.set_column(1, "text", pa.array(SENTENCES[:3]).dictionary_encode()), path)
+    ok(run("index", path, "-c", COLOUR, "--model", tiny_bert_dir, "--index-dir", index_dir))
+    [row] = json_lines(ok(query(index_dir, SENTENCES[1], "-c", COLOUR, "-k", 1, "--json")).stdout)
+    assert row["results"][0]["id"] == "b" and row["results"][0]["text"] == SENTENCES[1]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["query", "condition", "corpus", "index-condition", "model"],
+)
+def test_arguments_that_are_not_utf8_are_usage_errors(
+    indexed: Path, corpus_file: Path, tiny_bert_dir: Path, where: str
+) -> None:
+    # `condsearch query $'\xff' ...`: Python hands an undecodable byte over as a lone surrogate
+    bad = "caf\udce9"
+    argv = {
+        "query": ["query", bad, "-c", COLOUR, "--index-dir", indexed],
+        "condition": ["query", "q", "-c", bad, "--index-dir", indexed],
+        "corpus": ["query", "q", "-c", COLOUR, "--corpus", bad, "--index-dir", indexed],
+        "index-condition": ["index", corpus_file, "-c", bad, "--model", tiny_bert_dir, "--index-dir", indexed],
+        "model": ["index", corpus_file, "-c", COLOUR, "--model", bad, "--index-dir", indexed],
+    }[where]
+    assert_clean_error(run(*argv), code=2, match="not valid UTF-8")
+
+
+def test_queries_from_stdin_that_are_not_utf8_are_one_line(indexed: Path) -> None:
+    result = CliRunner().invoke(main, ["query", "-", "-c", COLOUR, "--index-dir", str(indexed)], input=b"caf\xe9\n")
+    assert_clean_error(result, match="UTF-8")
 
 
 def test_missing_model_folder(corpus_file: Path, tmp_path: Path) -> None:
@@ -902,3 +1009,11 @@ def test_readme_cli_reference_is_current() -> None:
     assert block.strip() == docs.render_cli_reference().strip(), (
         "README is stale: run python tools/cli_reference.py README.md"
     )
+
+
+def test_query_json_is_one_line_per_query_whatever_the_text(indexed: Path) -> None:
+    # U+0085, U+2028 and U+2029 may stand raw in JSON, but str.splitlines() and some readers end lines there
+    text = "a girl\x85in\u2028an orange\u2029dress"
+    result = ok(query(indexed, text, "-c", COLOUR, "-k", 1, "--json"))
+    [line] = result.stdout.splitlines()
+    assert json.loads(line)["query"] == text

@@ -107,6 +107,114 @@ def test_null_ids(write_corpus) -> None:
         read_corpus(write_corpus(id=["a", None], text=["x", "y"]))
 
 
+def _write_arrow(tmp_path: Path, columns: dict) -> Path:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "typed.parquet"
+    pq.write_table(pa.table(columns), path)
+    return path
+
+
+def _refused_id_columns() -> list:
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    return [
+        pytest.param(pa.array([[1], [2], [3]]), "list", id="list"),
+        pytest.param(pa.array([{"a": 1}, {"a": 2}, {"a": 3}]), "struct", id="struct"),
+        pytest.param(pa.array([1, 2, 2**63], type=pa.uint64()), "signed 64-bit", id="uint64-too-big"),
+        pytest.param(pa.array([b"a", b"b", b"c"]), "binary", id="bytes"),
+        pytest.param(pa.array([b"a", b"b", b"c"], type=pa.large_binary()), "binary", id="large-bytes"),
+        pytest.param(pa.array([decimal.Decimal(v) for v in ("1.5", "2", "3")]), "decimal", id="dec"),
+        pytest.param(pa.array([datetime.datetime(2020, 1, d) for d in (1, 2, 3)]), "timestamp", id="timestamp"),
+        pytest.param(pa.array([datetime.date(2020, 1, d) for d in (1, 2, 3)]), "date", id="date"),
+        pytest.param(pa.array([float("nan"), float("nan"), 1.0]), "double", id="nan"),
+        pytest.param(pa.array([1.0, 2.0, 3.0]), "double", id="float"),
+        pytest.param(pa.array([True, False, None]), "bool", id="bool"),
+        pytest.param(pa.array([None, None, None], type=pa.null()), "null", id="null-type"),
+    ]
+
+
+@pytest.mark.parametrize("ids, named", _refused_id_columns())
+def test_id_columns_that_do_not_round_trip_through_json_are_refused_up_front(
+    tmp_path: Path, ids: object, named: str
+) -> None:
+    from condsearch.corpus import scan_corpus
+
+    path = _write_arrow(tmp_path, {"id": ids, "text": ["x", "y", "z"]})
+    for read in (read_corpus, scan_corpus):
+        with pytest.raises(CorpusError) as caught:
+            read(path)
+        message = str(caught.value)
+        assert "\n" not in message and named in message and "'id'" in message, message
+
+
+def _accepted_id_columns() -> dict:
+    import pyarrow as pa
+
+    columns = {
+        "s": pa.array(["a", "b", "c"]),
+        "ls": pa.array(["a", "b", "c"], type=pa.large_string()),
+        "i8": pa.array([-1, 0, 1], type=pa.int8()),
+        "u64": pa.array([0, 1, 2**63 - 1], type=pa.uint64()),
+        "i64": pa.array([-(2**63), 0, 2**63 - 1]),
+        "cat": pa.array(["a", "b", "c"]).dictionary_encode(),
+    }
+    return columns
+
+
+@pytest.mark.parametrize("column", ["s", "ls", "i8", "u64", "i64", "cat"])
+def test_string_and_integer_id_columns_are_accepted(tmp_path: Path, column: str) -> None:
+    from condsearch.corpus import scan_corpus
+
+    columns = _accepted_id_columns()
+    path = _write_arrow(tmp_path, {**columns, "text": ["x", "y", "z"]})
+    expected = columns[column].to_pylist()
+    assert read_corpus(path, id_column=column).ids == expected
+    scanned = scan_corpus(path, id_column=column)
+    assert [i for ids, _ in scanned.batches(10) for i in ids] == expected
+
+
+def test_dictionary_encoded_text_column_is_read(tmp_path: Path) -> None:
+    # pandas writes a `category` column as dictionary<values=string, indices=int8>
+    import pyarrow as pa
+
+    from condsearch.corpus import scan_corpus
+
+    texts = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, None], type=pa.int8()), pa.array(["red", "blue"]))
+    path = _write_arrow(tmp_path, {"id": ["a", "b", "c", "d"], "text": texts})
+    assert read_corpus(path).texts == ["red", "blue", "red"]
+    scanned = scan_corpus(path)
+    assert len(scanned) == 3 and scanned.n_skipped == 1
+    assert [t for _, batch in scanned.batches(10) for t in batch] == ["red", "blue", "red"]
+
+
+@pytest.mark.parametrize("kind", ["large_string", "string_view"])
+def test_other_string_text_columns_are_read(tmp_path: Path, kind: str) -> None:
+    import pyarrow as pa
+
+    from condsearch.corpus import scan_corpus
+
+    if not hasattr(pa, kind):
+        pytest.skip(f"pyarrow {pa.__version__} has no {kind}")
+    path = _write_arrow(tmp_path, {"text": pa.array(["one", "two"], type=getattr(pa, kind)())})
+    assert read_corpus(path).texts == ["one", "two"] and len(scan_corpus(path)) == 2
+
+
+def test_dictionary_of_numbers_is_not_a_text_column(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from condsearch.corpus import scan_corpus
+
+    path = _write_arrow(tmp_path, {"text": pa.array([1, 2]).dictionary_encode()})
+    for read in (read_corpus, scan_corpus):
+        with pytest.raises(CorpusError, match="does not hold strings"):
+            read(path)
+
+
 # ---------------------------------------------------------------- C-STS
 
 

@@ -73,10 +73,10 @@ def test_search_refuses_non_positive_k() -> None:
         search(index, _unit(1, 4, 8), 0)
 
 
-def test_search_beyond_corpus_pads_with_minus_one() -> None:
+def test_search_beyond_corpus_returns_every_row_unpadded() -> None:
     index = build_index(_unit(3, 4, 9))
     res = search(index, _unit(1, 4, 10), 5)
-    assert res.ids[0, 3:].tolist() == [-1, -1]
+    assert res.ids.shape == (1, 3) and sorted(res.ids[0].tolist()) == [0, 1, 2] and res.n_found.tolist() == [3]
 
 
 def test_cpu_index_stays_usable_after_to_search_device() -> None:

@@ -254,3 +254,12 @@ def test_cli_reindex_encodes_only_changes_in_both_modes(tiny_bert_dir: Path, tmp
     sa, ia = a.index.search(va[:20], 10)
     sb, ib = b.index.search(va[:20], 10)
     np.testing.assert_array_equal(ia, ib)
+
+
+@pytest.mark.parametrize("factory", ["IDMap2,Flat", "NSG4", "HNSW300"])  # the --ray path calls it directly
+def test_plan_index_checks_the_factory_before_faiss_sees_it(factory: str) -> None:
+    from condsearch.errors import CondsearchError
+    from condsearch.ingest import plan_index
+
+    with pytest.raises(CondsearchError, match="index factory"):
+        plan_index(300, 8, factory, "", "4G")
