@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from condsearch.ann import AUTO, check_factory
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
 from condsearch.artifacts.profiles import (
@@ -234,6 +235,12 @@ def index_conditions(
 ) -> list[BuildReport]:
     """Index the corpus under each distinct condition (streamed, incremental, resumable); return what each did."""
     conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
+    factory = build.get("factory", DEFAULT_FACTORY)
+    if factory != AUTO:  # before FAISS sees it: some factory strings end the process inside FAISS
+        try:
+            check_factory(factory, len(corpus), vectorizer.dim)
+        except ValueError as exc:
+            raise CondsearchError(str(exc)) from exc
     return [build_condition_index(corpus, c, vectorizer, store, **build) for c in conditions]
 
 
@@ -457,4 +464,7 @@ def query_index(
     if any(not q.strip() for q in queries):
         raise CondsearchError("a query is empty")
     vecs = vectorizer.vectors(queries, stored.manifest.condition, batch_size=batch_size)
-    return search(to_search_device(stored.index) if on_device else stored.index, vecs, k)
+    try:
+        return search(to_search_device(stored.index) if on_device else stored.index, vecs, k)
+    except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
+        raise StoreError(f"cannot search the index for {stored.manifest.condition!r}: {first_line(exc)}") from exc
