@@ -217,3 +217,25 @@ def test_ann_smoke(tmp_path: Path) -> None:
     ivf = [by[("IVF16,Flat", f"nprobe={p}")]["recall_at_10"] for p in (1, 4, 16)]
     assert ivf == sorted(ivf) and ivf[-1] == 1.0
     assert (tmp_path / "ann.png").is_file() or not plotting
+
+
+def test_ood_smoke_scores_every_system_and_blends_from_the_cache(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--cache-dir", str(tmp_path / "cache")]
+    result = _run("ood", argv, tmp_path / "out.json")
+    assert list(result["results"]) == ["plain", "prefix", "case:none", "blend:0.5:case:none"]
+    for per in result["results"].values():
+        assert set(per) == {"the kind of animal", "the kind of vehicle"}
+        for row in per.values():
+            assert 0 <= row["sibling_p10"] <= 1 and 0 <= row["in_category"] <= 1 and row["top1"] >= row["top10"]
+    assert len(list((tmp_path / "cache").glob("*.npy"))) == 1 + 2 + 2  # plain once, prefix and case per condition
+    again = _run("ood", argv, tmp_path / "again.json")  # every vector from the cache: the same figures
+    assert again["results"] == result["results"]
+
+
+def test_ood_siblings_and_members_follow_the_hypernym_edges() -> None:
+    ood = load_script("ood")
+    tax, conditions = ood.synthetic_taxonomy()
+    assert tax.siblings("sparrow") == {"robin", "finch"}
+    assert tax.descendants(["animal"]) == {"bird", "fish", "sparrow", "robin", "finch", "trout", "salmon", "carp"}
+    scores, rows = ood.top_k(np.eye(3, dtype=np.float32), np.eye(3, dtype=np.float32)[:1], np.array([0]), 2)
+    assert rows[0, 0] != 0 and scores[0, 0] == 0  # the query's own row is left out
