@@ -27,7 +27,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -72,11 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument(
         "--variant",
-        choices=["paper", "extended"],
+        choices=["paper", "extended", "context"],
         default=None,
-        help="csr mode with --router none/train: the router variant (paper: eq. 1 of seed 002; extended: ours). "
-        "A trained router folder carries its own.",
+        help="csr mode with --router none/train: the router variant (paper: eq. 1 of seed 002; extended and "
+        "context: ours). A trained router folder carries its own.",
     )
+    p.add_argument("--k", type=int, default=None, help="--variant context: top layers that see the condition")
+    p.add_argument("--train-backbone", choices=["all", "top"], default=None, help="--variant context, --router train")
+    p.add_argument("--init", choices=["base", "full"], default="base", help="--variant context, --router train")
     p.add_argument("--router-epochs", type=int, default=None, help="csr --router train: epochs [default: 3]")
     p.add_argument(
         "--head",
@@ -126,29 +128,14 @@ def csr_features(
     """Route both sentences of each row under its condition with the router tri-encoder;
     return the features and the condition sensitivity (each sentence under its pair's two
     conditions, see condsearch.csr.training.pair_sensitivity)."""
-    from condsearch.csr.cache import collate
-    from condsearch.csr.router import ConditionCode
     from condsearch.csr.training import pair_sensitivity
 
-    texts = list(dict.fromkeys(data.sentence1 + data.sentence2))
-    keys = encoder.cache_sentences(texts, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
-    key_of = dict(zip(texts, keys, strict=True))
-    codes = {c: encoder.condition_code(c) for c in dict.fromkeys(data.condition)}  # type: ignore[attr-defined]
-    out = []
     with torch.inference_mode():
-        for side in (data.sentence1, data.sentence2):
-            vecs = np.empty((len(side), encoder.dim), dtype=np.float32)  # type: ignore[attr-defined]
-            for start in range(0, len(side), batch_size):
-                rows = range(start, min(len(side), start + batch_size))
-                states = collate(
-                    encoder.states.get([key_of[side[i]] for i in rows]),  # type: ignore[attr-defined]
-                    device=encoder.device,  # type: ignore[attr-defined]
-                )
-                batch = [codes[data.condition[i]] for i in rows]
-                code = ConditionCode(torch.cat([c.q for c in batch]), torch.cat([c.e for c in batch]))
-                vecs[start : start + len(rows)] = encoder.router.route(states, code).float().cpu().numpy()  # type: ignore[attr-defined]
-            out.append(vecs)
-    return PairFeatures(out[0], out[1], data.labels), pair_sensitivity(data, out[0], out[1])
+        v1, v2 = (
+            encoder.encode_rows(side, data.condition, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
+            for side in (data.sentence1, data.sentence2)
+        )
+    return PairFeatures(v1, v2, data.labels), pair_sensitivity(data, v1, v2)
 
 
 def isotropy_report(
@@ -290,12 +277,17 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
 
         cache_dir = Path(tempfile.mkdtemp(prefix="csts-csr-"))
     router = "none" if args.router == "train" else args.router
-    encoder = load_csr_encoder(args.model, router=router, variant=args.variant, cache_dir=cache_dir)
+    layer = -args.k if args.k is not None else None
+    encoder = load_csr_encoder(args.model, router=router, variant=args.variant, layer=layer, cache_dir=cache_dir)
     training = None
     if args.router == "train":
         from condsearch.csr.training import RouterTrainConfig, train_router
 
-        config = RouterTrainConfig(epochs=1 if args.smoke else (args.router_epochs or RouterTrainConfig.epochs))
+        config = RouterTrainConfig(
+            epochs=1 if args.smoke else (args.router_epochs or RouterTrainConfig.epochs),
+            train_backbone=args.train_backbone,
+            init=args.init,
+        ).resolved(encoder.router.config.variant)
         _log(f"training the {encoder.router.config.describe()} router on train ({len(splits['train'])} rows)")
         t0 = time.perf_counter()
         history = train_router(encoder, splits["train"], config, dev=splits.get("dev"))

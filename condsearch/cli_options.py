@@ -111,12 +111,13 @@ mode_option = click.option(
 
 router_variant_option = click.option(
     "--router-variant",
-    type=click.Choice(["paper", "extended"]),
+    type=click.Choice(["paper", "extended", "context"]),  # condsearch.csr.context.ROUTER_VARIANTS (no torch here)
     default=None,
     help=(
         "--mode csr: paper is eq. 1 of the router paper (layer t's own W_Q, (1 + w), no gain); extended is ours "
-        "(a trainable query copy, a learned gain, a condition-generated projection) [default: the trained "
-        "router's, else paper]."
+        "(a trainable query copy, a learned gain, a condition-generated projection); context is ours (sentence "
+        "tokens attend to the condition's tokens in the top k layers; an untrained one takes k as --router-layer "
+        "-k) [default: the trained router's, else paper]."
     ),
 )
 

@@ -1,4 +1,4 @@
-"""`condsearch train router`: the CSR router layers, trained on cached sentence states."""
+"""`condsearch train router`: a CSR router on C-STS (its top layers; for the context router, its backbone)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from typing import Any
 
 import click
 
-from condsearch.cli_config import config_from, config_option
+from condsearch.cli_config import config_from, config_option, given
 from condsearch.cli_train import check_out, common_options, dev_note, report_epoch, run_training
+from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
-from condsearch.csr.training import LOSSES, RouterTrainConfig
+from condsearch.csr.training import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig
 
 _DEFAULTS = RouterTrainConfig()
+#: flags that only the context router takes
+_CONTEXT_FLAGS = ("k", "train_backbone", "init")
 
 
 @click.command("router")
@@ -28,11 +31,13 @@ _DEFAULTS = RouterTrainConfig()
 @config_option(
     RouterConfig(),
     "variant",
+    "--variant",
     "--router-variant",
-    type=click.Choice(tuple(PRESETS)),
+    type=click.Choice(ROUTER_VARIANTS),
     help=(
         "paper is eq. 1 of the router paper (layer t's own W_Q, (1 + w), no gain); extended is ours "
-        "(a trainable query copy, a learned gain, a condition-generated projection)."
+        "(a trainable query copy, a learned gain, a condition-generated projection); context is ours too "
+        "(sentence tokens attend to the condition's tokens in the top --k layers)."
     ),
 )
 @config_option(
@@ -40,19 +45,64 @@ _DEFAULTS = RouterTrainConfig()
     "layer",
     "--router-layer",
     type=int,
-    help="First routed backbone layer; negative counts from the top (-1: the last layer only).",
+    help="paper/extended: first routed backbone layer; negative counts from the top (-1: the last layer only).",
 )
-def router_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any) -> None:
+@config_option(
+    ContextConfig(),
+    "k",
+    "--k",
+    type=click.IntRange(min=1),
+    help="context: how many top layers see the condition (the layers below are cached per sentence).",
+)
+@config_option(
+    _DEFAULTS,
+    "train_backbone",
+    "--train-backbone",
+    type=click.Choice(TRAIN_SCOPES),
+    help=(
+        "context: train the whole backbone, or only the top --k layers (over cached sentence states) "
+        f"[default: {DEFAULT_SCOPE}]."
+    ),
+)
+@config_option(
+    _DEFAULTS,
+    "init",
+    "--init",
+    type=click.Choice(INITS),
+    help="context: start from the base model, or from the shipped full CASE profile's weights.",
+)
+@click.option(
+    "--checkpoint-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Per-epoch checkpoints [default: under the cache folder, named after --out].",
+)
+@click.option("--resume", is_flag=True, help="Continue from the last epoch's checkpoint.")
+@click.pass_context
+def router_cmd(
+    ctx: click.Context, train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any
+) -> None:
     """Train the CSR router layers on cached sentence states.
 
-    Fine-tunes the router query and the layers from the router layer up, leaving lower layers
-    frozen so sentence caches stay valid (AdamW, linear warm-up then decay).
+    paper/extended: fine-tunes the router query and the layers from the router layer up, leaving
+    lower layers frozen so sentence caches stay valid. context (ours): trains the backbone, whole
+    or its top --k layers, and saves its change from the base model (checksummed: caches and
+    indexes made with other weights are never reused). AdamW, linear warm-up then decay; a
+    checkpoint after each epoch, which --resume continues from.
     """
     from condsearch.csr.training import train_router_and_save
 
-    check_out(out, "router")
+    variant = params["variant"]
+    if variant == CONTEXT:
+        if flags := given(ctx, "layer"):
+            raise click.UsageError(f"{flags[0]} applies to --variant paper/extended (the context router takes --k)")
+        router_config: RouterConfig | ContextConfig = ContextConfig(k=params["k"])
+    else:
+        if flags := given(ctx, *_CONTEXT_FLAGS):
+            raise click.UsageError(f"{', '.join(flags)} apply with --variant context")
+        router_config = replace(PRESETS[variant], layer=params["layer"])
+    check_out(out, "router", params["checkpoint_dir"])
     config = config_from(RouterTrainConfig, params)
-    router_config = replace(PRESETS[params["variant"]], layer=params["layer"])
     run_training(
         lambda: train_router_and_save(
             train_csv,
@@ -65,6 +115,8 @@ def router_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, 
             max_length=params["max_length"],
             trust_remote_code=params["trust_remote_code"],
             on_epoch=report_epoch,
+            checkpoint_dir=params["checkpoint_dir"],
+            resume=params["resume"],
         ),
         as_json,
         lambda s: f"wrote {out} ({s['variant']} router from layer {s['layer']})" + dev_note(s),

@@ -239,3 +239,10 @@ def test_ood_siblings_and_members_follow_the_hypernym_edges() -> None:
     assert tax.descendants(["animal"]) == {"bird", "fish", "sparrow", "robin", "finch", "trout", "salmon", "carp"}
     scores, rows = ood.top_k(np.eye(3, dtype=np.float32), np.eye(3, dtype=np.float32)[:1], np.array([0]), 2)
     assert rows[0, 0] != 0 and scores[0, 0] == 0  # the query's own row is left out
+
+
+def test_csts_smoke_trains_and_scores_a_context_router(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--mode", "csr", "--router", "train", "--variant", "context", "--k", "1"]
+    result = _run("csts", [*argv, "--model", str(tiny_bert_dir)], tmp_path / "out.json")
+    assert result["config"]["router_variant"] == "context" and "condition_sensitivity" in result["dev"]
+    assert result["training"]["config"]["lr"] == pytest.approx(1e-4)  # the variant's own rate, resolved

@@ -114,7 +114,9 @@ VALUES: dict[str, list[str]] = {
     "--router-variant": ["extended"],
     "--router-layer": ["0"],
 }
-ROUTER_VALUES = {"--loss": ["wacl"]}
+ROUTER_VALUES = {"--loss": ["wacl"], "--k": ["3"], "--train-backbone": ["top"], "--init": ["full"]}
+#: the router's flags that apply with the context variant only
+ROUTER_NEEDS = {flag: ["--router-variant", "context"] for flag in ("--k", "--train-backbone", "--init")}
 NEEDS = {"--dim": ["--head-on-top"], "--dropout": ["--head-on-top"], "--head-lr": ["--head-on-top"]}
 NEEDS |= {"--init-head": ["--head-on-top"], "--batch-size": ["--dev", "{csv}"]}
 REFUSED = {("lora", f) for f in ("--prompt-template", "--unconditional-template", "--bidirectional-layers", "--preset")}
@@ -159,7 +161,8 @@ def test_every_option_changes_the_call_or_is_refused(
             continue
         flag = option.opts[-1]
         given = [] if option.is_flag else [v.format(**fmt) for v in values[flag]]
-        extra = [v.format(**fmt) for v in NEEDS.get(flag, [])] if name in ("lora", "full") else []
+        needs = NEEDS if name in ("lora", "full") else ROUTER_NEEDS if name == "router" else {}
+        extra = [v.format(**fmt) for v in needs.get(flag, [])]
         args = [*base, *extra, flag, *given]
         if extra:  # the flag's companion alone must not be the change
             companion = run(*base, *extra)
@@ -197,6 +200,8 @@ def test_every_option_changes_the_call_or_is_refused(
         (["lora", "--preset", "bellm"], "decoder embedders"),
         (["lora", "--head-on-top", "--init-head", "no/such/head"], "--init-head"),
         (["router", "--loss", "quad"], "'quad' is not one of"),
+        (["router", "--k", "2"], "apply with --variant context"),
+        (["router", "--variant", "context", "--router-layer", "-2"], "--router-layer applies"),
     ],
 )
 def test_flags_that_do_not_apply_are_refused(

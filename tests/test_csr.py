@@ -19,7 +19,7 @@ from condsearch.cli import main
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.cache import StateCache, collate, split
 from condsearch.csr.router import EXTENDED, PAPER, Router, RouterConfig
-from condsearch.csr.training import RouterTrainConfig, pair_groups, train_router, wacl_loss
+from condsearch.csr.training import DEFAULT_LR, RouterTrainConfig, pair_groups, train_router, wacl_loss
 from condsearch.csr.weights import load_router_weights, save_router
 from condsearch.csts import read_csts
 from condsearch.errors import ModelError
@@ -365,7 +365,7 @@ def test_extended_router_round_trip_and_old_format(tmp_path: Path, tiny_bert_dir
 
 
 def test_cli_router_defaults_come_from_the_config() -> None:
-    """`train router` defaults to what RouterTrainConfig holds, and its help says so."""
+    """`train router` defaults to what RouterTrainConfig holds; lr None is the variant's own."""
     defaults = RouterTrainConfig()
     command = main.commands["train"].get_command(click.Context(main), "router")  # type: ignore[attr-defined]
     options = {p.opts[-1]: p.default for p in command.params if isinstance(p, click.Option)}
@@ -375,5 +375,9 @@ def test_cli_router_defaults_come_from_the_config() -> None:
         defaults.batch_size,
         defaults.loss,
     )
+    assert (options["--k"], options["--init"], options["--train-backbone"]) == (2, "base", None)
+    for variant, lr in DEFAULT_LR.items():
+        assert defaults.resolved(variant).lr == lr
+    assert defaults.resolved("context").train_backbone == "all"
     res = CliRunner().invoke(main, ["train", "router", "--help"], terminal_width=400)
-    assert f"[default: {defaults.lr};" in " ".join(res.output.split())
+    assert f"[default: {defaults.epochs};" in " ".join(res.output.split())

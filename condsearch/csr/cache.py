@@ -13,7 +13,10 @@ from safetensors.torch import save_file
 from condsearch.atomic import replacing_file
 from condsearch.csr.router import SentenceStates
 
-Tensors = tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # x, k, c of one sentence: (length, hidden) each
+#: one sentence's states, (length, hidden) each: x, k, c for the paper/extended router, x alone for the context one
+Tensors = tuple[torch.Tensor, ...]
+#: the names of the tensors a router caches per sentence, in the order of :data:`Tensors`
+STATE_NAMES = ("x", "k", "c")
 
 
 def text_key(ident: str, text: str) -> str:
@@ -23,15 +26,19 @@ def text_key(ident: str, text: str) -> str:
 
 class StateCache:
     """Shards of sentence states: ``keys`` (n, 32) uint8 digests, ``offsets`` (n+1,) int64 and
-    the token-major ``x``, ``k``, ``c`` tensors (total tokens, hidden) of all n sentences.
+    the token-major state tensors (total tokens, hidden) of all n sentences, one per name in
+    ``names`` (``x``, ``k``, ``c`` for the paper/extended router; ``x`` for the context one).
 
     Shards are written under a temporary name and renamed; reads open them with safetensors
     (no pickles) and copy out only the rows asked for, so a corpus larger than memory streams.
     """
 
-    def __init__(self, directory: Path, dtype: torch.dtype = torch.float16) -> None:
+    def __init__(
+        self, directory: Path, dtype: torch.dtype = torch.float16, names: tuple[str, ...] = STATE_NAMES
+    ) -> None:
         self.directory = Path(directory)
         self.dtype = dtype
+        self.names = names
         self._where: dict[str, tuple[Path, int]] | None = None
         self._offsets: dict[Path, torch.Tensor] = {}
 
@@ -76,7 +83,7 @@ class StateCache:
             "keys": torch.tensor([list(bytes.fromhex(k)) for k in keys], dtype=torch.uint8),
             "offsets": offsets,
         }
-        for j, name in enumerate(("x", "k", "c")):
+        for j, name in enumerate(self.names):
             tensors[name] = torch.cat([s[j] for s in states]).to(self.dtype).contiguous()
         digest = hashlib.sha256("".join(keys).encode()).hexdigest()[:16]
         final = self.directory / f"shard-{digest}.safetensors"
@@ -98,11 +105,10 @@ class StateCache:
         for shard, rows in by_shard.items():
             offsets = self._offsets[shard]
             with safe_open(str(shard), framework="pt") as fh:
-                slices = {name: fh.get_slice(name) for name in ("x", "k", "c")}
+                slices = {name: fh.get_slice(name) for name in self.names}
                 for pos, row in rows:
                     a, b = int(offsets[row]), int(offsets[row + 1])
-                    x, k, c = (slices[n][a:b] for n in ("x", "k", "c"))
-                    out[pos] = (x, k, c)
+                    out[pos] = tuple(slices[n][a:b] for n in self.names)
         return [o for o in out if o is not None]
 
     def nbytes_per_sentence(self) -> float:
@@ -115,24 +121,26 @@ class StateCache:
 def collate(
     states: Sequence[Tensors], dtype: torch.dtype = torch.float32, device: torch.device | None = None
 ) -> SentenceStates:
-    """Pad per-sentence states into one batch."""
+    """Pad per-sentence states into one batch (k and c stay None for states of x alone)."""
     b = len(states)
     length = max(s[0].shape[0] for s in states)
     hidden = states[0][0].shape[1]
-    x = torch.zeros(b, length, hidden, dtype=dtype)
-    k = torch.zeros_like(x)
-    c = torch.zeros_like(x)
+    padded = [torch.zeros(b, length, hidden, dtype=dtype) for _ in states[0]]
     mask = torch.zeros(b, length, dtype=torch.bool)
-    for i, (xi, ki, ci) in enumerate(states):
-        n = xi.shape[0]
-        x[i, :n], k[i, :n], c[i, :n] = xi, ki, ci
+    for i, tensors in enumerate(states):
+        n = tensors[0].shape[0]
+        for full, t in zip(padded, tensors, strict=True):
+            full[i, :n] = t
         mask[i, :n] = True
     if device is not None:
-        x, k, c, mask = x.to(device), k.to(device), c.to(device), mask.to(device)
-    return SentenceStates(x, k, c, mask)
+        padded, mask = [t.to(device) for t in padded], mask.to(device)
+    k = padded[1] if len(padded) > 1 else None
+    c = padded[2] if len(padded) > 2 else None
+    return SentenceStates(padded[0], k, c, mask)
 
 
 def split(states: SentenceStates) -> list[Tensors]:
     """Undo :func:`collate`: per-sentence tensors without padding, on the CPU."""
     lengths = states.mask.sum(dim=1).tolist()
-    return [(states.x[i, :n].cpu(), states.k[i, :n].cpu(), states.c[i, :n].cpu()) for i, n in enumerate(lengths)]
+    present = [t for t in (states.x, states.k, states.c) if t is not None]
+    return [tuple(t[i, :n].cpu() for t in present) for i, n in enumerate(lengths)]

@@ -14,7 +14,9 @@ import torch
 from condsearch.artifacts.routers import resolve_router, router_checksum, router_model_id, router_name
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
 from condsearch.csr.cache import StateCache, collate, split, text_key
-from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig
+from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
+from condsearch.csr.context_weights import load_context_weights, saved_context_config
+from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.runtime import load_pretrained
@@ -23,6 +25,18 @@ from condsearch.models import ModelSource, resolve_model
 from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)
+
+AnyConfig = RouterConfig | ContextConfig
+AnyCode = ConditionCode | ContextCode
+
+
+def weights_digest(module: torch.nn.Module) -> str:
+    """Return the sha256 of a module's parameters as they are now (names, shapes and float32 bytes)."""
+    h = hashlib.sha256()
+    for name, p in module.named_parameters():
+        h.update(f"{name}{tuple(p.shape)}".encode())
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 class CsrEncoder:
@@ -36,7 +50,7 @@ class CsrEncoder:
         *,
         router: str | None = None,
         layer: int | None = None,
-        variant: RouterConfig | str | None = None,
+        variant: RouterConfig | ContextConfig | str | None = None,
         device: str | None = None,
         max_length: int | None = None,
         cache_dir: Path | None = None,
@@ -55,9 +69,11 @@ class CsrEncoder:
         except (OSError, ValueError, KeyError) as exc:
             raise ModelError.cannot_load(source.model_id, exc) from exc
         folder = resolve_router(router, source.model_id)
-        config = self._router_config(folder, variant, layer)
+        n_layers = int(getattr(model.config, "num_hidden_layers", 0))
+        config = self._router_config(folder, variant, layer, n_layers)
+        self.router: Router | ContextRouter
         try:
-            self.router = Router(model, config)
+            self.router = ContextRouter(model, config) if isinstance(config, ContextConfig) else Router(model, config)
         except ValueError as exc:
             raise ModelError(f"{source.model_id}: {exc}") from exc
         n_layers = len(self.router.routed) + self.router.layer
@@ -67,24 +83,44 @@ class CsrEncoder:
             meta_model = router_model_id(folder)
             if meta_model not in (None, source.model_id):
                 raise ModelError(f"router {folder} was trained for {meta_model}, not {source.model_id}")
-            load_router_weights(self.router, folder)
+            if isinstance(self.router, ContextRouter):
+                load_context_weights(self.router, folder)
+            else:
+                load_router_weights(self.router, folder)
         self.router_name = router_name(folder)
         self.router_checksum = router_checksum(folder) if folder is not None else ""
         self.device = pick_device(device)
         self.router.to(self.device).eval()
+        self.source = source
         self.model_id = source.model_id
         self.revision = source.revision
         self.dim = int(model.config.hidden_size)
         self.max_length = max_length or min(int(self.tokenizer.model_max_length), 512)
-        root = cache_dir or default_cache_dir()
+        self._root = cache_dir or default_cache_dir()
+        self._state_dtype = state_dtype
+        self._queries = EmbeddingCache(self._root / "csr-queries")
+        self.refresh_identity()
+        self.n_truncated = 0
+
+    def refresh_identity(self) -> None:
+        """Name the sentence and condition caches after the weights they depend on.
+
+        Call it after changing the router's weights in place (training, an initial profile): a
+        cache filled with other weights is then never read. The paper/extended router's cached
+        states depend only on the frozen backbone below its layer t; the context router's on its
+        whole backbone, so its state cache is named after the router's checksum (or, untrained or
+        trained in memory, a digest of the weights themselves).
+        """
         backbone = f"{self.model_id}|{self.revision}|layer={self.router.layer}|max_length={self.max_length}"
+        weights = self.router_checksum or f"params:{weights_digest(self.router)}"
+        if isinstance(self.router, ContextRouter):
+            backbone += f"|{CONTEXT}|weights={weights}"
         self._state_ident = backbone
         digest = hashlib.sha256(backbone.encode()).hexdigest()[:16]
-        self.states = StateCache(root / "csr-states" / digest, dtype=state_dtype)
-        untrained = f"untrained:{sorted(config.to_dict().items())}"
-        self._query_ident = f"{backbone}|router={self.router_checksum or untrained}"
-        self._queries = EmbeddingCache(root / "csr-queries")
-        self.n_truncated = 0
+        self.states = StateCache(
+            self._root / "csr-states" / digest, dtype=self._state_dtype, names=self.router.state_names
+        )
+        self._query_ident = f"{backbone}|router={weights}|{sorted(self.router.config.to_dict().items())}"
 
     def describe(self) -> dict[str, object]:
         return {
@@ -99,6 +135,11 @@ class CsrEncoder:
             "router_config": self.router.config.to_dict(),
             "router_checksum": self.router_checksum,
         }
+
+    @property
+    def variant(self) -> str:
+        """Return the router variant: paper, extended or context."""
+        return str(self.router.config.variant)
 
     def _tokenize(self, texts: Sequence[str]) -> dict[str, torch.Tensor]:
         enc = self.tokenizer(
@@ -132,25 +173,35 @@ class CsrEncoder:
         return keys
 
     @staticmethod
-    def _router_config(folder: Path | None, variant: RouterConfig | str | None, layer: int | None) -> RouterConfig:
-        """Return the config of a trained router folder, else of the named variant (default: paper)."""
+    def _router_config(
+        folder: Path | None, variant: AnyConfig | str | None, layer: int | None, n_layers: int
+    ) -> AnyConfig:
+        """Return the config of a trained router folder, else of the named variant (default: paper).
+
+        For the context variant a layer names the first layer that sees the condition: k = T - layer
+        (or -layer when negative).
+        """
         if folder is not None:
-            config = saved_config(folder)
-            if isinstance(variant, RouterConfig) or (variant is not None and variant != config.variant):
-                name = variant.variant if isinstance(variant, RouterConfig) else variant
+            config: AnyConfig = saved_context_config(folder) or saved_config(folder)
+            if isinstance(variant, RouterConfig | ContextConfig) or (variant is not None and variant != config.variant):
+                name = variant.variant if isinstance(variant, RouterConfig | ContextConfig) else variant
                 raise ModelError(f"router {folder} is the {config.variant} variant, not {name}")
             return config  # a --router-layer that disagrees is refused once the layer count is known
-        if isinstance(variant, RouterConfig):
+        if isinstance(variant, RouterConfig | ContextConfig):
             config = variant
         else:
             name = variant or "paper"
-            if name not in PRESETS:
-                raise ModelError(f"unknown router variant {name!r} (use {', '.join(PRESETS)})")
-            config = PRESETS[name]  # type: ignore[index]
-        return replace(config, layer=layer) if layer is not None else config
+            if name not in ROUTER_VARIANTS:
+                raise ModelError(f"unknown router variant {name!r} (use {', '.join(ROUTER_VARIANTS)})")
+            config = CONTEXT_DEFAULT if name == CONTEXT else PRESETS[name]  # type: ignore[index]
+        if layer is None:
+            return config
+        if isinstance(config, ContextConfig):
+            return replace(config, k=-layer if layer < 0 else n_layers - layer)
+        return replace(config, layer=layer)
 
     @torch.inference_mode()
-    def condition_code(self, condition: str) -> ConditionCode:
+    def condition_code(self, condition: str) -> AnyCode:
         """Return the code of one condition (a batch of 1), through the query cache."""
         key = pair_key(self._query_ident, condition, None)
         found = self._queries.get_many([key]).get(key)
@@ -158,7 +209,7 @@ class CsrEncoder:
             found = self.router.condition_codes(self._tokenize([condition])).flat()[0].float().cpu().numpy()
             self._queries.put_many([key], found[None])
         flat = torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)[None]
-        return ConditionCode.unflat(flat, len(self.router.routed))
+        return self.router.code_from_flat(flat)
 
     @torch.inference_mode()
     def encode_conditional(
@@ -176,11 +227,35 @@ class CsrEncoder:
         for start in range(0, len(distinct), batch_size):
             chunk = distinct[start : start + batch_size]
             states = collate(self.states.get(chunk), device=self.device)
-            out[start : start + len(chunk)] = self.router.route(states, q).float().cpu().numpy()
+            out[start : start + len(chunk)] = self.route(states, q).float().cpu().numpy()
             bar.update(len(chunk))
         bar.close()
         row = {k: i for i, k in enumerate(distinct)}
         return out[[row[k] for k in keys]]
+
+    def route(self, states: SentenceStates, code: AnyCode | None) -> torch.Tensor:
+        """Finish the forward pass of cached sentence states under condition codes: (b, hidden)."""
+        return self.router.route(states, code)  # type: ignore[arg-type]  # each router makes its own codes
+
+    @torch.inference_mode()
+    def encode_rows(
+        self, texts: Sequence[str], conditions: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Return the routed vector of each text under its own condition: (n, hidden) float32."""
+        if len(texts) != len(conditions):
+            raise ValueError("texts and conditions differ in length")
+        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
+        codes = {c: self.condition_code(c) for c in dict.fromkeys(conditions)}
+        length = self.states.lengths(keys)
+        order = sorted(range(len(keys)), key=lambda i: -length[i])
+        out = np.empty((len(keys), self.dim), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            states = collate(self.states.get([keys[i] for i in rows]), device=self.device)
+            batch = [codes[conditions[i]] for i in rows]
+            code = type(batch[0]).cat(batch)  # type: ignore[arg-type]  # one router: one code type
+            out[rows] = self.route(states, code).float().cpu().numpy()
+        return out
 
     def report_truncation(self) -> str | None:
         if not self.n_truncated:

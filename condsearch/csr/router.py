@@ -81,12 +81,13 @@ PRESETS: dict[Variant, RouterConfig] = {"paper": PAPER, "extended": EXTENDED}
 class SentenceStates:
     """Cached layer-t states of a padded batch of sentences.
 
-    x, k, c: (batch, length, hidden); mask: (batch, length) bool, True on real tokens.
+    x, k, c: (batch, length, hidden); mask: (batch, length) bool, True on real tokens. The
+    context router (:mod:`condsearch.csr.context`) caches x alone and leaves k and c None.
     """
 
     x: torch.Tensor
-    k: torch.Tensor
-    c: torch.Tensor
+    k: torch.Tensor | None
+    c: torch.Tensor | None
     mask: torch.Tensor
 
 
@@ -111,6 +112,11 @@ class ConditionCode:
 
     def select(self, rows: torch.Tensor) -> ConditionCode:
         return ConditionCode(self.q[rows], self.e[rows])
+
+    @classmethod
+    def cat(cls, codes: list[ConditionCode]) -> ConditionCode:
+        """Stack several codes into one batch (each sentence of a batch under its own condition)."""
+        return cls(torch.cat([c.q for c in codes]), torch.cat([c.e for c in codes]))
 
 
 def _layers(model: nn.Module) -> Any:
@@ -189,6 +195,13 @@ class Router(nn.Module):
         )
         # A fixed multiplier for tests and ablations: 0 turns routing off (the plain forward pass).
         self.w_scale = w_scale
+
+    #: what the sentence cache holds per token (see :class:`condsearch.csr.cache.StateCache`)
+    state_names: tuple[str, ...] = ("x", "k", "c")
+
+    def code_from_flat(self, flat: torch.Tensor) -> ConditionCode:
+        """Rebuild a condition's code from the form the query cache keeps (:meth:`ConditionCode.flat`)."""
+        return ConditionCode.unflat(flat, len(self.routed))
 
     # -- which parameters train -------------------------------------------------------------
     def trainable_parameters(self) -> dict[str, nn.Parameter]:
@@ -276,6 +289,7 @@ class Router(nn.Module):
             layer = layers[j]
             keys: torch.Tensor | None
             if i == 0:
+                assert states.k is not None and states.c is not None  # the paper/extended router caches them
                 keys, context = states.k, states.c
             else:
                 attn = layer.attention.self

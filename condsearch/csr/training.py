@@ -1,17 +1,23 @@
-"""Training the router layers on C-STS: MSE on the scaled label (the paper), optionally W-ACL (ours).
+"""Training a router on C-STS: MSE on the scaled label (the paper), optionally W-ACL (ours).
 
-Only layers t..T-1 after layer t's self-attention train, with whatever the router config adds
-(query copies, gains, the condition projection), so the cached sentence states stay valid.
+The paper/extended router trains layers t..T-1 after layer t's self-attention, with whatever its
+config adds (query copies, gains, the condition projection), over cached sentence states. The
+context router (ours) trains its backbone: all of it (sentences then run the full forward pass
+every step) or the top k layers (over cached states of the layers below), from the base model
+or from the shipped ``full`` CASE profile's weights.
 Rows are batched as (high, low) groups: the two rows of one sentence pair under its two
-conditions, which W-ACL and the condition sensitivity need.
+conditions, which W-ACL and the condition sensitivity need. Each epoch ends with a checkpoint
+(:mod:`condsearch.finetune.checkpoint`) that ``resume`` continues from.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -20,9 +26,12 @@ from torch import nn
 
 from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.csr.cache import collate
+from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import PAPER, RouterConfig
+from condsearch.csr.router import PAPER, RouterConfig, SentenceStates
 from condsearch.csts import CstsData, scale_labels
+from condsearch.errors import ModelError
+from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.losses import group_positions, pair_groups, wacl_loss
 from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.schedule import linear_schedule
@@ -30,37 +39,74 @@ from condsearch.schedule import linear_schedule
 log = logging.getLogger(__name__)
 
 LOSSES = ("mse", "wacl", "mse+wacl")
+#: where the context router's backbone starts: the base model, or the shipped full CASE profile merged in
+INITS = ("base", "full")
+#: the learning rate each variant trains at unless told: only the top layer trains for paper/extended
+#: (ours: the paper's 1e-5–5e-5 barely moves it); the context router's 1e-4 is the issue-22 prototype's
+DEFAULT_LR = {"paper": 3e-4, "extended": 3e-4, CONTEXT: 1e-4}
+#: the context router's default train_backbone
+DEFAULT_SCOPE = "all"
 
 
 @dataclass(frozen=True)
 class RouterTrainConfig:
     """Hyper-parameters of router training; the single source of the CLI's csr defaults.
 
-    epochs, batch size and loss follow the CSR paper on C-STS (3 epochs, batch 32, MSE);
-    lr 3e-4 is ours: with only the top layer training, the paper's 1e-5–5e-5 barely moves it.
+    epochs, batch size and loss follow the CSR paper on C-STS (3 epochs, batch 32, MSE).
+    lr None is :data:`DEFAULT_LR` of the variant. train_backbone and init apply to the context
+    router only: all or top (None: :data:`DEFAULT_SCOPE`), base or full.
     """
 
     epochs: int = 3
     batch_size: int = 32
-    lr: float = 3e-4
+    lr: float | None = None
     weight_decay: float = 0.1
     warmup: float = 0.1
     loss: str = "mse"
     wacl_weight: float = 1.0
     gain_lr: float = 1e-2  # the learned gain of the extended router, log-parametrised
     seed: int = 0
+    train_backbone: str | None = None
+    init: str = "base"
+
+    def resolved(self, variant: str) -> RouterTrainConfig:
+        """Return the config with lr and train_backbone filled in for variant; ValueError when it does not apply."""
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {', '.join(LOSSES)}")
+        lr = self.lr if self.lr is not None else DEFAULT_LR[variant]
+        if variant != CONTEXT:
+            if self.train_backbone is not None or self.init != "base":
+                raise ValueError("train_backbone and init apply to the context router")
+            return replace(self, lr=lr)
+        scope = self.train_backbone or DEFAULT_SCOPE
+        if scope not in TRAIN_SCOPES or self.init not in INITS:
+            raise ValueError(f"train_backbone must be one of {', '.join(TRAIN_SCOPES)}, init one of {', '.join(INITS)}")
+        return replace(self, lr=lr, train_backbone=scope)
 
 
 class _Featurizer:
-    """Routed vectors for C-STS rows, with gradients through the trainable parameters."""
+    """Routed vectors for C-STS rows, with gradients through the trainable parameters.
 
-    def __init__(self, encoder: CsrEncoder, data: CstsData) -> None:
+    cached: sentence states come from the encoder's state cache (valid while the layers below
+    the routed ones are frozen); otherwise every call runs them.
+    """
+
+    def __init__(self, encoder: CsrEncoder, data: CstsData, *, cached: bool = True) -> None:
         self.encoder = encoder
-        texts = list(dict.fromkeys(data.sentence1 + data.sentence2))
-        keys = encoder.cache_sentences(texts, progress=True)
-        # the whole training set's states in memory: fine for C-STS (~0.5 GB at fp16)
-        self.states = dict(zip(texts, encoder.states.get(keys), strict=True))
         self.data = data
+        self.cached = cached
+        self.states = {}
+        if cached:
+            texts = list(dict.fromkeys(data.sentence1 + data.sentence2))
+            keys = encoder.cache_sentences(texts, progress=True)
+            # the whole set's states in memory: fine for C-STS (~0.5 GB at fp16, a third for the context router)
+            self.states = dict(zip(texts, encoder.states.get(keys), strict=True))
+
+    def _sentences(self, texts: list[str]) -> SentenceStates:
+        enc = self.encoder
+        if self.cached:
+            return collate([self.states[t] for t in texts], device=enc.device)
+        return enc.router.sentence_states(enc._tokenize(texts))
 
     def rows(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         d, enc = self.data, self.encoder
@@ -68,9 +114,9 @@ class _Featurizer:
         distinct = list(dict.fromkeys(conds))
         codes = enc.router.condition_codes(enc._tokenize(distinct))
         code = codes.select(torch.tensor([distinct.index(c) for c in conds], device=enc.device))
-        s1 = collate([self.states[d.sentence1[i]] for i in idx], device=enc.device)
-        s2 = collate([self.states[d.sentence2[i]] for i in idx], device=enc.device)
-        return enc.router.route(s1, code), enc.router.route(s2, code)
+        s1 = self._sentences([d.sentence1[i] for i in idx])
+        s2 = self._sentences([d.sentence2[i] for i in idx])
+        return enc.route(s1, code), enc.route(s2, code)
 
 
 def pair_sensitivity(data: CstsData, v1: np.ndarray, v2: np.ndarray) -> float:
@@ -101,6 +147,30 @@ def evaluate_router(encoder: CsrEncoder, feats: _Featurizer, batch_size: int = 1
     return out
 
 
+def _digest(data: CstsData | None) -> str | None:
+    """Return a short fingerprint of a C-STS set's rows (what a resumed run must share)."""
+    if data is None:
+        return None
+    h = hashlib.sha256()
+    for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
+        h.update(json.dumps(row).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def merge_full_profile(encoder: CsrEncoder) -> None:
+    """Merge the shipped full CASE profile's weight change into the context router's backbone, in place."""
+    from condsearch.artifacts.adapters import read_adapter
+    from condsearch.artifacts.files import FULL_PROFILE_DIR
+    from condsearch.encoders.lora import merge_adapter
+
+    adapter = read_adapter(FULL_PROFILE_DIR)
+    trained_for = adapter.meta.get("model_id")
+    if trained_for not in (None, encoder.model_id):
+        raise ModelError(f"init full: the full profile was trained for {trained_for}, not {encoder.model_id}")
+    merge_adapter(encoder.router.model, adapter)
+    encoder.refresh_identity()
+
+
 def train_router(
     encoder: CsrEncoder,
     train: CstsData,
@@ -108,14 +178,24 @@ def train_router(
     *,
     dev: CstsData | None = None,
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
 ) -> list[dict[str, float]]:
     """Fine-tune the router in place; with dev, keep the epoch with the best dev Spearman
-    (the untrained start included, so training never returns weights that score below it)."""
-    if config.loss not in LOSSES:
-        raise ValueError(f"loss must be one of {', '.join(LOSSES)}")
-    torch.manual_seed(config.seed)
-    rng = random.Random(config.seed)
+    (the untrained start included, so training never returns weights that score below it).
+
+    With checkpoint_dir, the state after every epoch is written there; resume continues from it
+    (same settings, model and data required). A context router with init full first gets the
+    full profile merged into its backbone.
+    """
+    config = config.resolved(encoder.variant)
+    assert config.lr is not None
     router = encoder.router
+    context = isinstance(router, ContextRouter)
+    if isinstance(router, ContextRouter):
+        router.trainable = "top" if config.train_backbone == "top" else "all"
+        if config.init == "full":
+            merge_full_profile(encoder)
     router.freeze_backbone()
     named = router.trainable_parameters()
     params = [p for name, p in named.items() if name != "router_log_gain"]
@@ -123,36 +203,63 @@ def train_router(
     if "router_log_gain" in named:
         groups_.append({"params": [named["router_log_gain"]], "lr": config.gain_lr, "weight_decay": 0.0})
     optim = torch.optim.AdamW(groups_, lr=config.lr, weight_decay=config.weight_decay)  # type: ignore[arg-type]
-    train_f = _Featurizer(encoder, train)
-    dev_f = _Featurizer(encoder, dev) if dev is not None else None
+    # sentence states are cached unless the layers below the routed ones train
+    cached = not context or config.train_backbone == "top"
+    train_f = _Featurizer(encoder, train, cached=cached)
+    dev_f = _Featurizer(encoder, dev, cached=cached) if dev is not None else None
     groups = pair_groups(train)
     n_groups_per_batch = max(1, config.batch_size // 2)
     steps = config.epochs * ((len(groups) + n_groups_per_batch - 1) // n_groups_per_batch)
-    sched = linear_schedule(optim, steps, config.warmup)
+    record: dict[str, object] = {
+        **asdict(config),
+        "router_config": router.config.to_dict(),
+        "model": f"{encoder.model_id}@{encoder.revision}",
+        "max_length": encoder.max_length,
+        "train": _digest(train),
+        "dev": _digest(dev),
+    }
+    state, kept = TrainingState(config=record), None
+    if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
+        state, kept = load_checkpoint(checkpoint_dir, record, named, optim)
+        log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
+    sched = linear_schedule(optim, steps, config.warmup, done_steps=state.step)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
-    best = BestEpoch()
+    best = BestEpoch(state.best_epoch, state.best_score, kept, state.history)
 
     def evaluate(epoch: int, loss: float | None) -> dict[str, float] | None:
         row: dict[str, float] = {"epoch": epoch, "loss": loss}  # type: ignore[dict-item]
-        row["gain"] = router.gains()[0]
+        if gains := router.gains():
+            row["gain"] = gains[0]
         scores = evaluate_router(encoder, dev_f) if dev_f is not None else None
         if scores is not None:
             row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})
-        best.offer(epoch, scores["spearman"] if scores else None, router.trainable_parameters(), row)
+        best.offer(epoch, scores["spearman"] if scores else None, named, row)
         if scores is not None:
             log.info(
-                "epoch %d: dev spearman %.2f, sensitivity %.4f", epoch, best.score, scores["condition_sensitivity"]
+                "epoch %d: dev spearman %.2f, sensitivity %.4f",
+                epoch,
+                scores["spearman"],
+                scores["condition_sensitivity"],
             )
+        state.epoch, state.best_epoch, state.best_score = epoch, best.epoch, best.score
+        if checkpoint_dir is not None:
+            save_checkpoint(checkpoint_dir, state, named, optim, best.state)
         return scores
 
-    if dev_f is not None:
+    if dev_f is not None and not best.history:
         evaluate(0, None)
-    for epoch in range(1, config.epochs + 1):
+    for epoch in range(state.epoch + 1, config.epochs + 1):
+        # seeded per epoch, so that a resumed run draws the same order and dropout masks
+        torch.manual_seed(config.seed * 1000 + epoch)
+        order = list(groups)
+        random.Random(config.seed * 1000 + epoch).shuffle(order)
         router.train()
-        rng.shuffle(groups)
+        if isinstance(router, ContextRouter):
+            for module in router.frozen_below():
+                module.eval()  # as their cached states were computed
         total, count = 0.0, 0
-        for start in range(0, len(groups), n_groups_per_batch):
-            batch = groups[start : start + n_groups_per_batch]
+        for start in range(0, len(order), n_groups_per_batch):
+            batch = order[start : start + n_groups_per_batch]
             idx = [i for g in batch for i in g]
             a, b = train_f.rows(idx)
             cos = nn.functional.cosine_similarity(a, b)
@@ -170,13 +277,15 @@ def train_router(
             loss.backward()
             optim.step()
             sched.step()
+            state.step += 1
             total += loss.item() * len(idx)
             count += len(idx)
         scores = evaluate(epoch, total / max(1, count))
         if on_epoch is not None:
             on_epoch(epoch, total / max(1, count), scores)
-    best.restore(router.trainable_parameters())
+    best.restore(named)
     router.eval()
+    encoder.refresh_identity()  # the caches now key on the trained weights
     return best.history
 
 
@@ -185,18 +294,23 @@ def train_router_and_save(
     out: Path,
     config: RouterTrainConfig,
     *,
-    router_config: RouterConfig = PAPER,
+    router_config: RouterConfig | ContextConfig = PAPER,
     dev_csv: Path | None = None,
     model: str | None = None,
     device: str | None = None,
     max_length: int | None = None,
     trust_remote_code: bool = False,
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
+    checkpoint_dir: Path | None = None,
+    resume: bool = False,
 ) -> dict[str, object]:
-    """Train the router layers from the pre-trained backbone and save them; return a summary."""
+    """Train a router from the pre-trained backbone and save it; return a summary.
+
+    Checkpoints go to checkpoint_dir (default: under the cache folder, named after out).
+    """
     from condsearch.csr.encoder import load_csr_encoder
-    from condsearch.csr.weights import save_router
     from condsearch.csts import read_csts
+    from condsearch.finetune.run import default_checkpoint_dir
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
@@ -208,20 +322,27 @@ def train_router_and_save(
         max_length=max_length,
         trust_remote_code=trust_remote_code,
     )
-    history = train_router(encoder, train, config, dev=dev, on_epoch=on_epoch)
+    try:
+        resolved = config.resolved(encoder.variant)
+    except ValueError as exc:
+        raise ModelError(str(exc)) from exc
+    checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
+    history = train_router(
+        encoder, train, config, dev=dev, on_epoch=on_epoch, checkpoint_dir=checkpoint_dir, resume=resume
+    )
     summary: dict[str, object] = {
         "out": str(out),
         "layer": encoder.router.layer,
         "variant": router_config.variant,
         "router_config": router_config.to_dict(),
         "train_rows": len(train),
-        "config": asdict(config),
+        "config": asdict(resolved),
         "train_csv": Path(train_csv).name,
         "gains": [round(g, 4) for g in encoder.router.gains()],
         "history": history,
     }
     best = best_row(history)
-    if best is not None and dev_csv is not None:
+    if best is not None and dev is not None and dev_csv is not None:
         summary.update(
             {
                 "dev_csv": Path(dev_csv).name,
@@ -233,5 +354,38 @@ def train_router_and_save(
             }
         )
     meta: dict[str, object] = {"model_id": encoder.model_id, "model_revision": encoder.revision, "training": summary}
-    summary["checksum"] = save_router(encoder.router, out, meta)
-    return summary
+    if isinstance(encoder.router, ContextRouter):
+        summary["checksum"] = _save_context(encoder, out, meta, dev, trust_remote_code)
+    else:
+        from condsearch.csr.weights import save_router
+
+        summary["checksum"] = save_router(encoder.router, out, meta)
+    return {**summary, "checkpoint_dir": str(checkpoint_dir)}
+
+
+def _save_context(
+    encoder: CsrEncoder, out: Path, meta: dict[str, object], dev: CstsData | None, trust_remote_code: bool
+) -> str:
+    """Save a trained context router as its backbone's change from the base model; return the checksum.
+
+    When the change is stored at reduced rank, the router is first given exactly what is saved and,
+    with dev, scored again: the summary's dev_spearman_saved is what the saved router scores.
+    """
+    from condsearch.csr.context_weights import apply_backbone_delta, backbone_delta, base_weights, save_context_router
+
+    router = encoder.router
+    assert isinstance(router, ContextRouter)
+    base = base_weights(encoder.source.location, trust_remote_code)
+    delta, rank = backbone_delta(base, router.model)
+    if rank is not None and dev is not None:
+        with torch.no_grad():
+            for name, p in router.model.named_parameters():
+                p.copy_(base[name].to(p.device, p.dtype))
+        apply_backbone_delta(router, delta, "the trained router")
+        encoder.refresh_identity()
+        scores = evaluate_router(encoder, _Featurizer(encoder, dev))
+        training = meta["training"]
+        assert isinstance(training, dict)
+        training["dev_spearman_saved"] = scores["spearman"]
+        log.info("dev spearman %.2f with the backbone change at rank %d, as saved", scores["spearman"], rank)
+    return save_context_router(router, delta, rank, out, meta)

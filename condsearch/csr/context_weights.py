@@ -1,0 +1,165 @@
+"""Saving and loading a context router (ours): k and the backbone's change, as a delta adapter's tensors.
+
+A context router's folder is a router folder (``router.json`` + ``router.safetensors``, see
+:mod:`condsearch.artifacts.routers`). What trains is the backbone itself, so the weights file holds
+``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.finetune.lowrank`'s
+delta adapters are (``<parameter>.delta`` whole, or ``.delta_b`` / ``.delta_a`` factors) and merged
+with :func:`condsearch.encoders.lora.apply_deltas`. The change is stored whole when that fits in
+:data:`MAX_DELTA_BYTES` (the top 2 layers of MiniLM-L6 at float16 take 7.1 MB); otherwise each matrix
+as its best approximation at the largest rank that fits (where that is smaller than the matrix), the
+rest whole: the top 3 layers of MiniLM-L6 at rank 279 (10.0 MB), all of it, embeddings included, at
+rank 67 (9.9 MB). ``router.json`` records the rank.
+
+The weights file's sha256 is the router's checksum: it reaches the index manifest, the incremental
+re-index fingerprint and, for this variant, the sentence-cache key, since the cached states
+depend on the backbone's lower layers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import torch
+
+from condsearch.artifacts.files import (
+    ROUTER_CONFIG,
+    ROUTER_FORMAT_VERSION,
+    ROUTER_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
+from condsearch.artifacts.routers import read_router_config, router_checksum
+from condsearch.artifacts.weights import load_weights, save_weights
+from condsearch.atomic import replacing_dir
+from condsearch.csr.context import ContextConfig, ContextRouter
+from condsearch.encoders.lora import apply_deltas
+from condsearch.errors import ModelError
+from condsearch.finetune.lowrank import delta_bytes, weight_deltas
+
+#: the largest backbone change kept whole (bytes at float16); a larger one is stored at DELTA_RANK
+MAX_DELTA_BYTES = 10_000_000
+
+
+def base_weights(location: str, trust_remote_code: bool = False) -> dict[str, torch.Tensor]:
+    """Return a model folder's own weights (float32, CPU) by parameter name: what a delta is taken from."""
+    from transformers import AutoModel
+
+    from condsearch.encoders.runtime import load_pretrained
+
+    model = load_pretrained(
+        AutoModel.from_pretrained, location, dtype=torch.float32, trust_remote_code=trust_remote_code
+    )
+    return {n: p.detach() for n, p in model.named_parameters()}
+
+
+def _factored(shape: tuple[int, ...], rank: int) -> bool:
+    """Return whether a tensor is stored as rank-``rank`` factors: a matrix that they make smaller."""
+    return len(shape) == 2 and (shape[0] + shape[1]) * min(rank, *shape) < shape[0] * shape[1]
+
+
+def _values(shape: tuple[int, ...], rank: int) -> int:
+    return (shape[0] + shape[1]) * min(rank, *shape) if _factored(shape, rank) else math.prod(shape)
+
+
+def fitting_rank(shapes: Iterable[tuple[int, ...]], max_bytes: int, bytes_per_value: int = 2) -> int:
+    """Return the largest rank r (at least 1) at which tensors of these shapes take at most max_bytes:
+    matrices as rank-r factors where those are smaller, everything else whole."""
+    shapes = list(shapes)
+    matrices = [s for s in shapes if len(s) == 2]
+
+    def size(r: int) -> int:
+        return bytes_per_value * sum(_values(s, r) for s in shapes)
+
+    lo, hi = 1, max((min(s) for s in matrices), default=1)
+    while lo < hi:  # the largest r with size(r) <= max_bytes; size grows with r
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if size(mid) <= max_bytes else (lo, mid - 1)
+    return lo
+
+
+def backbone_delta(
+    base: Mapping[str, torch.Tensor],
+    model: torch.nn.Module,
+    *,
+    max_bytes: int = MAX_DELTA_BYTES,
+    rank: int | None = None,
+    dtype: torch.dtype = torch.float16,
+) -> tuple[dict[str, torch.Tensor], int | None]:
+    """Return the adapter tensors of model - base at dtype, and the rank used (None: stored whole).
+
+    The change is stored whole when it fits in max_bytes; else each matrix whose rank-``rank``
+    factors are smaller than it is stored as those (rank None: the largest rank that fits), the
+    rest whole. Tensors that did not change are left out, as is the pooler (no router reads it).
+    """
+    tuned = {n: p.detach().float().cpu() for n, p in model.named_parameters() if not n.startswith("pooler.")}
+    whole: dict[str, torch.Tensor] = {}
+    for name, weight in tuned.items():
+        if name not in base or tuple(base[name].shape) != tuple(weight.shape):
+            raise ModelError(f"{name}: the trained weights do not fit the base model")
+        delta = weight - base[name].float().cpu()
+        if torch.any(delta):
+            whole[f"{name}.delta"] = delta
+    size = torch.finfo(dtype).bits // 8
+    used: int | None = None
+    if delta_bytes(whole, size) > max_bytes:
+        changed = {n: w for n, w in tuned.items() if f"{n}.delta" in whole}
+        used = rank or fitting_rank((tuple(w.shape) for w in changed.values()), max_bytes, size)
+        factored = {n: w for n, w in changed.items() if _factored(tuple(w.shape), used)}
+        whole = {k: v for k, v in whole.items() if k.removesuffix(".delta") not in factored}
+        whole.update(weight_deltas({n: base[n] for n in factored}, factored, used))
+    return {k: v.to(dtype).contiguous() for k, v in whole.items()}, used
+
+
+def save_context_router(
+    router: ContextRouter,
+    delta: Mapping[str, torch.Tensor],
+    rank: int | None,
+    directory: Path,
+    meta: dict[str, object],
+) -> str:
+    """Write k and a backbone change (from :func:`backbone_delta`) atomically; return the checksum."""
+    directory = Path(directory)
+    check_own_artifact(directory, "router")
+    with replacing_dir(directory) as tmp:
+        save_weights(dict(delta), tmp / ROUTER_WEIGHTS, f"{directory}: router weights")  # float16 can overflow
+        info = {
+            "format_version": ROUTER_FORMAT_VERSION,
+            "layer": router.layer,
+            "router_config": router.config.to_dict(),
+            "backbone_delta": {
+                "rank": rank,
+                "tensors": len({k.rsplit(".", 1)[0] for k in delta}),
+                "bytes": sum(t.numel() * t.element_size() for t in delta.values()),
+            },
+            **meta,
+        }
+        write_json(tmp / ROUTER_CONFIG, info)
+    return router_checksum(directory)
+
+
+def apply_backbone_delta(router: ContextRouter, delta: Mapping[str, torch.Tensor], where: object) -> None:
+    """Add a backbone change to a context router's weights in place (ModelError when it does not fit)."""
+    try:
+        apply_deltas(router.model, delta)
+    except ValueError as exc:
+        raise ModelError(f"{where}: {exc}") from exc
+
+
+def saved_context_config(directory: Path) -> ContextConfig | None:
+    """Return the ContextConfig a router folder was saved with (None: a paper/extended router)."""
+    raw = read_router_config(directory).get("router_config")
+    if not isinstance(raw, dict) or raw.get("variant") != "context":
+        return None
+    return ContextConfig.from_dict(raw)
+
+
+def load_context_weights(router: ContextRouter, directory: Path) -> None:
+    """Add a saved backbone change to a context router built on the base model, in place."""
+    meta = read_router_config(directory)
+    if meta.get("layer") != router.layer:
+        raise ModelError(
+            f"{directory}: context router saved with first routed layer {meta.get('layer')}, not {router.layer}"
+        )
+    apply_backbone_delta(router, load_weights(Path(directory) / ROUTER_WEIGHTS, "router weights"), directory)

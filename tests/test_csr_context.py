@@ -1,0 +1,408 @@
+"""The context router (ours): differential tests of its cache, its artifact and its training."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from click.testing import CliRunner
+from safetensors import safe_open
+
+from condsearch.cli import main
+from condsearch.csr import load_csr_encoder
+from condsearch.csr.context import ContextConfig, ContextRouter
+from condsearch.csr.context_weights import backbone_delta, fitting_rank, save_context_router
+from condsearch.csr.encoder import CsrEncoder
+from condsearch.csr.training import RouterTrainConfig, train_router
+from condsearch.csts import read_csts, scale_labels
+from condsearch.errors import ModelError
+from condsearch.vectors import vector_fingerprint
+from tests.conftest import SENTENCES
+
+CONDITION = "color of the dress"
+N_LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def deep_bert_dir(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT's tokenizer over a random 3-layer BERT, so that k = 1, 2, 3 all differ."""
+    folder = tmp_path_factory.mktemp("deep-bert")
+    for f in tiny_bert_dir.iterdir():
+        if "token" in f.name or f.name in ("vocab.txt", "special_tokens_map.json"):
+            shutil.copy(f, folder / f.name)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_bert_dir)
+    config = transformers.BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        num_hidden_layers=N_LAYERS,
+        num_attention_heads=4,
+        intermediate_size=37,
+        max_position_embeddings=128,
+    )
+    torch.manual_seed(3)
+    transformers.BertModel(config).eval().save_pretrained(str(folder))
+    return folder
+
+
+def _encoder(folder: Path, tmp: Path, *, k: int = 2, router: str = "none") -> CsrEncoder:
+    variant = "context" if router == "none" else None
+    layer = -k if router == "none" else None
+    return load_csr_encoder(
+        str(folder), router=router, variant=variant, layer=layer, cache_dir=tmp, state_dtype=torch.float32
+    )
+
+
+def _joint_reference(model: torch.nn.Module, tokenizer, sentences: list[str], condition: str, k: int) -> torch.Tensor:
+    """The uncached forward pass written another way: one joint [condition; sentence] sequence.
+
+    Each part keeps its own positions; below layer T-k every token attends within its own part,
+    from T-k up sentence tokens attend to both parts (the condition still to itself only). The
+    sentence part of the last layer is mean-pooled.
+    """
+    s = tokenizer(sentences, padding=True, return_tensors="pt")
+    c = tokenizer([condition], return_tensors="pt")
+    b, ls = s["input_ids"].shape
+    lc = c["input_ids"].shape[1]
+    ids = torch.cat([c["input_ids"].expand(b, -1), s["input_ids"]], dim=1)
+    positions = torch.cat([torch.arange(lc), torch.arange(ls)]).expand(b, -1)
+    valid = torch.cat([c["attention_mask"].expand(b, -1), s["attention_mask"]], dim=1).bool()
+    is_condition = torch.arange(lc + ls) < lc
+    same_part = is_condition[:, None] == is_condition[None, :]
+    lower = same_part[None] & valid[:, None, :]
+    upper = (same_part | ~is_condition[:, None])[None] & valid[:, None, :]
+
+    def additive(allowed: torch.Tensor) -> torch.Tensor:
+        return torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min)[:, None]
+
+    layers = model.encoder.layer
+    with torch.inference_mode():
+        hidden = model.embeddings(input_ids=ids, position_ids=positions)
+        for j, layer in enumerate(layers):
+            out = layer(hidden, attention_mask=additive(lower if j < len(layers) - k else upper))
+            hidden = out[0] if isinstance(out, tuple) else out
+        part = hidden[:, lc:]
+        mask = s["attention_mask"].unsqueeze(-1).float()
+        return (part * mask).sum(1) / mask.sum(1)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_cached_path_equals_the_uncached_forward_pass(tmp_path: Path, deep_bert_dir: Path, k: int, monkeypatch) -> None:
+    """Cached lower-layer sentence states + a cached condition code = the joint forward pass (1e-5)."""
+    encoder = _encoder(deep_bert_dir, tmp_path, k=k)
+    assert encoder.router.layer == N_LAYERS - k and encoder.describe()["router_variant"] == "context"
+    expected = _joint_reference(encoder.router.model, encoder.tokenizer, SENTENCES, CONDITION, k).numpy()
+    np.testing.assert_allclose(encoder.encode_conditional(SENTENCES, CONDITION, batch_size=3), expected, atol=1e-5)
+    again = _encoder(deep_bert_dir, tmp_path, k=k)  # a new process: both caches read from disk
+    monkeypatch.setattr(again.router, "sentence_states", lambda inputs: pytest.fail("recomputed a cached sentence"))
+    monkeypatch.setattr(again.router, "condition_codes", lambda inputs: pytest.fail("recomputed a cached condition"))
+    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION, batch_size=4), expected, atol=1e-5)
+
+
+def test_rows_under_their_own_conditions(tmp_path: Path, deep_bert_dir: Path) -> None:
+    """Sentences of one batch under conditions of different lengths (padded condition keys)."""
+    encoder = _encoder(deep_bert_dir, tmp_path, k=2)
+    conditions = ["the sport", CONDITION, "mood", "the colour of the shirt and the hat"] * 3
+    texts = SENTENCES[: len(conditions)]
+    got = encoder.encode_rows(texts, conditions[: len(texts)], batch_size=5)
+    for i, (text, cond) in enumerate(zip(texts, conditions, strict=False)):
+        want = _joint_reference(encoder.router.model, encoder.tokenizer, [text], cond, 2)[0].numpy()
+        np.testing.assert_allclose(got[i], want, atol=1e-5)
+
+
+def test_no_condition_is_the_plain_forward_pass(tmp_path: Path, deep_bert_dir: Path) -> None:
+    encoder = _encoder(deep_bert_dir, tmp_path, k=2)
+    inputs = encoder.tokenizer(SENTENCES[:4], padding=True, return_tensors="pt")
+    with torch.inference_mode():
+        routed = encoder.router.route(encoder.router.sentence_states(inputs), None)
+        hidden = encoder.router.model(**inputs).last_hidden_state
+    mask = inputs["attention_mask"].unsqueeze(-1).float()
+    torch.testing.assert_close(routed, (hidden * mask).sum(1) / mask.sum(1), atol=1e-5, rtol=1e-5)
+
+
+def test_layers_below_t_minus_k_never_see_the_condition(tmp_path: Path, deep_bert_dir: Path) -> None:
+    """Sentence states below layer T-k are bitwise the same under any condition; above, they differ."""
+    encoder = _encoder(deep_bert_dir, tmp_path, k=1)
+    router = encoder.router
+    inputs = encoder.tokenizer(SENTENCES[:3], padding=True, return_tensors="pt")
+    shape = tuple(inputs["input_ids"].shape)
+    seen: dict[int, list[torch.Tensor]] = {}
+    hooks = [
+        layer.register_forward_hook(
+            lambda module, args, out, j=j: (
+                seen.setdefault(j, []).append(out[0] if isinstance(out, tuple) else out)
+                if tuple(args[0].shape[:2]) == shape
+                else None
+            )
+        )
+        for j, layer in enumerate(router.model.encoder.layer)
+    ]
+    try:
+        with torch.inference_mode():
+            for condition in ("the dress", "which sport is played on the clay court"):
+                codes = router.condition_codes(encoder.tokenizer([condition], return_tensors="pt"))
+                router.route(router.sentence_states(inputs), codes)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    for j in range(N_LAYERS):
+        first, second = seen[j]
+        if j < router.layer:
+            assert torch.equal(first, second), j
+        else:
+            assert not torch.allclose(first, second), j
+
+
+def test_changing_the_condition_changes_the_vector(tmp_path: Path, deep_bert_dir: Path) -> None:
+    encoder = _encoder(deep_bert_dir, tmp_path, k=1)
+    a = encoder.encode_conditional(SENTENCES[:4], "the dress")
+    b = encoder.encode_conditional(SENTENCES[:4], "tennis")
+    assert not np.allclose(a, b, atol=1e-4)
+
+
+def _perturb(encoder: CsrEncoder, scale: float = 0.02, seed: int = 0, rank: int | None = None) -> None:
+    """Add noise to every trainable weight (to each matrix as a rank-``rank`` product when given)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in encoder.router.trainable_parameters().values():
+            if rank is not None and p.ndim == 2:
+                u = torch.randn(p.shape[0], rank, generator=generator)
+                v = torch.randn(rank, p.shape[1], generator=generator)
+                p.add_(scale * u @ v / rank)
+            else:
+                p.add_(scale * torch.randn(p.shape, generator=generator))
+    encoder.refresh_identity()
+
+
+def _base(folder: Path) -> dict[str, torch.Tensor]:
+    return {n: p.detach() for n, p in transformers.AutoModel.from_pretrained(str(folder)).named_parameters()}
+
+
+def _save(encoder: CsrEncoder, folder: Path, out: Path, **kwargs) -> str:
+    assert isinstance(encoder.router, ContextRouter)
+    delta, rank = backbone_delta(_base(folder), encoder.router.model, **kwargs)
+    return save_context_router(encoder.router, delta, rank, out, {"model_id": encoder.model_id})
+
+
+@pytest.mark.parametrize(
+    ("options", "atol"),
+    [({"dtype": torch.float32}, 1e-5), ({"dtype": torch.float32, "max_bytes": 0, "rank": 4}, 1e-5), ({}, 2e-3)],
+    ids=["whole", "low-rank", "float16"],
+)
+def test_save_load_gives_the_same_vectors(tmp_path: Path, deep_bert_dir: Path, options: dict, atol: float) -> None:
+    encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
+    _perturb(encoder, rank=2)  # a rank-2 change of each matrix: its rank-4 factors hold it exactly
+    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    checksum = _save(encoder, deep_bert_dir, tmp_path / "router", **options)
+    meta = json.loads((tmp_path / "router" / "router.json").read_text())
+    assert meta["router_config"] == {"k": 2, "variant": "context"} and meta["layer"] == N_LAYERS - 2
+    assert meta["backbone_delta"]["rank"] == options.get("rank")
+    with safe_open(str(tmp_path / "router" / "router.safetensors"), "pt") as fh:
+        assert any(key.endswith(".delta_a") for key in fh.keys()) == ("rank" in options)
+    again = _encoder(deep_bert_dir, tmp_path / "cache", router=str(tmp_path / "router"))
+    assert again.describe()["router_checksum"] == checksum and again.router.config == ContextConfig(k=2)
+    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=atol)
+    with pytest.raises(ModelError, match="context variant, not paper"):
+        load_csr_encoder(str(deep_bert_dir), router=str(tmp_path / "router"), variant="paper", cache_dir=tmp_path)
+    with pytest.raises(ModelError, match="routes from layer"):
+        load_csr_encoder(str(deep_bert_dir), router=str(tmp_path / "router"), layer=-1, cache_dir=tmp_path)
+
+
+def test_the_rank_is_the_largest_that_fits() -> None:
+    shapes = [(384, 384), (1536, 384), (384,), (2, 384)]
+
+    def size(r: int) -> int:  # factors only where they are smaller than the matrix
+        return 2 * sum(min(s[0] * s[1], (s[0] + s[1]) * min(r, *s)) if len(s) == 2 else s[0] for s in shapes)
+
+    for budget in (5_000, 200_000, 1_000_000, 2_000_000):
+        r = fitting_rank(shapes, budget)
+        assert r == 1 or size(r) <= budget
+        assert r == 384 or size(r + 1) > budget
+
+
+def test_a_cache_filled_with_other_weights_is_never_read(tmp_path: Path, deep_bert_dir: Path, monkeypatch) -> None:
+    cache = tmp_path / "cache"
+    first = _encoder(deep_bert_dir, cache, k=2)
+    _perturb(first, seed=1)
+    _save(first, deep_bert_dir, tmp_path / "a", dtype=torch.float32)
+    second = _encoder(deep_bert_dir, cache, k=2)
+    _perturb(second, seed=2)
+    _save(second, deep_bert_dir, tmp_path / "b", dtype=torch.float32)
+    a = _encoder(deep_bert_dir, cache, router=str(tmp_path / "a"))
+    a.encode_conditional(SENTENCES, CONDITION)  # fills the sentence and condition caches with a's weights
+    b = _encoder(deep_bert_dir, cache, router=str(tmp_path / "b"))
+    assert a.describe()["router_checksum"] != b.describe()["router_checksum"]
+    assert b.states.directory != a.states.directory and b._query_ident != a._query_ident
+    calls: list[int] = []
+    original = b.router.sentence_states
+    monkeypatch.setattr(b.router, "sentence_states", lambda inputs: calls.append(1) or original(inputs))
+    got = b.encode_conditional(SENTENCES, CONDITION)
+    assert calls  # computed with b's weights, not read from a's cache
+    want = _joint_reference(b.router.model, b.tokenizer, SENTENCES, CONDITION, 2).numpy()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    fingerprints = {
+        vector_fingerprint(e.describe(), mode="csr", head_checksum="", dim=e.dim)
+        for e in (a, b, _encoder(deep_bert_dir, cache))
+    }
+    assert len(fingerprints) == 3  # what the incremental re-index compares
+    # weights changed in memory (training) rename the caches too
+    untrained = _encoder(deep_bert_dir, cache, k=2)
+    before = untrained.states.directory
+    _perturb(untrained, seed=3)
+    assert untrained.states.directory != before
+
+
+def _csts_csv(path: Path) -> Path:
+    rows = []
+    for i in range(6):
+        s1, s2 = SENTENCES[i], SENTENCES[i + 1]
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the colour", "label": "5.0" if i % 2 else "2.0"})
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the sport", "label": "1.0" if i % 2 else "4.0"})
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "condition", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def _mse(encoder: CsrEncoder, data) -> float:
+    a = encoder.encode_rows(data.sentence1, data.condition)
+    b = encoder.encode_rows(data.sentence2, data.condition)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    return float(np.mean((cos - scale_labels(data.labels)) ** 2))
+
+
+@pytest.mark.parametrize("scope", ["all", "top"])
+def test_one_epoch_lowers_the_loss(tmp_path: Path, deep_bert_dir: Path, scope: str) -> None:
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=1)
+    below = {n: p.detach().clone() for n, p in encoder.router.model.named_parameters()}
+    before = _mse(encoder, data)
+    config = RouterTrainConfig(epochs=1, lr=3e-3, batch_size=4, warmup=0.0, train_backbone=scope)
+    history = train_router(encoder, data, config)
+    assert [r["epoch"] for r in history] == [1]
+    assert _mse(encoder, data) < before
+    top = f"encoder.layer.{N_LAYERS - 1}."
+    for name, p in encoder.router.model.named_parameters():
+        if scope == "top" and not name.startswith(top):
+            assert torch.equal(p, below[name]), name  # the cached states' layers stay as they were
+
+
+def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: Path) -> None:
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone="top")
+
+    straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
+    expected = train_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1")
+
+    class Stop(Exception):
+        pass
+
+    def stop(epoch: int, loss: float, scores: object) -> None:
+        raise Stop
+
+    cut = _encoder(deep_bert_dir, tmp_path / "c2", k=1)
+    with pytest.raises(Stop):
+        train_router(cut, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", on_epoch=stop)
+    resumed = _encoder(deep_bert_dir, tmp_path / "c3", k=1)
+    history = train_router(resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True)
+    assert [r["epoch"] for r in history] == [0, 1, 2]
+    assert history[-1]["loss"] == pytest.approx(expected[-1]["loss"], rel=1e-5)
+    for (name, p), q in zip(
+        resumed.router.trainable_parameters().items(), straight.router.trainable_parameters().values(), strict=True
+    ):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
+    with pytest.raises(ModelError, match="other settings"):
+        other = replace(config, lr=2e-3)
+        train_router(
+            _encoder(deep_bert_dir, tmp_path / "c4", k=1), data, other, checkpoint_dir=tmp_path / "ck2", resume=True
+        )
+
+
+def test_other_variants_refuse_context_settings(tmp_path: Path, deep_bert_dir: Path) -> None:
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    encoder = load_csr_encoder(str(deep_bert_dir), router="none", cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="context router"):
+        train_router(encoder, data, RouterTrainConfig(train_backbone="all"))
+
+
+def test_cli_trains_indexes_and_queries(tmp_path: Path, deep_bert_dir: Path, corpus_file: Path) -> None:
+    runner = CliRunner()
+    train_csv = _csts_csv(tmp_path / "train.csv")
+    out = tmp_path / "router"
+    base = ["train", "router", str(train_csv), "--model", str(deep_bert_dir), "--out", str(out)]
+    res = runner.invoke(
+        main,
+        [
+            *base,
+            "--dev",
+            str(train_csv),
+            "--variant",
+            "context",
+            "--k",
+            "2",
+            "--train-backbone",
+            "top",
+            "--epochs",
+            "1",
+            "--checkpoint-dir",
+            str(tmp_path / "ck"),
+            "--json",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    assert summary["variant"] == "context" and summary["layer"] == N_LAYERS - 2
+    assert summary["config"]["lr"] == 1e-4 and (tmp_path / "ck" / "checkpoint.json").is_file()
+    assert (out / "router.safetensors").is_file()
+    index_dir = tmp_path / "idx"
+    res = runner.invoke(
+        main,
+        [
+            "index",
+            str(corpus_file),
+            "--mode",
+            "csr",
+            "--model",
+            str(deep_bert_dir),
+            "--router",
+            str(out),
+            "-c",
+            "the colour",
+            "--index-dir",
+            str(index_dir),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    manifest = json.loads(next(index_dir.glob("the-colour-*/manifest.json")).read_text())
+    assert manifest["encoder"]["router_checksum"] == summary["checksum"]
+    assert manifest["encoder"]["router_variant"] == "context"
+    res = runner.invoke(
+        main, ["query", SENTENCES[0], "-c", "the colour", "-k", "3", "--json", "--index-dir", str(index_dir)]
+    )
+    assert res.exit_code == 0, res.output
+    results = json.loads(res.stdout)["results"]
+    assert results[0]["id"] == "s0" and results[0]["score"] == pytest.approx(1.0, abs=1e-4)
+    for extra, match in (
+        (["--variant", "context", "--router-layer", "-2"], "--router-layer applies"),
+        (["--k", "2"], "--k apply with --variant context"),
+        (["--init", "full"], "--init apply with --variant context"),
+    ):
+        res = runner.invoke(main, [*base, *extra])
+        assert res.exit_code == 2 and match in res.output, res.output
+
+
+def test_top_scope_trains_only_the_top_layers(deep_bert_dir: Path) -> None:
+    model = transformers.AutoModel.from_pretrained(str(deep_bert_dir))
+    router = ContextRouter(model, ContextConfig(k=1), trainable="top")
+    router.freeze_backbone()
+    trainable = {n for n, p in router.named_parameters() if p.requires_grad}
+    assert trainable and all(n.startswith(f"model.encoder.layer.{N_LAYERS - 1}.") for n in trainable)
+    with pytest.raises(ValueError, match="outside"):
+        ContextRouter(model, ContextConfig(k=N_LAYERS + 1))
