@@ -246,3 +246,10 @@ def test_csts_smoke_trains_and_scores_a_context_router(tiny_bert_dir: Path, tmp_
     result = _run("csts", [*argv, "--model", str(tiny_bert_dir)], tmp_path / "out.json")
     assert result["config"]["router_variant"] == "context" and "condition_sensitivity" in result["dev"]
     assert result["training"]["config"]["lr"] == pytest.approx(1e-4)  # the variant's own rate, resolved
+
+
+def test_blend_smoke_spans_case_and_plain(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--profile", "none", "--betas", "1,0.5,0"]
+    result = _run("blend", argv, tmp_path / "out.json")
+    assert [row["beta"] for row in result["rows"]] == [1.0, 0.5, 0.0]
+    assert all(-100 <= row["spearman"] <= 100 for row in result["rows"])
