@@ -253,3 +253,61 @@ def test_blend_smoke_spans_case_and_plain(tiny_bert_dir: Path, tmp_path: Path) -
     result = _run("blend", argv, tmp_path / "out.json")
     assert [row["beta"] for row in result["rows"]] == [1.0, 0.5, 0.0]
     assert all(-100 <= row["spearman"] <= 100 for row in result["rows"])
+
+
+def test_retrieval_smoke_scores_every_system(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    result = _run("retrieval", ["--smoke", "--model", str(tiny_bert_dir)], tmp_path / "out.json")
+    assert result["benchmark"] == "retrieval" and (result["pairs"], result["distractors"]) == (8, 10)
+    assert list(result["results"]) == ["plain", "prefix", "case:none"]
+    for row in result["results"].values():
+        assert row["n"] == 2 * 8 and 0 < row["mrr_low"] <= 1 and 0 < row["mrr_high"] <= 1
+        assert 0 <= row["share_better_under_high"] <= 1
+    plain = result["results"]["plain"]  # encoded once for both conditions
+    assert plain["share_better_under_high"] == 0.5 and plain["mrr_high"] == plain["mrr_low"]
+
+
+def test_retrieval_ranks_split_ties_and_share_counts_ties_half() -> None:
+    retrieval = load_script("retrieval")
+    scores = np.array([[0.5, 0.9, 0.5, 0.1], [0.9, 0.1, 0.2, 0.3], [0.0, 0.0, 0.0, 0.0]])
+    assert retrieval.partner_ranks(scores).tolist() == [2.5, 1.0, 2.5]  # partner first; a tie counts half
+    assert retrieval.share_better(np.array([1.0, 2.5, 3.0, 2.0]), np.array([2.0, 2.5, 1.0, 4.0])) == 0.625
+
+
+def test_retrieval_pairs_keep_two_conditions_with_different_labels() -> None:
+    from condsearch.csts import CstsData
+
+    retrieval = load_script("retrieval")
+    rows = [
+        ("a", "b", "colour", 2.0),
+        ("b", "a", "shape", 4.0),  # the same pair, sides swapped: its high condition
+        ("c", "d", "colour", 3.0),
+        ("c", "d", "shape", 3.0),  # equal labels: dropped
+        ("e", "f", "colour", 1.0),  # judged once: dropped
+        ("g", "h", "size", 1.0),
+        ("g", "h", "size", 5.0),  # one condition twice: dropped
+    ]
+    s1, s2, cond, labels = zip(*rows, strict=True)
+    data = CstsData(list(s1), list(s2), list(cond), np.array(labels, dtype=np.float32))
+    assert retrieval.find_pairs(data) == [retrieval.Pair("b", "a", "shape", "colour")]
+
+
+def test_retrieval_condition_blind_embedder_scores_one_half() -> None:
+    import hashlib
+
+    retrieval = load_script("retrieval")
+    common = load_script("common")
+
+    def blind(texts, condition: str) -> np.ndarray:
+        seeds = [int.from_bytes(hashlib.sha256(t.encode()).digest()[:8], "little") for t in texts]
+        vectors = np.stack([np.random.default_rng(s).standard_normal(8) for s in seeds]).astype(np.float32)
+        return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+    data = common.synthetic_csts(64)
+    pairs = retrieval.find_pairs(data)
+    sentences = list(dict.fromkeys(data.sentence1 + data.sentence2))
+    chosen, pools = retrieval.sample(pairs, sentences, 10, 12, seed=0)
+    for pair, pool in zip(chosen, pools, strict=True):
+        assert len(pool) == 12 and not {pair.sentence1, pair.sentence2} & set(pool)
+    result = retrieval.evaluate(chosen, pools, blind, conditional=True)  # encoded per condition, yet blind to it
+    assert result["share_better_under_high"] == 0.5 and result["mrr_high"] == result["mrr_low"]
+    assert result["n"] == 20
