@@ -77,7 +77,14 @@ _CONTEXT_FLAGS = ("k", "train_backbone", "init")
     default=None,
     help="Per-epoch checkpoints [default: under the cache folder, named after --out].",
 )
-@click.option("--resume", is_flag=True, help="Continue from the last epoch's checkpoint.")
+@click.option(
+    "--checkpoint-every",
+    default=0,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Also checkpoint every N optimiser steps within an epoch (0: at epoch ends only).",
+)
+@click.option("--resume", is_flag=True, help="Continue from the last checkpoint (mid-epoch ones included).")
 @click.pass_context
 def router_cmd(
     ctx: click.Context, train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any
@@ -117,6 +124,7 @@ def router_cmd(
             on_epoch=report_epoch,
             checkpoint_dir=params["checkpoint_dir"],
             resume=params["resume"],
+            checkpoint_every=params["checkpoint_every"],
         ),
         as_json,
         lambda s: f"wrote {out} ({s['variant']} router from layer {s['layer']})" + dev_note(s),

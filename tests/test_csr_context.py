@@ -23,6 +23,7 @@ from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.training import RouterTrainConfig, train_router
 from condsearch.csts import read_csts, scale_labels
 from condsearch.errors import ModelError
+from condsearch.finetune.checkpoint import TrainingState
 from condsearch.vectors import vector_fingerprint
 from tests.conftest import SENTENCES
 
@@ -323,6 +324,50 @@ def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: 
         train_router(
             _encoder(deep_bert_dir, tmp_path / "c4", k=1), data, other, checkpoint_dir=tmp_path / "ck2", resume=True
         )
+
+
+@pytest.mark.parametrize("scope", ["all", "top"])
+def test_resume_continues_from_a_checkpoint_within_an_epoch(
+    tmp_path: Path, deep_bert_dir: Path, scope: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import condsearch.csr.training as training
+
+    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone=scope)
+    straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
+    expected = train_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1", checkpoint_every=1)
+
+    class Stop(Exception):
+        pass
+
+    saved = training.save_checkpoint
+
+    def save_then_stop(folder: Path, state: TrainingState, *args: object) -> None:
+        saved(folder, state, *args)
+        if state.epoch == 1 and state.epoch_step == 1:  # a checkpoint within epoch 2, after its first step
+            raise Stop
+
+    monkeypatch.setattr(training, "save_checkpoint", save_then_stop)
+    with pytest.raises(Stop):
+        train_router(
+            _encoder(deep_bert_dir, tmp_path / "c2", k=1),
+            data,
+            config,
+            dev=data,
+            checkpoint_dir=tmp_path / "ck2",
+            checkpoint_every=1,
+        )
+    monkeypatch.setattr(training, "save_checkpoint", saved)
+    resumed = _encoder(deep_bert_dir, tmp_path / "c3", k=1)
+    history = train_router(
+        resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True, checkpoint_every=1
+    )
+    assert [r["epoch"] for r in history] == [0, 1, 2]
+    assert history[-1]["loss"] == pytest.approx(expected[-1]["loss"], rel=1e-5)
+    for (name, p), q in zip(
+        resumed.router.trainable_parameters().items(), straight.router.trainable_parameters().values(), strict=True
+    ):
+        torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_other_variants_refuse_context_settings(tmp_path: Path, deep_bert_dir: Path) -> None:

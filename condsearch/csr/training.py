@@ -34,6 +34,7 @@ from condsearch.errors import ModelError
 from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.losses import group_positions, pair_groups, wacl_loss
 from condsearch.metrics import condition_sensitivity, correlations
+from condsearch.progress import progress_bar
 from condsearch.schedule import linear_schedule
 
 log = logging.getLogger(__name__)
@@ -180,13 +181,17 @@ def train_router(
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
+    checkpoint_every: int = 0,
+    progress: bool = False,
 ) -> list[dict[str, float]]:
     """Fine-tune the router in place; with dev, keep the epoch with the best dev Spearman
     (the untrained start included, so training never returns weights that score below it).
 
-    With checkpoint_dir, the state after every epoch is written there; resume continues from it
-    (same settings, model and data required). A context router with init full first gets the
-    full profile merged into its backbone.
+    With checkpoint_dir, the state after every epoch is written there, and every
+    ``checkpoint_every`` optimiser steps within an epoch when it is positive (an epoch of the
+    whole backbone takes over an hour on a 2-core CPU); resume continues from the last one (same
+    settings, model and data required), mid-epoch included. A context router with init full
+    first gets the full profile merged into its backbone.
     """
     config = config.resolved(encoder.variant)
     assert config.lr is not None
@@ -257,8 +262,14 @@ def train_router(
         if isinstance(router, ContextRouter):
             for module in router.frozen_below():
                 module.eval()  # as their cached states were computed
-        total, count = 0.0, 0
-        for start in range(0, len(order), n_groups_per_batch):
+        done, partial = state.epoch_step, dict(state.partial)  # batches of this epoch done before a resume
+        if done and state.rng is not None:
+            torch.set_rng_state(state.rng)  # the dropout masks go on as they would have
+        total, count = partial.get("loss", 0.0), int(partial.get("n_rows", 0))
+        starts = range(0, len(order), n_groups_per_batch)
+        desc = f"epoch {epoch}/{config.epochs}"
+        bar = progress_bar(total=len(starts), initial=done, desc=desc, unit="step", enabled=progress)
+        for i, start in enumerate(starts[done:], start=done + 1):
             batch = order[start : start + n_groups_per_batch]
             idx = [i for g in batch for i in g]
             a, b = train_f.rows(idx)
@@ -280,6 +291,12 @@ def train_router(
             state.step += 1
             total += loss.item() * len(idx)
             count += len(idx)
+            bar.update(1)
+            if checkpoint_dir is not None and checkpoint_every > 0 and i % checkpoint_every == 0 and i < len(starts):
+                state.epoch_step, state.partial = i, {"loss": total, "n_rows": float(count)}
+                save_checkpoint(checkpoint_dir, state, named, optim, best.state)
+        bar.close()
+        state.epoch_step, state.partial = 0, {}
         scores = evaluate(epoch, total / max(1, count))
         if on_epoch is not None:
             on_epoch(epoch, total / max(1, count), scores)
@@ -303,6 +320,7 @@ def train_router_and_save(
     on_epoch: Callable[[int, float, dict[str, float] | None], None] | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
+    checkpoint_every: int = 0,
 ) -> dict[str, object]:
     """Train a router from the pre-trained backbone and save it; return a summary.
 
@@ -328,7 +346,15 @@ def train_router_and_save(
         raise ModelError(str(exc)) from exc
     checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     history = train_router(
-        encoder, train, config, dev=dev, on_epoch=on_epoch, checkpoint_dir=checkpoint_dir, resume=resume
+        encoder,
+        train,
+        config,
+        dev=dev,
+        on_epoch=on_epoch,
+        checkpoint_dir=checkpoint_dir,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
+        progress=True,
     )
     summary: dict[str, object] = {
         "out": str(out),
