@@ -151,6 +151,11 @@ def index_cmd(
 
     if mode == "csr" and (bidirectional_layers is not None or preset is not None):
         raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
+    if mode == "csr" and (pooling != "auto" or prompt_template or unconditional_template or dtype != "auto"):
+        # the router tri-encoder pools and runs its own way: these would be silently dropped
+        raise click.UsageError(
+            "--pooling, --prompt-template, --unconditional-template and --dtype apply to --mode case"
+        )
     if mode == "csr" and quantize != "none":
         raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
     if mode == "case" and (router != "auto" or router_layer is not None or router_variant is not None):

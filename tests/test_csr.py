@@ -331,6 +331,23 @@ def test_cli_csr_refuses_a_head(tmp_path: Path, tiny_bert_dir: Path, corpus_file
     assert res.exit_code == 2 and "apply to --mode case only" in res.stderr
 
 
+@pytest.mark.parametrize(
+    "flag",
+    [
+        ["--pooling", "mean"],
+        ["--prompt-template", "{condition}: {text}"],
+        ["--unconditional-template", "{text}"],
+        ["--dtype", "float32"],
+    ],
+)
+def test_cli_csr_refuses_case_only_encoder_flags(
+    flag: list[str], tmp_path: Path, tiny_bert_dir: Path, corpus_file: Path
+) -> None:
+    args = ["index", str(corpus_file), "--mode", "csr", "--model", str(tiny_bert_dir), "-c", CONDITION, *flag]
+    res = CliRunner().invoke(main, [*args, "--index-dir", str(tmp_path / "idx")])
+    assert res.exit_code == 2 and "apply to --mode case" in res.stderr and not (tmp_path / "idx").exists()
+
+
 def test_training_makes_the_extended_router_condition(tmp_path: Path, tiny_bert_dir: Path) -> None:
     """Pairs whose labels differ by condition pull the two routed vectors apart as training goes.
 
