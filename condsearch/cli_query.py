@@ -139,7 +139,7 @@ def query_cmd(
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and head is None and quantize is None and device in (None, "cpu")
-        vec = onnx_vectorizer_for(stored.manifest) if light else None
+        vec = onnx_vectorizer_for(stored.manifest, threads=threads) if light else None
         on_device = vec is None  # the onnxruntime path searches on the CPU too, without importing torch to ask
         if vec is None:
             if few and threads is None:

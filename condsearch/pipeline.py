@@ -371,7 +371,7 @@ def _one_shot(manifest: Manifest) -> _OneShot | None:
     return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
 
 
-def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
+def onnx_vectorizer_for(manifest: Manifest, *, threads: int | None = None) -> Vectorizer | None:
     """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
 
     For a one-shot query of a few texts on the CPU: ``import torch`` alone costs more than their
@@ -380,6 +380,7 @@ def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
     :func:`cache_onnx_export`; int8 indexes use their int8 export), and only when the model
     revision, adapter and head are those the index records. Otherwise it returns None, and
     :func:`vectorizer_for` loads the model with torch (or says why the index cannot be queried).
+    ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more].
     """
     from condsearch.encoders.onnx_files import load_cached_export
 
@@ -392,7 +393,7 @@ def onnx_vectorizer_for(manifest: Manifest) -> Vectorizer | None:
             target.precision,
             max_length=target.max_length,
             adapter=target.adapter,
-            threads=ONE_SHOT_THREADS,
+            threads=threads or ONE_SHOT_THREADS,
         )
         if encoder is None:
             return None

@@ -162,3 +162,21 @@ def test_an_int8_index_one_shot_query_runs_its_int8_export(
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder) and light.encoder.precision == "int8"
     want = vectorizer_for(manifest).vectors(SENTENCES, COLOUR)
     np.testing.assert_allclose(light.vectors(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
+
+
+def test_query_threads_reach_the_one_shot_onnx_session(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import condsearch.encoders.onnx_files as onnx_files
+
+    index_dir = str(tmp_path / "indexes")
+    _index(tiny_bert_dir, corpus_file, Path(index_dir), "none")
+    argv = ["query", SENTENCES[2], "-c", COLOUR, "--json", "--index-dir", index_dir]
+    assert CliRunner().invoke(main, argv).exit_code == 0  # through torch; writes the export
+    opened, session = [], onnx_files._session
+    monkeypatch.setattr(onnx_files, "_session", lambda path, threads: opened.append(threads) or session(path, threads))
+    for extra, want in (([], 1), (["--threads", "2"], 2)):
+        opened.clear()
+        result = CliRunner().invoke(main, [*argv, *extra])
+        assert result.exit_code == 0, result.output
+        assert opened == [want]  # answered by onnxruntime, with the threads asked for
