@@ -52,7 +52,7 @@ def hashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("condsearch.pipeline.load_vectorizer", _hash_vectorizer)
         patch.setattr("condsearch.pipeline.vectorizer_for", _hash_vectorizer)
-        patch.setattr("condsearch.pipeline.onnx_vectorizer_for", lambda *_: None)
+        patch.setattr("condsearch.pipeline.onnx_vectorizer_for", lambda *_, **__: None)
         patch.setattr("condsearch.pipeline.cache_onnx_export", lambda *_: None)
         yield root / "indexes"
 
