@@ -31,7 +31,6 @@ is checked field by field against :class:`Manifest`'s types before anything uses
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -40,12 +39,11 @@ import re
 import shutil
 import stat
 import time
-import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import faiss
 import pyarrow as pa
@@ -56,56 +54,25 @@ from condsearch import __version__
 from condsearch.ann import apply_search_params
 from condsearch.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
 from condsearch.errors import StoreError, first_line, os_reason
+from condsearch.manifest import (  # re-exported: the store's readers and writers name them from here
+    FORMAT_VERSION,
+    INDEX_FILE,
+    INDEX_FILES,
+    MANIFEST,
+    ROWS_FILE,
+    Manifest,
+    manifest_from_dict,
+)
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
 log = logging.getLogger(__name__)
 
-# 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
-# 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
-# 4: files, the sha256 and size of every file of the index
-FORMAT_VERSION = 4
-READABLE_FORMATS = (1, 2, 3, 4)
-MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 1 << 20  # a manifest is a few KiB; more is not one
-INDEX_FILE = "index.faiss"
-ROWS_FILE = "rows.parquet"
-INDEX_FILES = (INDEX_FILE, ROWS_FILE, VECTORS_FILE)  # what a version folder holds besides its manifest
 VERSIONS = ".versions"
 PARTIAL = ".partial"  # <root>/.versions/<name>.partial: a build's resumable work
 _TRASH = ".trash-"
 _PROBE = 64 << 10
 _ATTEMPTS = 20
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """Everything needed to trust and reuse an index (SPEC §3)."""
-
-    condition: str
-    corpus_name: str
-    corpus_path: str
-    corpus_checksum: str
-    model_id: str
-    model_revision: str
-    encoder: dict[str, object]
-    mode: str
-    head: str
-    head_checksum: str
-    dim: int
-    metric: str
-    factory: str
-    n_vectors: int
-    n_skipped: int
-    search_params: str = ""  # FAISS ParameterSpace string set on every load, e.g. "nprobe=32"
-    fingerprint: str = ""  # condsearch.vectors.vector_fingerprint of the kept vectors ("" when none are kept)
-    index_checksum: str = ""  # sha256 of index.faiss
-    index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
-    index_mtime_ns: int = 0  # its modification time when written
-    index_probe: str = ""  # sha256 of its first and last 64 KiB
-    files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
-    format_version: int = FORMAT_VERSION
-    condsearch_version: str = ""
-    created_at: str = ""
 
 
 @dataclass(frozen=True)
@@ -508,22 +475,6 @@ class IndexStore:
             raise damaged
 
 
-def manifest_from_dict(raw: object, where: Path | str) -> Manifest:
-    """Return the Manifest a parsed manifest.json holds, each field checked; raise StoreError naming where."""
-    if not isinstance(raw, dict) or raw.get("format_version") not in READABLE_FORMATS:
-        version = raw.get("format_version") if isinstance(raw, dict) else None
-        raise StoreError(f"{where}: unsupported index format {version!r} (expected {FORMAT_VERSION})")
-    names = {f.name for f in fields(Manifest)}
-    required = {f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING}
-    odd = sorted(raw.keys() - names) or sorted(required - raw.keys())
-    if odd:
-        raise StoreError(f"{where}: manifest fields do not match this condsearch version (field {odd[0]!r})")
-    problem = _field_problem(raw)
-    if problem:
-        raise StoreError(f"{where}: corrupt manifest ({problem})")
-    return Manifest(**raw)
-
-
 def _read_kept(files: _Files, manifest: Manifest) -> KeptVectors:
     """Check the kept rows and vectors of an open index against its manifest in full, then open them."""
     folder, vectors_fh = files.folder, files.opened.get(VECTORS_FILE)
@@ -571,46 +522,6 @@ def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None
             f"{path}: {vectors.shape} vectors where the manifest says {(manifest.n_vectors, manifest.dim)}; "
             "the file is damaged"
         )
-
-
-_SHA256 = re.compile(r"[0-9a-f]{64}")
-_MINIMUM = {"dim": 1, "n_vectors": 0, "n_skipped": 0, "index_size": 0}
-_KINDS = {str: "str", int: "int", dict: "a JSON object"}
-
-
-@functools.cache
-def _field_types() -> dict[str, type]:
-    """Return each Manifest field's runtime type (dict for dict[...])."""
-    hints = typing.get_type_hints(Manifest)
-    return {name: typing.get_origin(hint) or hint for name, hint in hints.items()}
-
-
-def _field_problem(raw: dict[str, Any]) -> str:
-    """Return what is wrong with a manifest's fields, in a few words, or "" when nothing is."""
-    for name, kind in _field_types().items():
-        if name not in raw:
-            continue
-        value = raw[name]
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            return f"field {name!r} should be {_KINDS[kind]}"
-        if name in _MINIMUM and typing.cast(int, value) < _MINIMUM[name]:
-            return f"field {name!r} should be an int >= {_MINIMUM[name]}"
-    for file_name, record in raw.get("files", {}).items():
-        if file_name not in INDEX_FILES:
-            return f"field 'files' should be about {', '.join(INDEX_FILES)} only, not {file_name!r}"
-        if not (
-            isinstance(record, dict)
-            and record.keys() == {"sha256", "size"}
-            and isinstance(record["sha256"], str)
-            and _SHA256.fullmatch(record["sha256"])
-            and type(record["size"]) is int
-            and record["size"] >= 0
-        ):
-            return f"field 'files' should be {{file: {{'sha256': hex digest, 'size': bytes}}}} for {file_name!r}"
-    index = raw.get("files", {}).get(INDEX_FILE)
-    if index is not None and (index["sha256"], index["size"]) != (raw.get("index_checksum"), raw.get("index_size")):
-        return f"field 'files' should give {INDEX_FILE} the 'index_checksum' and 'index_size' that the manifest gives"
-    return ""
 
 
 def _is_regular(path: Path) -> bool:

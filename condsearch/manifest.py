@@ -1,0 +1,115 @@
+"""An index's manifest: its fields, their types, and the one function that reads and checks them.
+
+``manifest.json`` sits beside the index files (:mod:`condsearch.store`) and in a Milvus catalog
+entry (:mod:`condsearch.scale.milvus`); both read it through :func:`manifest_from_dict`, which
+checks every field's type and range so that a damaged manifest is one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from condsearch.errors import StoreError
+from condsearch.vectors import VECTORS_FILE
+
+# 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
+# 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
+# 4: files, the sha256 and size of every file of the index
+FORMAT_VERSION = 4
+READABLE_FORMATS = (1, 2, 3, 4)
+MANIFEST = "manifest.json"
+INDEX_FILE = "index.faiss"
+ROWS_FILE = "rows.parquet"
+INDEX_FILES = (INDEX_FILE, ROWS_FILE, VECTORS_FILE)  # what a version folder holds besides its manifest
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Everything needed to trust and reuse an index (SPEC §3)."""
+
+    condition: str
+    corpus_name: str
+    corpus_path: str
+    corpus_checksum: str
+    model_id: str
+    model_revision: str
+    encoder: dict[str, object]
+    mode: str
+    head: str
+    head_checksum: str
+    dim: int
+    metric: str
+    factory: str
+    n_vectors: int
+    n_skipped: int
+    search_params: str = ""  # FAISS ParameterSpace string set on every load, e.g. "nprobe=32"
+    fingerprint: str = ""  # condsearch.vectors.vector_fingerprint of the kept vectors ("" when none are kept)
+    index_checksum: str = ""  # sha256 of index.faiss
+    index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
+    index_mtime_ns: int = 0  # its modification time when written
+    index_probe: str = ""  # sha256 of its first and last 64 KiB
+    files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
+    format_version: int = FORMAT_VERSION
+    condsearch_version: str = ""
+    created_at: str = ""
+
+
+def manifest_from_dict(raw: object, where: Path | str) -> Manifest:
+    """Return the Manifest a parsed manifest.json holds, each field checked; raise StoreError naming where."""
+    if not isinstance(raw, dict) or raw.get("format_version") not in READABLE_FORMATS:
+        version = raw.get("format_version") if isinstance(raw, dict) else None
+        raise StoreError(f"{where}: unsupported index format {version!r} (expected {FORMAT_VERSION})")
+    names = {f.name for f in fields(Manifest)}
+    required = {f.name for f in fields(Manifest) if f.default is MISSING and f.default_factory is MISSING}
+    odd = sorted(raw.keys() - names) or sorted(required - raw.keys())
+    if odd:
+        raise StoreError(f"{where}: manifest fields do not match this condsearch version (field {odd[0]!r})")
+    problem = _field_problem(raw)
+    if problem:
+        raise StoreError(f"{where}: corrupt manifest ({problem})")
+    return Manifest(**raw)
+
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+_MINIMUM = {"dim": 1, "n_vectors": 0, "n_skipped": 0, "index_size": 0}
+_KINDS = {str: "str", int: "int", dict: "a JSON object"}
+
+
+@functools.cache
+def _field_types() -> dict[str, type]:
+    """Return each Manifest field's runtime type (dict for dict[...])."""
+    hints = typing.get_type_hints(Manifest)
+    return {name: typing.get_origin(hint) or hint for name, hint in hints.items()}
+
+
+def _field_problem(raw: dict[str, Any]) -> str:
+    """Return what is wrong with a manifest's fields, in a few words, or "" when nothing is."""
+    for name, kind in _field_types().items():
+        if name not in raw:
+            continue
+        value = raw[name]
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            return f"field {name!r} should be {_KINDS[kind]}"
+        if name in _MINIMUM and typing.cast(int, value) < _MINIMUM[name]:
+            return f"field {name!r} should be an int >= {_MINIMUM[name]}"
+    for file_name, record in raw.get("files", {}).items():
+        if file_name not in INDEX_FILES:
+            return f"field 'files' should be about {', '.join(INDEX_FILES)} only, not {file_name!r}"
+        if not (
+            isinstance(record, dict)
+            and record.keys() == {"sha256", "size"}
+            and isinstance(record["sha256"], str)
+            and _SHA256.fullmatch(record["sha256"])
+            and type(record["size"]) is int
+            and record["size"] >= 0
+        ):
+            return f"field 'files' should be {{file: {{'sha256': hex digest, 'size': bytes}}}} for {file_name!r}"
+    index = raw.get("files", {}).get(INDEX_FILE)
+    if index is not None and (index["sha256"], index["size"]) != (raw.get("index_checksum"), raw.get("index_size")):
+        return f"field 'files' should give {INDEX_FILE} the 'index_checksum' and 'index_size' that the manifest gives"
+    return ""
