@@ -53,6 +53,40 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+#: the CPU flags that decide which kernels run (int8 dot products, bfloat16, wide vectors)
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile", "amx_int8")
+
+
+def _isa_flags() -> list[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                present = set(line.split(":", 1)[1].split())
+                return [f for f in ISA_FLAGS if f in present]
+    except OSError:
+        pass
+    return []
+
+
+def last_level_cache_bytes() -> int | None:
+    """Return the size of CPU 0's last-level cache (Linux sysfs), or None where it cannot be read."""
+    best: tuple[int, int] | None = None
+    for entry in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
+        try:
+            level = int((entry / "level").read_text())
+            size = (entry / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        unit = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1:], 1)
+        try:
+            value = int(size.rstrip("KMG")) * unit
+        except ValueError:
+            continue
+        if best is None or level > best[0]:
+            best = (level, value)
+    return best[1] if best else None
+
+
 def _memory_gib() -> float | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -94,6 +128,8 @@ def run_info(device: str | None = None) -> dict[str, object]:
         "faiss_gpus": faiss_gpus,
         "machine": {
             "cpu": _cpu_model(),
+            "isa": _isa_flags(),
+            "last_level_cache_bytes": last_level_cache_bytes(),
             "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(),
             "memory_gib": _memory_gib(),

@@ -29,6 +29,7 @@ from condsearch.csr import load_csr_encoder
 from condsearch.encoders import load_encoder
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import run_info  # noqa: E402
 from index_throughput import distinct_sentences  # noqa: E402
 
 CONDITIONS = [
@@ -96,6 +97,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             "threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },
+        "run": run_info(),
     }
 
 

@@ -6,11 +6,12 @@ of a head trained from cached encoder outputs, encode throughput (pairs/s, CASE 
 head) and, for those dimensions and synthetic ones up to 4096-d, FAISS flat index build
 time, search latency p50/p95 at batch 1 and batch 256 over random unit vectors for corpus
 sizes up to --max-n, and bytes per vector. Also: memory bandwidth of a plain numpy copy and
-the fraction of it that exact search reaches (batch 1), the CSR cost of a new condition
-(benchmarks/csr_speedup.py's measurement) and sentence-transformers' encode() on the same
-texts as a peer. Every ratio is measured within one run. Sizes whose index would exceed
---max-index-gib are skipped (a flat index holds n × dim × 4 bytes, built from a copy of
-the same size).
+the fraction of it that exact search reaches (batch 1) — only for indexes larger than the CPU's
+last-level cache, since a smaller one is scanned from cache and no memory bound applies — the
+CSR cost of a new condition (benchmarks/csr_speedup.py's measurement) and
+sentence-transformers' encode() on the same texts as a peer. Every ratio is measured within one
+run. Sizes whose index would exceed --max-index-gib are skipped (a flat index holds
+n × dim × 4 bytes, built from a copy of the same size).
 
     python benchmarks/latency.py --json-out benchmarks/results/latency.json --plot benchmarks/results/latency.png
 """
@@ -27,7 +28,15 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import log, quiet_transformers, run_info, synthetic_csts, write_csts_csv, write_outputs  # noqa: E402
+from common import (  # noqa: E402
+    last_level_cache_bytes,
+    log,
+    quiet_transformers,
+    run_info,
+    synthetic_csts,
+    write_csts_csv,
+    write_outputs,
+)
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "csts-reannotated"
 
@@ -242,6 +251,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     encode = encode_throughput(encoder, head_objs, texts, args)
     bandwidth = copy_bandwidth(1 << (24 if args.smoke else 28))
     _log(f"numpy copy bandwidth {bandwidth / 1e9:.1f} GB/s (read + write)")
+    llc = last_level_cache_bytes()
     rows: list[dict[str, object]] = []
     cap = args.max_index_gib * 2**30
     skipped = []
@@ -256,11 +266,17 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             if dim in heads:
                 row["dev_spearman"] = round(heads[dim]["dev"]["spearman"], 2)
                 row["encode_pairs_per_s"] = encode["pairs_per_s_by_dim"][str(dim)]  # type: ignore[index]
-            row["bandwidth_fraction"] = round(float(row.pop("scan_gb_per_s_batch1")) * 1e9 / bandwidth, 3)
+            scan = float(row.pop("scan_gb_per_s_batch1")) * 1e9
+            # an index that fits in the last-level cache is not read from memory: no fraction for it
+            row["bandwidth_fraction"] = round(scan / bandwidth, 3) if llc and n * dim * 4 > llc else None
             rows.append(row)
     _log(f"CSR new-condition cost over {args.csr_n} sentences")
     csr = csr_speedup(args, csv)
-    native_dim = max((r for r in rows if r["source"] == "head"), key=lambda r: (r["n"], r["dim"]), default=None)
+    native_dim = max(
+        (r for r in rows if r["source"] == "head" and r["bandwidth_fraction"] is not None),
+        key=lambda r: (r["n"], r["dim"]),
+        default=None,
+    )
     return {
         "rows": rows,
         "heads": {str(d): v for d, v in heads.items()},
@@ -269,6 +285,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "memory_bandwidth_gb_per_s": round(bandwidth / 1e9, 2),
         "search_bandwidth_fraction": native_dim["bandwidth_fraction"] if native_dim else None,
         "search_bandwidth_fraction_at": {"dim": native_dim["dim"], "n": native_dim["n"]} if native_dim else None,
+        "last_level_cache_bytes": llc,
         "csr_new_condition_speedup": csr["csr_new_condition_speedup"],
         "csr": csr,
         "skipped": skipped,
@@ -287,6 +304,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     }
 
 
+def _fraction(value: object) -> str:
+    """A bandwidth fraction, or why there is none (the index fits in the last-level cache)."""
+    return f"{value:.2f}" if isinstance(value, float) else "in cache"
+
+
 def markdown(result: dict[str, object]) -> str:
     lines = [
         "| dim | n | dev Spearman | pairs/s | build s | search p50/p95 ms (b=1) | search p50/p95 ms (batch) "
@@ -299,14 +321,21 @@ def markdown(result: dict[str, object]) -> str:
         lines.append(
             f"| {r['dim']} | {r['n']:,} | {r.get('dev_spearman', '–')} | {r.get('encode_pairs_per_s', '–')} | "
             f"{r['build_seconds']:.3f} | {s['batch1']['p50']:.3f} / {s['batch1']['p95']:.3f} | "
-            f"{batch['p50']:.2f} / {batch['p95']:.2f} | {r['bytes_per_vector']:.0f} | {r['bandwidth_fraction']:.2f} |"
+            f"{batch['p50']:.2f} / {batch['p95']:.2f} | {r['bytes_per_vector']:.0f} | "
+            f"{_fraction(r['bandwidth_fraction'])} |"
         )
     enc = result["encode"]
     csr = result["csr"]
     lines += [
         "",
-        f"Memory bandwidth (numpy copy, read + write): {result['memory_bandwidth_gb_per_s']} GB/s; exact search "
-        f"(batch 1) reaches {result['search_bandwidth_fraction']} of it at {result['search_bandwidth_fraction_at']}.",
+        f"Memory bandwidth (numpy copy, read + write): {result['memory_bandwidth_gb_per_s']} GB/s; "
+        + (
+            f"exact search (batch 1) reaches {result['search_bandwidth_fraction']} of it at "
+            f"{result['search_bandwidth_fraction_at']}."
+            if result["search_bandwidth_fraction"] is not None
+            else f"no index measured is larger than the last-level cache ({result['last_level_cache_bytes']} B), "
+            "so no bandwidth fraction applies."
+        ),
         f"CASE encode: {enc['case_pairs_per_s']} pairs/s; plain: {enc['plain_texts_per_s']} texts/s"  # type: ignore[index]
         + (
             f"; sentence-transformers encode(): {enc['peer']['texts_per_s']} texts/s "  # type: ignore[index]

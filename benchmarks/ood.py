@@ -17,8 +17,9 @@ sweep, a regulariser), ``report`` gives the figures quoted in benchmarks/README.
 
 Systems: ``plain`` (all-MiniLM-L6-v2 mean-pooled, no condition), ``prefix`` (plain MiniLM on
 "condition: text"), ``case:PROFILE`` (CASE vectors; a shipped profile name or a profile/adapter
-folder, e.g. one written by benchmarks/wise.py), ``csr`` (the default router tri-encoder) and
-``blend:B:SYSTEM`` (ours: SYSTEM's cosine weighted B plus plain MiniLM's weighted 1 − B).
+folder, e.g. one written by benchmarks/wise.py), ``csr`` (the default router tri-encoder),
+``csr:ROUTER`` (a router folder) and ``blend:B:SYSTEM`` (ours: SYSTEM's cosine weighted B plus
+plain MiniLM's weighted 1 − B).
 
     python benchmarks/ood.py --data-dir ../shared/data/wn18rr --split report \
         --systems plain,prefix,case:full,case:lora,csr --json-out benchmarks/results/ood_report.json
@@ -194,12 +195,12 @@ def load_system(
         return cached(plain, key, cache_dir) if spec == "prefix" else _plain_cached(
             plain, key, cache_dir
         ), spec == "prefix"
-    if spec == "csr":
-        vec = load_csr_vectorizer(model)
+    if spec == "csr" or spec.startswith("csr:"):
+        vec = load_csr_vectorizer(model, router=spec[len("csr:") :] or None)
     elif spec.startswith("case:"):
         vec = load_vectorizer(model, profile=spec[len("case:") :])
     else:
-        raise SystemExit(f"unknown system {spec!r}: plain, prefix, case:PROFILE or csr")
+        raise SystemExit(f"unknown system {spec!r}: plain, prefix, case:PROFILE, csr or csr:ROUTER")
 
     def conditional(texts: Sequence[str], condition: str) -> np.ndarray:
         return vec.vectors(list(texts), condition, batch_size=batch_size, progress=True)

@@ -16,7 +16,7 @@ higher + half those tied with it. Reported per system:
   condition scores exactly 0.5; one that follows it scores above.
 
 Systems are benchmarks/ood.py's: ``plain``, ``prefix``, ``case:PROFILE`` (a shipped profile name or
-a profile/adapter folder), ``csr`` (the default router only: ood.py takes no router folder) and
+a profile/adapter folder), ``csr`` (the default router), ``csr:ROUTER`` (a router folder) and
 ``blend:B:SYSTEM``.
 
     python benchmarks/retrieval.py --dev ../shared/data/csts-reannotated/dev.csv --pairs 100 \

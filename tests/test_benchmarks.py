@@ -89,7 +89,13 @@ def test_latency_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     row = result["rows"][0]
     assert {"p50", "p95"} <= set(row["search_ms"]["batch1"]) and row["bytes_per_vector"] == 4 * row["dim"]
     assert "dev_spearman" in row and "dev_spearman" not in result["rows"][-1]
-    assert result["search_bandwidth_fraction"] > 0 and result["csr_new_condition_speedup"] > 0
+    assert result["csr_new_condition_speedup"] > 0
+    llc = result["last_level_cache_bytes"]
+    for r in result["rows"]:  # a fraction of memory bandwidth only where the index cannot sit in cache
+        fits = llc is None or r["n"] * r["dim"] * 4 <= llc
+        assert (r["bandwidth_fraction"] is None) == fits and (fits or r["bandwidth_fraction"] > 0)
+    heads = [r for r in result["rows"] if r["source"] == "head"]
+    assert (result["search_bandwidth_fraction"] is None) == all(r["bandwidth_fraction"] is None for r in heads)
     assert result["encode"]["peer"]["texts_per_s"] > 0
     assert (tmp_path / "p.png").is_file() or not plotting
 
@@ -105,6 +111,16 @@ def test_latency_caps_index_memory(tiny_bert_dir: Path, tmp_path: Path) -> None:
 def test_throughput_scripts_smoke(name: str, tiny_bert_dir: Path, smoke_csv: Path, tmp_path: Path) -> None:
     result = _run(name, ["--smoke", "--csv", str(smoke_csv), "--model", str(tiny_bert_dir)], tmp_path / "o.json")
     assert result["config"]["smoke"] is True
+
+
+def test_csr_states_compares_storage_types(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none"]
+    states = _run("csr_states", argv, tmp_path / "o.json")["states"]
+    assert list(states) == ["float32", "float16", "int8"]
+    assert states["float32"]["cosine_gap_max"] < 1e-6  # float32 against itself
+    sizes = [states[n]["bytes_per_sentence"] for n in states]
+    assert sizes == sorted(sizes, reverse=True) and sizes[-1] > 0
+    assert 0 <= states["int8"]["cosine_gap_median"] <= states["int8"]["cosine_gap_max"] < 1e-2
 
 
 def test_finetune_smoke_records_each_run(tiny_bert_dir: Path, tmp_path: Path) -> None:

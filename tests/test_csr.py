@@ -167,6 +167,17 @@ def test_half_precision_cache_is_close(tmp_path: Path, tiny_bert_dir: Path) -> N
     assert cos.min() > 0.999
 
 
+def test_quantized_states_round_trip_within_half_a_step() -> None:
+    from condsearch.csr.cache import dequantize, quantize
+
+    t = torch.randn(7, 16) * torch.logspace(-3, 2, 7)[:, None]  # rows of very different sizes
+    values, scale = quantize(t)
+    assert values.dtype == torch.int8 and scale.shape == (7,)
+    assert bool(((dequantize(values, scale) - t).abs() <= scale[:, None] / 2 + 1e-7).all())
+    zeros, zero_scale = quantize(torch.zeros(2, 4))  # an all-zero row stays zero, no division by zero
+    assert not bool(dequantize(zeros, zero_scale).any())
+
+
 def test_a_model_saved_in_float16_runs_in_float32(tmp_path: Path, tiny_bert_dir: Path) -> None:
     half_dir = tmp_path / "half"
     AutoModel.from_pretrained(str(tiny_bert_dir)).half().save_pretrained(half_dir)

@@ -259,6 +259,21 @@ def test_a_cache_filled_with_other_weights_is_never_read(tmp_path: Path, deep_be
     assert untrained.states.directory != before
 
 
+def test_int8_states_by_default_route_close_to_float32(tmp_path: Path, deep_bert_dir: Path) -> None:
+    exact = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
+    small = load_csr_encoder(
+        str(deep_bert_dir), router="none", variant="context", layer=-2, cache_dir=tmp_path / "cache"
+    )
+    assert small.states.dtype == torch.int8 and small.states.directory != exact.states.directory
+    a = exact.encode_conditional(SENTENCES, CONDITION)
+    b = small.encode_conditional(SENTENCES, CONDITION)
+    cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+    assert cos.min() > 1 - 1e-2  # the bound the int8 default was chosen under
+    with safe_open(str(next(small.states.directory.glob("shard-*"))), framework="pt") as fh:
+        assert fh.get_slice("x").get_dtype() == "I8" and fh.get_slice("x.scale").get_dtype() == "F32"
+    assert 0 < small.states.nbytes_per_sentence() < exact.states.nbytes_per_sentence() / 3
+
+
 def _csts_csv(path: Path) -> Path:
     rows = []
     for i in range(6):

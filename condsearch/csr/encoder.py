@@ -13,7 +13,7 @@ import torch
 
 from condsearch.artifacts.routers import resolve_router, router_checksum, router_model_id, router_name
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
-from condsearch.csr.cache import StateCache, collate, split, text_key
+from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
@@ -54,7 +54,7 @@ class CsrEncoder:
         device: str | None = None,
         max_length: int | None = None,
         cache_dir: Path | None = None,
-        state_dtype: torch.dtype = torch.float16,
+        state_dtype: torch.dtype | None = None,
         trust_remote_code: bool = False,
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
@@ -97,7 +97,7 @@ class CsrEncoder:
         self.dim = int(model.config.hidden_size)
         self.max_length = max_length or min(int(self.tokenizer.model_max_length), 512)
         self._root = cache_dir or default_cache_dir()
-        self._state_dtype = state_dtype
+        self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
         self._queries = EmbeddingCache(self._root / "csr-queries")
         self.refresh_identity()
         self.n_truncated = 0
@@ -112,6 +112,8 @@ class CsrEncoder:
         trained in memory, a digest of the weights themselves).
         """
         backbone = f"{self.model_id}|{self.revision}|layer={self.router.layer}|max_length={self.max_length}"
+        if self._state_dtype != torch.float16:  # float16 caches keep the names they had before the option
+            backbone += f"|states={str(self._state_dtype).removeprefix('torch.')}"
         weights = self.router_checksum or f"params:{weights_digest(self.router)}"
         if isinstance(self.router, ContextRouter):
             backbone += f"|{CONTEXT}|weights={weights}"
