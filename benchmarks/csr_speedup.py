@@ -52,12 +52,12 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     case = load_encoder(args.model)
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = Path(args.cache_dir) if args.cache_dir else Path(tmp)
-        csr = load_csr_encoder(args.model, router=args.router, cache_dir=cache_dir)
+        csr = load_csr_encoder(args.model, cache_dir=cache_dir, **_router_options(args))
         start = time.perf_counter()
         csr.cache_sentences(texts, batch_size=args.batch_size, progress=not args.smoke)
         fill_s = time.perf_counter() - start
         start = time.perf_counter()
-        fresh = load_csr_encoder(args.model, router=args.router, cache_dir=cache_dir)
+        fresh = load_csr_encoder(args.model, cache_dir=cache_dir, **_router_options(args))
         fresh.cache_sentences(texts, batch_size=args.batch_size)
         reuse_s = time.perf_counter() - start
         bytes_per_sentence = fresh.states.nbytes_per_sentence()
@@ -68,7 +68,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             case.encode_case(texts, condition, batch_size=args.batch_size)
             case_s.append(time.perf_counter() - start)
             # a fresh encoder object: shard index read from disk, no in-memory state carried over
-            warm = load_csr_encoder(args.model, router=args.router, cache_dir=cache_dir)
+            warm = load_csr_encoder(args.model, cache_dir=cache_dir, **_router_options(args))
             start = time.perf_counter()
             warm.encode_conditional(texts, condition, batch_size=args.batch_size)
             csr_s.append(time.perf_counter() - start)
@@ -88,6 +88,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             "model": case.model_id,
             "router": csr.router_name,
             "router_layer": csr.router.layer,
+            "router_config": csr.router.config.to_dict(),
             "router_variant": csr.router.config.variant,
             "batch_size": args.batch_size,
             "repeats": repeats,
@@ -101,18 +102,35 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def _router_options(args: argparse.Namespace) -> dict[str, object]:
+    """The router to time: a trained folder, or (--router none) an untrained variant; the cost
+    of a router depends on its variant and k, not on its weights."""
+    options: dict[str, object] = {"router": args.router}
+    if args.variant is not None:
+        options["variant"] = args.variant
+    if args.k is not None:
+        options["layer"] = -args.k
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--csv", type=Path, required=True, help="C-STS style CSV to draw sentences from")
     p.add_argument("-n", type=int, default=5000)
     p.add_argument("--model", default=None)
     p.add_argument("--router", default="auto", help="router folder, 'default', 'none' or 'auto'")
+    p.add_argument("--variant", default=None, help="with --router none: paper, extended or context")
+    p.add_argument(
+        "--k", type=int, default=None, help="with --router none --variant context: layers that see the condition"
+    )
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--cache-dir", default=None, help="sentence cache folder (default: a temporary one)")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="64 sentences, one repeat")
     args = p.parse_args(argv)
+    if (args.variant is not None or args.k is not None) and args.router != "none":
+        p.error("--variant and --k time an untrained router: give them with --router none")
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
