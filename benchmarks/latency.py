@@ -231,7 +231,7 @@ def csr_speedup(args: argparse.Namespace, csv: Path) -> dict[str, object]:
 
     ns = argparse.Namespace(
         csv=csv, n=args.csr_n, model=args.model, router="auto", batch_size=64, repeats=max(1, args.repeats // 2),
-        cache_dir=None, smoke=False,
+        cache_dir=None, smoke=False, variant=None, k=None,
     )  # fmt: skip
     return measure(ns)
 

@@ -23,6 +23,7 @@ from condsearch.cli_options import (
     trust_option,
 )
 from condsearch.cli_scale import index_store_option, ray_options
+from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.errors import CondsearchError
 
 if TYPE_CHECKING:
@@ -51,9 +52,18 @@ def _check_index_options(factory: str, search_params: str) -> None:
     required=True,
     help="Condition to index under; repeat for several.",
 )
-@click.option("--text-column", default="text", show_default=True, help="Column holding the texts.")
 @click.option(
-    "--id-column", default=None, help="Column holding unique ids [default: 'id' if present, else row number]."
+    "--format",
+    "corpus_format",
+    type=click.Choice(FORMATS),
+    default=CorpusConfig.format,
+    help="Corpus file format [default: by extension: .parquet, .csv, .jsonl/.ndjson; else parquet].",
+)
+@click.option("--text-column", default=CorpusConfig.text_column, show_default=True, help="Column holding the texts.")
+@click.option(
+    "--id-column",
+    default=CorpusConfig.id_column,
+    help="Column holding unique ids [default: 'id' if present, else row number].",
 )
 @click.option("--name", "corpus_name", default=None, help="Corpus name in the store [default: the file's stem].")
 @click.option(
@@ -102,6 +112,7 @@ def _check_index_options(factory: str, search_params: str) -> None:
 def index_cmd(
     corpus: Path,
     conditions: tuple[str, ...],
+    corpus_format: str | None,
     text_column: str,
     id_column: str | None,
     corpus_name: str | None,
@@ -136,7 +147,7 @@ def index_cmd(
     ray_work_dir: Path | None,
     store_spec: str | None,
 ) -> None:
-    """Encode CORPUS (parquet) under each condition and store one index per condition.
+    """Encode CORPUS (parquet, CSV or JSON lines) under each condition and store one index per condition.
 
     Re-indexing the same corpus under the same condition replaces its index atomically, and
     encodes only rows that are new or whose text, encoder, adapter, head or router changed
@@ -164,7 +175,7 @@ def index_cmd(
         for c in conditions:
             check_condition(c)
         _check_index_options(index_factory, search_params)
-        data = scan_corpus(corpus, text_column, id_column)
+        data = scan_corpus(corpus, text_column, id_column, format=corpus_format)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
         load: Callable[..., Vectorizer]

@@ -7,7 +7,7 @@ import gc
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -22,6 +22,9 @@ from condsearch.cli_options import (
 from condsearch.cli_scale import query_store_option
 from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    from condsearch.search import Answer
 
 
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
@@ -105,8 +108,8 @@ def query_cmd(
     store_spec: str | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
-    from condsearch.pipeline import cache_onnx_export, check_condition, onnx_vectorizer_for, query_index, vectorizer_for
-    from condsearch.serve.answers import capped_k, k_notice, query_answer
+    from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
+    from condsearch.search import FaissIndex, answer
 
     queries = _read_queries(texts, query_file)
     if k <= 0:
@@ -125,17 +128,18 @@ def query_cmd(
         )
 
     if store_spec is not None:
-        from condsearch.cli_scale import milvus_query
+        from condsearch.scale.milvus import open_index
 
         try:
-            manifest, answers = milvus_query(store_spec, condition, corpus_name, queries, k, checked)
+            with open_index(store_spec, condition, corpus_name) as index:
+                found = answer(index, checked(index.manifest), queries, k)
         except CondsearchError as exc:
             raise fail(exc) from exc
-        _print_answers(answers, manifest.condition, as_json)
+        _print_answers(found, as_json)
         return
     try:
         store = open_store(index_dir)
-        stored = store.load(store.find(check_condition(condition), corpus_name))
+        stored = store.load(store.find(condition, corpus_name))
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and head is None and quantize is None and device in (None, "cpu")
@@ -145,28 +149,27 @@ def query_cmd(
             if few and threads is None:
                 _one_thread()
             vec = checked(stored.manifest)
-        notice = k_notice(k, stored.manifest.n_vectors)
-        if notice:
-            click.echo(f"condsearch: {notice}", err=True)
-        result = query_index(stored, vec, queries, capped_k(k, stored.manifest.n_vectors), on_device=on_device)
+        found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k)
     except CondsearchError as exc:
         raise fail(exc) from exc
-    answers = [
-        query_answer(q, stored.manifest.condition, result.scores[qi], result.ids[qi], stored.ids, stored.texts)
-        for qi, q in enumerate(queries)
-    ]
-    _print_answers(answers, stored.manifest.condition, as_json)
+    _print_answers(found, as_json)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
 
 
-def _print_answers(answers: list[dict[str, Any]], condition: str, as_json: bool) -> None:
+def _print_answers(found: Answer, as_json: bool) -> None:
+    """Print the k notice (stderr), then each query's results: a JSON line, or rank, score, id and text."""
+    from condsearch.serve.answers import query_answer
+
+    if found.notice:
+        click.echo(f"condsearch: {found.notice}", err=True)
+    answers = [query_answer(hits) for hits in found.hits]
     for qi, answer in enumerate(answers):
         if as_json:
             click.echo(json_line(answer))
             continue
-        click.echo(f"query: {answer['query']}\ncondition: {condition}")
+        click.echo(f"query: {answer['query']}\ncondition: {answer['condition']}")
         for row in answer["results"]:
             click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
         if qi + 1 < len(answers):

@@ -138,37 +138,6 @@ def publish_to_milvus(store: Any, names: Sequence[str], spec: str) -> None:
         milvus.close()
 
 
-def milvus_query(
-    spec: str, condition: str, corpus_name: str | None, queries: list[str], k: int, load_vectorizer: Callable[..., Any]
-) -> tuple[Any, list[dict[str, Any]]]:
-    """Answer queries from Milvus: (manifest, one answer dict per query); load_vectorizer(manifest) checks the model."""
-    from condsearch.pipeline import check_condition
-    from condsearch.scale.milvus import MilvusStore, parse_store
-    from condsearch.serve.answers import capped_k, k_notice, query_answer
-
-    target = parse_store(spec)
-    assert target is not None
-    milvus = MilvusStore(target, create=False)
-    try:
-        index = milvus.find(check_condition(condition), corpus_name)
-        milvus.check(index)
-        manifest = index.manifest
-        vec = load_vectorizer(manifest)
-        notice = k_notice(k, manifest.n_vectors)
-        if notice:
-            click.echo(f"condsearch: {notice}", err=True)
-        if any(not q.strip() for q in queries):
-            raise CondsearchError("a query is empty")
-        hits = milvus.search(index, vec.vectors(queries, manifest.condition), capped_k(k, manifest.n_vectors))
-    finally:
-        milvus.close()
-    answers = [
-        query_answer(q, manifest.condition, hits.result.scores[i], hits.result.ids[i], hits.ids, hits.texts)
-        for i, q in enumerate(queries)
-    ]
-    return manifest, answers
-
-
 @click.command("export", context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option("--to", "spec", required=True, callback=_store_spec, help=f"Where to: {STORE_FORMS}.")
 @click.option(

@@ -1,21 +1,30 @@
-"""Reading corpora: a parquet file with a text column and an optional id column.
+"""Reading corpora: a file (parquet, CSV, JSON lines) or a table with a text column and an optional id column.
 
-:func:`read_corpus` loads one whole; :func:`scan_corpus` checks one in a streaming pass and
+:func:`read_corpus` loads a file whole; :func:`scan_corpus` checks one in a streaming pass and
 returns a :class:`CorpusFile` that is read again in record batches, so that a corpus of
-millions of rows is never held in memory.
+millions of rows is never held in memory. :func:`table_corpus` checks a pyarrow table the same way,
+and :mod:`condsearch.corpus_memory` turns Python lists and DataFrames into one.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from condsearch.errors import CorpusError, first_line
+from condsearch.corpus_formats import (
+    CorpusConfig,
+    CorpusFormat,
+    format_of,
+    read_schema,
+    read_table,
+    record_batches,
+)
+from condsearch.errors import CorpusError
 
 
 @dataclass(frozen=True)
@@ -37,8 +46,6 @@ class Corpus:
             yield self.ids[start : start + rows], self.texts[start : start + rows]
 
 
-#: rows per record batch when a parquet corpus is streamed
-READ_BATCH_ROWS = 8192
 #: what an id column may hold: ids come back in ``query --json`` and the server's answers, so only
 #: types that JSON carries exactly (floats are not: NaN is no JSON, and NaN != NaN passes a duplicate check)
 ID_TYPES = "strings or integers"
@@ -62,7 +69,7 @@ def _is_text(kind: pa.DataType) -> bool:
     )
 
 
-def _check_columns(path: Path, schema: pa.Schema, text_column: str, id_column: str | None) -> None:
+def _check_columns(path: Path | str, schema: pa.Schema, text_column: str, id_column: str | None) -> None:
     """Refuse a text column of other than strings and an id column of other than strings or integers, by type."""
     if not _is_text(schema.field(text_column).type):
         raise CorpusError(f"{path}: column {text_column!r} does not hold strings")
@@ -74,7 +81,7 @@ def _check_columns(path: Path, schema: pa.Schema, text_column: str, id_column: s
         raise CorpusError(f"{path}: column {id_column!r} holds {kind}; ids must be {ID_TYPES}")
 
 
-def _check_id(path: Path, id_column: str | None, i: object) -> None:
+def _check_id(path: Path | str, id_column: str | None, i: object) -> None:
     """Refuse a null id, and an integer id outside the signed 64-bit range (a uint64 column's)."""
     if i is None:
         raise CorpusError(f"{path}: column {id_column!r} has null ids")
@@ -92,6 +99,7 @@ class CorpusFile:
     id_column: str | None
     n_rows: int  # rows kept (non-blank texts)
     n_skipped: int = 0
+    format: CorpusFormat = "parquet"
 
     def __len__(self) -> int:
         return self.n_rows
@@ -101,7 +109,7 @@ class CorpusFile:
         ids: list[str | int] = []
         texts: list[str] = []
         offset = 0
-        for raw_ids, raw_texts in _record_batches(Path(self.path), self.text_column, self.id_column):
+        for raw_ids, raw_texts in _record_batches(Path(self.path), self.format, self.text_column, self.id_column):
             numbers = raw_ids if raw_ids is not None else range(offset, offset + len(raw_texts))
             for i, t in zip(numbers, raw_texts, strict=True):
                 if t is not None and t.strip():
@@ -116,44 +124,50 @@ class CorpusFile:
 
 
 def _record_batches(
-    path: Path, text_column: str, id_column: str | None
+    path: Path, fmt: CorpusFormat, text_column: str, id_column: str | None
 ) -> Iterator[tuple[list[str | int] | None, list[str | None]]]:
-    """Yield (ids or None, texts) per parquet record batch."""
-    try:
-        reader = pq.ParquetFile(path)
-        columns = [text_column] if id_column is None else [text_column, id_column]
-        for batch in reader.iter_batches(batch_size=READ_BATCH_ROWS, columns=columns):
-            texts = batch.column(text_column).to_pylist()
-            yield (batch.column(id_column).to_pylist() if id_column else None), texts
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
+    """Yield (ids or None, texts) per record batch."""
+    columns = [text_column] if id_column is None else [text_column, id_column]
+    for batch in record_batches(path, fmt, text_column, columns):
+        texts = batch.column(text_column).to_pylist()
+        yield (batch.column(id_column).to_pylist() if id_column else None), texts
 
 
-def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | None = None) -> CorpusFile:
-    """Check a parquet corpus in one streaming pass, as :func:`read_corpus` would, keeping only the ids seen.
+def _id_column(where: Path | str, columns: list[str], text_column: str, id_column: str | None) -> str | None:
+    """Return the id column to read: the one named, else 'id' where there is one; refuse missing columns."""
+    if text_column not in columns:
+        raise CorpusError(f"{where}: no column {text_column!r}; columns are {', '.join(columns)}")
+    if id_column is not None and id_column not in columns:
+        raise CorpusError(f"{where}: no column {id_column!r}; columns are {', '.join(columns)}")
+    if id_column is None and "id" in columns and text_column != "id":
+        return "id"
+    return id_column
 
+
+def scan_corpus(
+    path: Path | str,
+    text_column: str = CorpusConfig.text_column,
+    id_column: str | None = CorpusConfig.id_column,
+    *,
+    format: str | None = CorpusConfig.format,
+) -> CorpusFile:
+    """Check a corpus file in one streaming pass, as :func:`read_corpus` would, keeping only the ids seen.
+
+    ``format``: parquet, csv or jsonl [default: by extension, see :mod:`condsearch.corpus_formats`].
     Skips null or blank texts; refuses a text column of other than strings (dictionary-encoded ones
     are decoded), an id column of other than strings or integers (:data:`ID_TYPES`), null, duplicate
     or beyond-64-bit ids, and a corpus with no text at all.
     """
     path = Path(path)
+    fmt = format_of(path, format)
     if not path.is_file():
         raise CorpusError(f"{path}: no such file")
-    try:
-        schema = pq.read_schema(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
-    columns = schema.names
-    if text_column not in columns:
-        raise CorpusError(f"{path}: no column {text_column!r}; columns are {', '.join(columns)}")
-    if id_column is not None and id_column not in columns:
-        raise CorpusError(f"{path}: no column {id_column!r}; columns are {', '.join(columns)}")
-    if id_column is None and "id" in columns and text_column != "id":
-        id_column = "id"
+    schema = read_schema(path, fmt, text_column)
+    id_column = _id_column(path, schema.names, text_column, id_column)
     _check_columns(path, schema, text_column, id_column)
     seen: set[str | int] = set()
     n_total = 0
-    for raw_ids, texts in _record_batches(path, text_column, id_column):
+    for raw_ids, texts in _record_batches(path, fmt, text_column, id_column):
         ids = raw_ids if raw_ids is not None else range(n_total, n_total + len(texts))
         n_total += len(texts)
         for i, t in zip(ids, texts, strict=True):
@@ -165,7 +179,8 @@ def scan_corpus(path: Path | str, text_column: str = "text", id_column: str | No
             seen.add(i)
     if not seen:
         raise CorpusError(f"{path}: no non-empty texts in column {text_column!r}")
-    return CorpusFile(str(path.resolve()), file_checksum(path), text_column, id_column, len(seen), n_total - len(seen))
+    resolved = str(path.resolve())
+    return CorpusFile(resolved, file_checksum(path), text_column, id_column, len(seen), n_total - len(seen), fmt)
 
 
 def file_checksum(path: Path) -> str:
@@ -177,26 +192,40 @@ def file_checksum(path: Path) -> str:
     return h.hexdigest()
 
 
-def read_corpus(path: Path | str, text_column: str = "text", id_column: str | None = None) -> Corpus:
-    """Read a parquet corpus; skip null or blank texts; refuse ids as :func:`scan_corpus` does.
+def read_corpus(
+    path: Path | str,
+    text_column: str = CorpusConfig.text_column,
+    id_column: str | None = CorpusConfig.id_column,
+    *,
+    format: str | None = CorpusConfig.format,
+) -> Corpus:
+    """Read a corpus file whole; skip null or blank texts; refuse ids as :func:`scan_corpus` does.
 
     Without ``id_column``, an ``id`` column is used when present, else the row number.
     """
     path = Path(path)
+    fmt = format_of(path, format)
     if not path.is_file():
         raise CorpusError(f"{path}: no such file")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CorpusError(f"{path}: not a readable parquet file ({first_line(exc)})") from exc
-    columns = table.column_names
-    if text_column not in columns:
-        raise CorpusError(f"{path}: no column {text_column!r}; columns are {', '.join(columns)}")
-    if id_column is not None and id_column not in columns:
-        raise CorpusError(f"{path}: no column {id_column!r}; columns are {', '.join(columns)}")
-    if id_column is None and "id" in columns and text_column != "id":
-        id_column = "id"
-    _check_columns(path, table.schema, text_column, id_column)
+    table = read_table(path, fmt, text_column)
+    return table_corpus(table, path, text_column, id_column, path=str(path.resolve()), checksum=file_checksum(path))
+
+
+def table_corpus(
+    table: pa.Table,
+    where: Path | str,
+    text_column: str = CorpusConfig.text_column,
+    id_column: str | None = CorpusConfig.id_column,
+    *,
+    path: str,
+    checksum: str | None = None,
+) -> Corpus:
+    """Return a table's corpus, checked as :func:`read_corpus` checks a file's (``where`` names it in errors).
+
+    ``path`` is what the manifest records; ``checksum`` that of the file, else :func:`rows_checksum` of the rows kept.
+    """
+    id_column = _id_column(where, table.column_names, text_column, id_column)
+    _check_columns(where, table.schema, text_column, id_column)
     texts = table.column(text_column).to_pylist()
     raw_ids = table.column(id_column).to_pylist() if id_column else list(range(table.num_rows))
     ids: list[str | int] = []
@@ -204,15 +233,24 @@ def read_corpus(path: Path | str, text_column: str = "text", id_column: str | No
     for i, t in zip(raw_ids, texts, strict=True):
         if t is None or not t.strip():
             continue
-        _check_id(path, id_column, i)
+        _check_id(where, id_column, i)
         ids.append(i)
         kept.append(t)
     if not kept:
-        raise CorpusError(f"{path}: no non-empty texts in column {text_column!r}")
+        raise CorpusError(f"{where}: no non-empty texts in column {text_column!r}")
     if len(set(ids)) != len(ids):
         dup = _first_duplicate(ids)
-        raise CorpusError(f"{path}: duplicate id {dup!r} in column {id_column!r}")
-    return Corpus(ids, kept, str(path.resolve()), file_checksum(path), len(texts) - len(kept))
+        raise CorpusError(f"{where}: duplicate id {dup!r} in column {id_column!r}")
+    return Corpus(ids, kept, path, checksum or rows_checksum(ids, kept), len(texts) - len(kept))
+
+
+def rows_checksum(ids: Sequence[str | int], texts: Sequence[str]) -> str:
+    """Return the sha256 of (id, text) rows, as an in-memory corpus's checksum: equal rows, equal checksums."""
+    h = hashlib.sha256()
+    for i, t in zip(ids, texts, strict=True):
+        h.update(json.dumps([i, t], ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        h.update(b"\n")
+    return h.hexdigest()
 
 
 def _first_duplicate(ids: list[str | int]) -> str | int:

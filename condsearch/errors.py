@@ -38,3 +38,19 @@ def first_line(message: BaseException | str) -> str:
 def os_reason(exc: OSError) -> str:
     """Return why an operating-system call failed, in a few words ("Permission denied", "No space left on device")."""
     return exc.strerror or first_line(exc)
+
+
+class UnknownCondition(StoreError):
+    """No index holds the condition (and corpus) asked for; ``conditions`` lists those indexed."""
+
+    def __init__(self, message: str, conditions: list[str]) -> None:
+        super().__init__(message)
+        self.conditions = conditions
+
+
+class AmbiguousCondition(StoreError):
+    """Several corpora are indexed under the condition and none was named; ``corpora`` lists them."""
+
+    def __init__(self, message: str, corpora: list[str]) -> None:
+        super().__init__(message)
+        self.corpora = corpora

@@ -29,9 +29,10 @@ from condsearch.encoders.base import ConditionalEncoder
 from condsearch.encoders.cpu import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, StoreError, first_line
 from condsearch.head_files import NumpyHead, load_numpy_head
-from condsearch.index import DEFAULT_FACTORY, SearchResult, normalize, search, to_search_device
+from condsearch.index import DEFAULT_FACTORY, SearchResult, normalize
 from condsearch.ingest import BuildReport, CorpusSource, build_condition_index
 from condsearch.models import ModelSource, resolve_model
+from condsearch.search import check_condition  # re-exported: index and query check conditions alike
 from condsearch.store import IndexStore, Manifest, StoredIndex
 
 if TYPE_CHECKING:
@@ -189,14 +190,6 @@ def load_csr_vectorizer(
         trust_remote_code=trust_remote_code,
     )
     return Vectorizer(encoder, None, HEAD_NONE, "", mode=MODE_CSR, profile=chosen)
-
-
-def check_condition(condition: str) -> str:
-    """Return a condition stripped of surrounding space, refusing empty ones."""
-    text = condition.strip()
-    if not text:
-        raise CondsearchError("the condition is empty")
-    return text
 
 
 def index_corpus(
@@ -450,22 +443,14 @@ def query_index(
     queries: Sequence[str],
     k: int,
     *,
-    batch_size: int = 64,
     on_device: bool = True,
 ) -> SearchResult:
-    """Rank the stored rows for each query under the index's condition.
+    """Rank the stored rows for each query under the index's condition, as :func:`condsearch.search.answer` does.
 
-    ``on_device``: search on the GPU where there is one; False searches the index where it is
-    (the CPU), without importing torch to ask.
+    Returns the batched arrays: scores, ids (n_queries, min(k, rows)), ids being row numbers. A k
+    larger than the index returns every row. ``on_device``: search on the GPU where there is one;
+    False searches the index where it is (the CPU), without importing torch to ask.
     """
-    if k <= 0:
-        raise CondsearchError(f"k must be positive, got {k}")
-    if k > stored.manifest.n_vectors:
-        raise CondsearchError(f"k={k} is larger than the index ({stored.manifest.n_vectors} rows)")
-    if any(not q.strip() for q in queries):
-        raise CondsearchError("a query is empty")
-    vecs = vectorizer.vectors(queries, stored.manifest.condition, batch_size=batch_size)
-    try:
-        return search(to_search_device(stored.index) if on_device else stored.index, vecs, k)
-    except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
-        raise StoreError(f"cannot search the index for {stored.manifest.condition!r}: {first_line(exc)}") from exc
+    from condsearch.search import FaissIndex, answer
+
+    return answer(FaissIndex.of(stored, on_device=on_device), vectorizer, queries, k).result

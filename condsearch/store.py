@@ -63,6 +63,7 @@ from condsearch.manifest import (  # re-exported: the store's readers and writer
     Manifest,
     manifest_from_dict,
 )
+from condsearch.search import check_condition, damaged_note, find_index
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
 log = logging.getLogger(__name__)
@@ -365,41 +366,16 @@ class IndexStore:
 
     def damaged_note(self, listing: Sequence[tuple[str, Manifest | StoreError]]) -> str:
         """Return "; 1 index is damaged: …" naming the indexes of a listing that failed to load, or ""."""
-        damaged = [(name, exc) for name, exc in listing if isinstance(exc, StoreError)]
-        if not damaged:
-            return ""
-        name, exc = damaged[0]
-        reason = first_line(exc).removeprefix(f"{self.root}{os.sep}")  # "<name>/manifest.json: corrupt …"
-        count = "1 index is damaged" if len(damaged) == 1 else f"{len(damaged)} indexes are damaged, first"
-        return f"; {count}: {reason if reason.startswith(name) else f'{name}: {reason}'} (run condsearch verify)"
+        return damaged_note(listing, str(self.root))
 
     def find(self, condition: str, corpus_name: str | None = None) -> str:
-        """Return the index name for a condition (and corpus when several share it)."""
+        """Return the index name for a condition (and corpus when several share it), by :func:`.search.find_index`."""
         if corpus_name is not None:
-            name = index_name(corpus_name, condition)
+            name = index_name(corpus_name, check_condition(condition))
             if self._folder(name) is not None:
                 return name
-        listing = self.manifests()
-        matches = [
-            (name, m)
-            for name, m in listing
-            if isinstance(m, Manifest)
-            and m.condition == condition
-            and (corpus_name is None or m.corpus_name == corpus_name)
-        ]
-        if len(matches) == 1:
-            return matches[0][0]
-        if len(matches) > 1:
-            corpora = sorted(m.corpus_name for _, m in matches)
-            raise StoreError(
-                f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
-                "choose one with --corpus"
-            )
-        known = sorted({m.condition for _, m in listing if isinstance(m, Manifest)})
-        listed = "; ".join(repr(c) for c in known) if known else "none"
-        raise StoreError(
-            f"no index for condition {condition!r} in {self.root}; indexed: {listed}{self.damaged_note(listing)}"
-        )
+        root = str(self.root)
+        return find_index(self.manifests(), condition, corpus_name, where=root, root=root)[0]
 
     def load(self, name: str, *, verify: bool = False) -> StoredIndex:
         """Load one index, checking that its files agree with its manifest.

@@ -496,7 +496,7 @@ def test_missing_corpus_file(tiny_bert_dir: Path, tmp_path: Path) -> None:
 
 
 def test_non_parquet_corpus(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    path = tmp_path / "corpus.csv"
+    path = tmp_path / "corpus.parquet"  # a CSV file read as what its extension says (corpus.csv is read as CSV)
     path.write_text("id,text\n1,hello\n")
     assert_clean_error(
         run("index", path, "-c", COLOUR, "--model", tiny_bert_dir, "--index-dir", tmp_path / "i"),

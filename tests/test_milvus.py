@@ -302,3 +302,21 @@ def test_a_catalog_manifest_field_of_the_wrong_type_is_one_store_error(field: st
     with pytest.raises(StoreError, match=f"corrupt manifest .*{field}") as err:
         _parse_entry("k", bad, "milvus-lite:x")
     assert "\n" not in str(err.value)
+
+
+def test_the_python_api_searches_milvus_as_faiss(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """condsearch.open("milvus-lite:…") answers through the same query path: the FAISS store's hits, rows and all."""
+    import condsearch
+
+    corpus, where, db = _corpus(tmp_path / "c.parquet", 30), tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"
+    common = ["--model", tiny_bert_dir, "--head", "none", "--index-dir", where]
+    assert _run("index", corpus, "-c", "colour", *common, "--store", db).exit_code == 0
+    queries = ["a girl in a red dress", "golf in the park"]
+    faiss_hits = condsearch.open(where).search(queries, condition="colour", k=30)
+    milvus_hits = condsearch.open(db).search(queries, condition="colour", k=5)
+    for a, b in zip(faiss_hits, milvus_hits, strict=True):
+        assert len(b) == 5 and b.query == a.query
+        np.testing.assert_allclose([h.score for h in a[:5]], [h.score for h in b], atol=1e-5)
+        exact = {h.id: h for h in a}  # the same rows up to ties, as above
+        for h in b:
+            assert (exact[h.id].text, exact[h.id].row) == (h.text, h.row) and abs(exact[h.id].score - h.score) < 1e-5

@@ -134,13 +134,15 @@ def test_one_forward_pass_per_condition_for_a_batch(resident) -> None:
     assert sorted(len(b) for b in conditional) == [1, 4]
     for job, found in zip(jobs, answers, strict=True):
         assert not isinstance(found, BaseException)
-        assert found.ids.shape == (len(job.queries), job.k)
+        assert found.result.ids.shape == (len(job.queries), job.k)
         # each request gets what it would get alone: the exact top k under its own condition
         alone = res.answer_batch([job])[0]
-        np.testing.assert_array_equal(found.ids, alone.ids)
-        np.testing.assert_allclose(found.scores, alone.scores, rtol=1e-5, atol=1e-6)
+        assert not isinstance(alone, BaseException)
+        np.testing.assert_array_equal(found.result.ids, alone.result.ids)
+        np.testing.assert_allclose(found.result.scores, alone.result.scores, rtol=1e-5, atol=1e-6)
         for qi, q in enumerate(job.queries):
-            assert found.ids[qi, 0] == SENTENCES.index(q)  # a corpus sentence finds itself
+            assert found.result.ids[qi, 0] == SENTENCES.index(q)  # a corpus sentence finds itself
+            assert found.hits[qi][0].text == q and found.hits[qi][0].row == SENTENCES.index(q)
 
 
 def test_batch_matches_exact_search(resident) -> None:
@@ -148,10 +150,11 @@ def test_batch_matches_exact_search(resident) -> None:
     entry = res.get(COLOUR)
     queries = tuple(SENTENCES[:5])
     [found] = res.answer_batch([QueryJob(entry, queries, 4)])
+    assert not isinstance(found, BaseException)
     corpus = np.stack([entry.stored.index.reconstruct(i) for i in range(len(SENTENCES))])
     vec = res.vectorizer(entry.model_key)
     expected = exact_search(corpus, vec.vectors(list(queries), COLOUR), 4)
-    np.testing.assert_array_equal(found.ids, expected.ids)
+    np.testing.assert_array_equal(found.result.ids, expected.ids)
 
 
 def test_a_failing_group_fails_only_its_requests(resident, monkeypatch: pytest.MonkeyPatch) -> None:

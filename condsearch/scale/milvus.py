@@ -46,6 +46,7 @@ from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import SearchResult
 from condsearch.scale import missing_extra
 from condsearch.scale.lite import check_lite_path
+from condsearch.search import Found, check_condition, find_index
 from condsearch.store import Manifest, index_name, manifest_from_dict
 from condsearch.vectors import vector_fingerprint
 
@@ -100,15 +101,6 @@ class MilvusIndex:
     tag: str
     index_type: str
     partition_key: bool
-
-
-@dataclass(frozen=True)
-class MilvusHits:
-    """Search results: ``result.ids`` are positions in ``ids`` and ``texts`` (-1 pads), best first."""
-
-    result: SearchResult
-    ids: list[str | int]
-    texts: list[str]
 
 
 def collection_name(corpus_name: str, fingerprint: str) -> str:
@@ -342,31 +334,22 @@ class MilvusStore:
 
     def _find(self, condition: str, corpus_name: str | None) -> MilvusIndex:
         if corpus_name is not None:
-            entry = self._entry(index_name(corpus_name, condition))
+            entry = self._entry(index_name(corpus_name, check_condition(condition)))
             if entry is not None:
                 return entry
-        entries = self.entries()
-        matches = [
-            e for e in entries if e.manifest.condition == condition and corpus_name in (None, e.manifest.corpus_name)
-        ]
-        if len(matches) == 1:
-            return matches[0]
-        if matches:
-            corpora = ", ".join(sorted(e.manifest.corpus_name for e in matches))
-            raise StoreError(
-                f"condition {condition!r} is indexed for several corpora ({corpora}); choose one with --corpus"
-            )
-        known = "; ".join(sorted({repr(e.manifest.condition) for e in entries})) or "none"
-        raise StoreError(f"no index for condition {condition!r} in {self.target.spec}; indexed: {known}")
+        entries = {e.key: e for e in self.entries()}
+        listing = [(key, e.manifest) for key, e in entries.items()]
+        key, _ = find_index(listing, condition, corpus_name, where=self.target.spec)
+        return entries[key]
 
-    def search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> MilvusHits:
+    def search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> Found:
         """Return the k best rows of index for each (n, dim) unit query vector, by inner product."""
         if k > MAX_K:
             raise StoreError(f"k={k} is more than Milvus returns ({MAX_K})")
         with self._reporting("search"):
             return self._search(index, vectors, k)
 
-    def _search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> MilvusHits:
+    def _search(self, index: MilvusIndex, vectors: np.ndarray, k: int) -> Found:
         for _ in range(_ATTEMPTS):
             _, _, params = milvus_index(index.manifest.factory, index.manifest.search_params)
             got = self.client.search(
@@ -374,7 +357,7 @@ class MilvusStore:
                 data=np.asarray(vectors, dtype=np.float32).tolist(),
                 filter=_where(index.key, index.tag),
                 limit=k,
-                output_fields=["row_id", "text"],
+                output_fields=["row", "row_id", "text"],
                 search_params={"metric_type": "IP", "params": params},
             )
             now = self._entry(index.key)
@@ -438,15 +421,46 @@ def _parse_entry(key: str, raw: str, spec: str) -> MilvusIndex:
         raise StoreError(f"{key} in {spec}: unreadable catalog entry; index it again") from exc
 
 
-def _hits(got: list[list[dict[str, Any]]], n_queries: int, k: int) -> MilvusHits:
+def _hits(got: list[list[dict[str, Any]]], n_queries: int, k: int) -> Found:
     scores = np.full((n_queries, k), -np.inf, dtype=np.float32)
     rows = np.full((n_queries, k), -1, dtype=np.int64)
-    ids: list[str | int] = []
-    texts: list[str] = []
+    ids: dict[int, str | int] = {}
+    texts: dict[int, str] = {}
     for qi, hits in enumerate(got):
         for r, hit in enumerate(hits[:k]):
             entity = hit.get("entity", hit)
-            scores[qi, r], rows[qi, r] = hit["distance"], len(ids)
-            ids.append(json.loads(entity["row_id"]))
-            texts.append(entity["text"])
-    return MilvusHits(SearchResult(scores, rows), ids, texts)
+            row = int(entity["row"])
+            scores[qi, r], rows[qi, r] = hit["distance"], row
+            ids[row] = json.loads(entity["row_id"])
+            texts[row] = entity["text"]
+    return Found(SearchResult(scores, rows), ids, texts)
+
+
+@dataclass(frozen=True)
+class MilvusSearchable:
+    """One Milvus index as :func:`condsearch.search.answer` searches it (see :class:`condsearch.search.Searchable`)."""
+
+    store: MilvusStore
+    index: MilvusIndex
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.index.manifest
+
+    def search(self, vectors: np.ndarray, k: int) -> Found:
+        return self.store.search(self.index, vectors, k)
+
+
+@contextmanager
+def open_index(spec: str, condition: str, corpus_name: str | None = None) -> Iterator[MilvusSearchable]:
+    """Yield the checked index of condition (and corpus) in the Milvus that spec names, for reading; close after."""
+    target = parse_store(spec)
+    if target is None:
+        raise StoreError("no Milvus store named")
+    milvus = MilvusStore(target, create=False)
+    try:
+        index = milvus.find(condition, corpus_name)
+        milvus.check(index)
+        yield MilvusSearchable(milvus, index)
+    finally:
+        milvus.close()

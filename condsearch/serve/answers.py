@@ -2,46 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import numpy as np
-
+    from condsearch.hits import Hits
     from condsearch.store import Manifest
 
 
-def capped_k(k: int, n_rows: int) -> int:
-    """Return the k a search can honour: every row when k is larger than the index (as
-    sentence-transformers' ``semantic_search`` does), never an error."""
-    return max(0, min(k, n_rows))
-
-
-def k_notice(k: int, n_rows: int) -> str | None:
-    """Return the one-line notice for a k larger than the index, or None."""
-    if k <= n_rows:
-        return None
-    return f"k={k} is larger than the index ({n_rows} rows); returning all {n_rows}"
-
-
-def query_answer(
-    query: str,
-    condition: str,
-    scores: np.ndarray,
-    rows: np.ndarray,
-    ids: Sequence[str | int],
-    texts: Sequence[str],
-) -> dict[str, Any]:
-    """Return one query's answer: ``{query, condition, results: [{rank, id, score, text}]}``.
-
-    scores, rows: (k,) for this query, best first; rows are row numbers (-1 pads past the index).
-    """
-    results = [
-        {"rank": r + 1, "id": ids[i], "score": round(float(s), 6), "text": texts[i]}
-        for r, (s, i) in enumerate(zip(scores.tolist(), rows.tolist(), strict=True))
-        if i >= 0
-    ]
-    return {"query": query, "condition": condition, "results": results}
+def query_answer(hits: Hits) -> dict[str, Any]:
+    """Return one query's answer: ``{query, condition, results: [{rank, id, score, text}]}``, scores to 6 places."""
+    results = [{"rank": r + 1, "id": h.id, "score": round(h.score, 6), "text": h.text} for r, h in enumerate(hits)]
+    return {"query": hits.query, "condition": hits.condition, "results": results}
 
 
 def index_summary(name: str, manifest: Manifest | Exception) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
 from condsearch.errors import CondsearchError, first_line
-from condsearch.index import SearchResult
-from condsearch.serve.answers import capped_k, index_summary, query_answer
+from condsearch.search import Answer
+from condsearch.serve.answers import index_summary, query_answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
@@ -60,7 +60,8 @@ class QueryRequest(BaseModel):
 
     @model_validator(mode="after")
     def _one_kind_of_query(self) -> QueryRequest:
-        if (self.query is None) == (self.queries is None):
+        given = self.model_fields_set  # "query": null beside "queries" is both given, not one
+        if ("query" in given) == ("queries" in given) or (self.query is None) == (self.queries is None):
             raise ValueError('give exactly one of "query" or "queries"')
         texts = [self.query] if self.query is not None else self.queries or []
         if not texts:
@@ -169,7 +170,7 @@ def _given_key(request: Request) -> bytes:
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
-    batcher: MicroBatcher[QueryJob, SearchResult] = MicroBatcher(
+    batcher: MicroBatcher[QueryJob, Answer] = MicroBatcher(
         resident.answer_batch,
         max_batch=config.max_batch,
         window_s=config.batch_window_ms / 1000,
@@ -248,29 +249,23 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         entry = await run_in_threadpool(resident.get, body.condition, body.corpus)
-        rows = entry.manifest.n_vectors
-        k = capped_k(body.k, rows)
-        future = batcher.submit(QueryJob(entry, tuple(texts), k))
+        future = batcher.submit(QueryJob(entry, tuple(texts), body.k))
         try:
             found = await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
         except asyncio.TimeoutError as exc:
             raise RequestError(503, "the server is too busy; try again") from exc
-        stored = entry.stored
-        answers = [
-            query_answer(q, stored.manifest.condition, found.scores[i], found.ids[i], stored.ids, stored.texts)
-            for i, q in enumerate(texts)
-        ]
+        hits = found.hits
         # what was found, not what was asked: an approximate index may return fewer than k
-        counts = [len(a["results"]) for a in answers]
+        counts = [len(h) for h in hits]
         return JSONResponse(
             {
-                "index": stored.name,
-                "corpus": stored.manifest.corpus_name,
+                "index": entry.stored.name,
+                "corpus": entry.manifest.corpus_name,
                 "k": max(counts),
                 "k_requested": body.k,
                 "k_capped": min(counts) < body.k,
-                "rows": rows,
-                "results": answers,
+                "rows": found.n_rows,
+                "results": [query_answer(h) for h in hits],
             }
         )
 

@@ -1,82 +1,51 @@
 """What the server keeps resident and how a batch of queries is answered.
 
-``Resident`` finds the index a request names, loads it on first use and again when
-`condsearch index` has replaced it (it watches the manifests, re-read at most every
-``reload_interval_s``), and shares one loaded model (encoder + adapter + head) between every
-index built with the same one. ``answer_batch`` encodes each (model, condition) group of a batch
-in one forward pass and searches each index once for all of its queries.
+``Resident`` finds the index a request names (:func:`condsearch.search.find_index`), loads it
+on first use and again when `condsearch index` has replaced it (it watches the manifests,
+re-read at most every ``reload_interval_s``), and shares one loaded model (encoder + adapter +
+head) between every index built with the same one. ``answer_batch`` answers a batch through
+:func:`condsearch.search.answer_batch`: one forward pass per (model, condition), one search per index.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
-from typing import Any, TypeVar
 
-import numpy as np
-
-from condsearch.artifacts.profiles import recorded_profile
-from condsearch.errors import CondsearchError, StoreError, first_line
-from condsearch.index import SearchResult, search, to_search_device
+from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.index import to_search_device
 from condsearch.pipeline import Vectorizer, vectorizer_for
-from condsearch.store import IndexStore, Manifest, StoredIndex
+from condsearch.search import Answer, FaissIndex, Listing, Request, answer_batch, find_index, vectorizer_key
+from condsearch.store import IndexStore, Manifest
+
+__all__ = [  # the errors and the model key live in condsearch.errors and condsearch.search; named here as before
+    "AmbiguousCondition",
+    "LoadedIndex",
+    "QueryJob",
+    "Resident",
+    "UnknownCondition",
+    "vectorizer_key",
+]
 
 log = logging.getLogger(__name__)
 
-Listing = list[tuple[str, "Manifest | StoreError"]]
-
-
-class UnknownCondition(CondsearchError):
-    """No index holds the condition (and corpus) asked for."""
-
-    def __init__(self, message: str, conditions: list[str]) -> None:
-        super().__init__(message)
-        self.conditions = conditions
-
-
-class AmbiguousCondition(CondsearchError):
-    """Several corpora are indexed under the condition and the request named none."""
-
-    def __init__(self, message: str, corpora: list[str]) -> None:
-        super().__init__(message)
-        self.corpora = corpora
-
-
-def vectorizer_key(manifest: Manifest) -> str:
-    """Return what identifies the model an index needs: indexes with equal keys share one loaded copy."""
-    fields = {
-        "model_id": manifest.model_id,
-        "model_revision": manifest.model_revision,
-        "mode": manifest.mode,
-        "head": recorded_profile(manifest.head),  # an older index's 'default' is 'lora'
-        "head_checksum": manifest.head_checksum,
-        "encoder": manifest.encoder,  # pooling, prompts, max_length, dtype, adapter and router fingerprints
-    }
-    return json.dumps(fields, sort_keys=True, default=str)
+#: how the server's requests name the corpus, in its errors
+CORPUS_FIELD = '"corpus"'
 
 
 @dataclass(frozen=True)
-class LoadedIndex:
+class LoadedIndex(FaissIndex):
     """A resident index: its rows, a searcher on the search device, and the key of its model."""
 
-    stored: StoredIndex
-    searcher: Any  # faiss.Index or index.TorchFlatIndex
     model_key: str
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.stored.manifest
 
 
 @dataclass(frozen=True)
 class QueryJob:
-    """One request: its queries under its index's condition, k results each (k ≤ the index's rows)."""
+    """One request: its queries under its index's condition, k results each."""
 
     index: LoadedIndex
     queries: tuple[str, ...]
@@ -96,8 +65,10 @@ class Resident:
         trust_remote_code: bool = False,
         quantize: str | None = None,
         threads: int | None = None,
+        corpus_option: str = CORPUS_FIELD,
     ) -> None:
         self.store = store
+        self.corpus_option = corpus_option  # how errors tell the caller to name a corpus
         self._load_vectorizer = load_vectorizer or (
             lambda m: vectorizer_for(
                 m, device=device, trust_remote_code=trust_remote_code, quantize=quantize, threads=threads
@@ -136,26 +107,11 @@ class Resident:
 
     def find(self, condition: str, corpus: str | None = None) -> tuple[str, Manifest]:
         """Return the (name, manifest) of the one index for condition (and corpus)."""
-        listing = self.listing()
-        matches = _matches(listing, condition, corpus)
-        if not matches:  # an index added since the last listing is found without waiting
-            listing = self.listing(fresh=True)
-            matches = _matches(listing, condition, corpus)
-        if len(matches) == 1:
-            return matches[0]
-        manifests = [m for _, m in listing if isinstance(m, Manifest)]
-        if matches:
-            corpora = sorted(m.corpus_name for _, m in matches)
-            raise AmbiguousCondition(
-                f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
-                'name one with "corpus"',
-                corpora,
-            )
-        known = sorted({m.condition for m in manifests})
-        where = f" for corpus {corpus!r}" if corpus is not None else ""
-        listed = "; ".join(repr(c) for c in known) if known else "none"
-        damaged = self.store.damaged_note(listing)  # a corrupt manifest is named, not taken for a missing index
-        raise UnknownCondition(f"no index for condition {condition!r}{where}; indexed: {listed}{damaged}", known)
+        options = {"root": str(self.store.root), "corpus_option": self.corpus_option}  # the server names no paths
+        try:
+            return find_index(self.listing(), condition, corpus, **options)
+        except UnknownCondition:  # an index added since the last listing is found without waiting
+            return find_index(self.listing(fresh=True), condition, corpus, **options)
 
     # ------------------------------------------------------------ loading
 
@@ -214,76 +170,11 @@ class Resident:
 
     # ------------------------------------------------------------ answering
 
-    def answer_batch(self, jobs: Sequence[QueryJob]) -> list[SearchResult | BaseException]:
+    def answer_batch(self, jobs: Sequence[QueryJob]) -> list[Answer | BaseException]:
         """Answer a batch: one forward pass per (model, condition), one search per index.
 
-        Returns one SearchResult per job (scores, ids: (n_queries, job.k)), or the exception
-        raised for it. A forward pass or search that fails for a group is tried again job by
-        job, so a job that breaks the model fails alone.
+        Returns one Answer per job (k capped at the index's rows), or the exception raised for it;
+        a job that breaks the model fails alone (see :func:`condsearch.search.answer_batch`).
         """
-        answers: list[SearchResult | BaseException | None] = [None] * len(jobs)
-        vectors: dict[int, np.ndarray] = {}
-        groups: dict[tuple[str, str], list[int]] = defaultdict(list)
-        for j, job in enumerate(jobs):
-            groups[(job.index.model_key, job.index.manifest.condition)].append(j)
-        for (key, condition), members in groups.items():
-            encode = partial(_encode, self.vectorizer(key), condition)
-            for j, vecs in zip(members, _each_or_alone(encode, [jobs[j].queries for j in members]), strict=True):
-                if isinstance(vecs, BaseException):
-                    answers[j] = vecs
-                else:
-                    vectors[j] = vecs
-        by_index: dict[int, list[int]] = defaultdict(list)
-        for j in vectors:
-            by_index[id(jobs[j].index)].append(j)
-        for members in by_index.values():
-            find = partial(_search, jobs[members[0]].index.searcher)
-            for j, found in zip(members, _each_or_alone(find, [(vectors[j], jobs[j].k) for j in members]), strict=True):
-                answers[j] = found
-        return answers  # type: ignore[return-value]
-
-
-def _encode(vectorizer: Vectorizer, condition: str, queries: list[tuple[str, ...]]) -> list[np.ndarray]:
-    """Return each request's query vectors, encoded in one forward pass."""
-    texts = [q for qs in queries for q in qs]
-    vecs = vectorizer.vectors(texts, condition, batch_size=max(1, len(texts)))
-    return np.split(vecs, np.cumsum([len(qs) for qs in queries])[:-1])
-
-
-def _search(searcher: Any, requests: list[tuple[np.ndarray, int]]) -> list[SearchResult]:
-    """Return each (query vectors, k) request's results, searched in one call."""
-    found = search(searcher, np.concatenate([v for v, _ in requests]), max(k for _, k in requests))
-    answers, start = [], 0
-    for v, k in requests:
-        answers.append(SearchResult(found.scores[start : start + len(v), :k], found.ids[start : start + len(v), :k]))
-        start += len(v)
-    return answers
-
-
-P = TypeVar("P")
-A = TypeVar("A")
-
-
-def _each_or_alone(run: Callable[[list[P]], Sequence[A]], parts: list[P]) -> list[A | BaseException]:
-    """Return run(parts), or where that raises, run([part]) for each part (its exception if it raises)."""
-    try:
-        return list(run(parts))
-    except Exception as exc:  # noqa: BLE001 - reported to the callers whose part raises
-        if len(parts) == 1:
-            return [exc]
-        log.warning("a batch of %d failed (%s); answering its requests one by one", len(parts), first_line(exc))
-    answers: list[A | BaseException] = []
-    for part in parts:
-        try:
-            answers.append(run([part])[0])
-        except Exception as exc:  # noqa: BLE001
-            answers.append(exc)
-    return answers
-
-
-def _matches(listing: Listing, condition: str, corpus: str | None) -> list[tuple[str, Manifest]]:
-    return [
-        (name, m)
-        for name, m in listing
-        if isinstance(m, Manifest) and m.condition == condition and (corpus is None or m.corpus_name == corpus)
-    ]
+        requests = [Request(job.index, self.vectorizer(job.index.model_key), job.queries, job.k) for job in jobs]
+        return answer_batch(requests, one_pass=True)

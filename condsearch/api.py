@@ -1,0 +1,232 @@
+"""The Python API: ``condsearch.open`` a store of indexes, ``index`` texts or tables into it, ``search`` it.
+
+``condsearch.load_model`` loads an encoder with its profile, to encode texts under a condition or
+to index with. A store keeps what it loads: each index once (again when `condsearch index`
+replaces it) and one model per model key, shared by every index built with the same model
+(the server's :class:`~condsearch.serve.engine.Resident`). Searches answer through
+:func:`condsearch.search.answer`, as the CLI and the server do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, overload
+
+from condsearch.ann import IndexConfig
+from condsearch.corpus_formats import CorpusConfig
+from condsearch.encoders.cpu import CpuConfig, Quantize
+from condsearch.errors import CondsearchError
+from condsearch.serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from condsearch.hits import Hits
+    from condsearch.pipeline import Vectorizer
+    from condsearch.serve.engine import Resident
+    from condsearch.store import Manifest
+
+#: the corpus name of data given in memory, where a file's would be its stem
+MEMORY_NAME = "corpus"
+#: how the API's errors tell the caller to name a corpus
+CORPUS_KEYWORD = "corpus="
+MILVUS_PREFIXES = ("milvus-lite:", "milvus://")
+
+
+class Model:
+    """A loaded encoder with its profile (adapter, head): texts under a condition become unit vectors."""
+
+    def __init__(self, vectorizer: Vectorizer) -> None:
+        self.vectorizer = vectorizer
+
+    @property
+    def dim(self) -> int:
+        """Return the vectors' dimension."""
+        return self.vectorizer.dim
+
+    @property
+    def model_id(self) -> str:
+        return self.vectorizer.encoder.model_id
+
+    def encode(self, texts: Sequence[str], condition: str) -> np.ndarray:
+        """Return the vectors of texts under condition: (n, dim) float32, unit length."""
+        from condsearch.search import check_condition
+
+        if isinstance(texts, str):
+            raise CondsearchError("encode takes a list of texts; wrap one text in a list")
+        return self.vectorizer.vectors(list(texts), check_condition(condition))
+
+
+def load_model(
+    model: str | None = None,
+    *,
+    profile: str | None = None,
+    device: str | None = None,
+    quantize: Quantize = CpuConfig.quantize,
+    threads: int | None = CpuConfig.threads,
+    trust_remote_code: bool = False,
+) -> Model:
+    """Load a model as `condsearch index` does with the same flags (--model, --profile, --device, --quantize, …).
+
+    ``model``: a model id or folder [default: the embedded all-MiniLM-L6-v2]; ``profile``: 'full',
+    'lora', 'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the
+    default model's 'full']; ``device``: a torch device [default: CUDA where present];
+    ``quantize``: 'none' (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all].
+    """
+    from condsearch.pipeline import load_vectorizer
+
+    vec = load_vectorizer(
+        model, profile=profile, device=device, quantize=quantize, threads=threads, trust_remote_code=trust_remote_code
+    )
+    return Model(vec)
+
+
+class Store:
+    """A folder of indexes (or a Milvus database, searched only): index into it, search it.
+
+    ``model`` is what :meth:`index` encodes with [default: :func:`load_model`'s, loaded on first
+    use]. A search uses the model each index records, loaded once per model key; ``device``,
+    ``threads`` and ``trust_remote_code`` apply to those loads.
+    """
+
+    def __init__(
+        self,
+        location: str | Path | None = None,
+        *,
+        model: Model | None = None,
+        device: str | None = None,
+        threads: int | None = CpuConfig.threads,
+        trust_remote_code: bool = False,
+    ) -> None:
+        from condsearch.serve.engine import Resident
+        from condsearch.store import IndexStore, default_index_dir
+
+        self.location = str(location if location is not None else default_index_dir())
+        self.milvus = self.location.startswith(MILVUS_PREFIXES)
+        self._model = model
+        self.device, self.threads, self.trust_remote_code = device, threads, trust_remote_code
+        self._models: dict[str, Vectorizer] = {}  # by model key: those loaded for searches and those indexed with
+        self._resident: Resident | None = None
+        if not self.milvus:
+            root = IndexStore(self.location)
+            self._resident = Resident(root, self._vectorizer, reload_interval_s=0.0, corpus_option=CORPUS_KEYWORD)
+
+    def __repr__(self) -> str:
+        return f"condsearch.Store({self.location!r})"
+
+    def _vectorizer(self, manifest: Manifest) -> Vectorizer:
+        """Return the model an index needs: one this store holds under its key, else loaded and checked."""
+        from condsearch.pipeline import vectorizer_for
+        from condsearch.search import vectorizer_key
+
+        key = vectorizer_key(manifest)
+        if key not in self._models:
+            self._models[key] = vectorizer_for(
+                manifest, device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code
+            )
+        return self._models[key]
+
+    def index(
+        self,
+        data: Sequence[str] | Any,
+        conditions: str | Sequence[str],
+        *,
+        ids: Sequence[str | int] | None = None,
+        name: str | None = None,
+        text_column: str = CorpusConfig.text_column,
+        id_column: str | None = CorpusConfig.id_column,
+        format: str | None = CorpusConfig.format,
+        factory: str = IndexConfig.factory,
+        search_params: str = IndexConfig.search_params,
+        full: bool = False,
+        progress: bool = False,
+    ) -> list[str]:
+        """Index data under each condition, as `condsearch index` does; return the indexes' names.
+
+        ``data``: a list of texts (``ids``: one each [default: row numbers]), a pandas DataFrame, a
+        pyarrow Table, or the path of a .parquet, .csv or .jsonl/.ndjson file (``format`` names
+        another's). ``name``: the corpus [default: the file's stem, else "corpus"]. Re-indexing
+        encodes only new or changed rows (``full``: all).
+        """
+        from condsearch.corpus import scan_corpus
+        from condsearch.corpus_memory import memory_corpus
+        from condsearch.pipeline import index_conditions
+        from condsearch.search import vectorizer_key
+
+        if self._resident is None:
+            raise CondsearchError(
+                f"{self.location}: a Milvus store is searched here; index into a folder and publish it with "
+                "`condsearch export` or `condsearch index --store`"
+            )
+        if isinstance(data, str | Path):
+            if ids is not None:
+                raise CondsearchError("ids= goes with a list of texts; a file's ids are its id column")
+            corpus: Any = scan_corpus(data, text_column, id_column, format=format)
+            name = name or Path(data).stem
+        else:
+            if format is not None:
+                raise CondsearchError("format= names a file's format; data in memory has none")
+            corpus = memory_corpus(data, ids=ids, text_column=text_column, id_column=id_column)
+            name = name or MEMORY_NAME
+        if self._model is None:
+            self._model = load_model(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
+        vec = self._model.vectorizer
+        store = self._resident.store
+        wanted = [conditions] if isinstance(conditions, str) else list(conditions)
+        build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
+        reports = index_conditions(corpus, wanted, vec, store, corpus_name=name, **build)
+        for report in reports:  # searches of these indexes reuse the model that built them
+            self._models.setdefault(vectorizer_key(store.read_manifest(report.name)), vec)
+        return [r.name for r in reports]
+
+    @overload
+    def search(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too: one query, one Hits
+        self, queries: str, *, condition: str, k: int = ..., corpus: str | None = ...
+    ) -> Hits: ...
+    @overload
+    def search(
+        self, queries: Sequence[str], *, condition: str, k: int = ..., corpus: str | None = ...
+    ) -> list[Hits]: ...
+    def search(
+        self,
+        queries: str | Sequence[str],
+        *,
+        condition: str,
+        k: int = ServeConfig.k,
+        corpus: str | None = None,
+    ) -> Hits | list[Hits]:
+        """Return the k best rows of condition's index for a query (Hits), or for each of a list (a list of Hits).
+
+        A k larger than the index returns every row. ``corpus`` picks among corpora indexed under
+        the same condition.
+        """
+        from condsearch.search import answer
+
+        texts = [queries] if isinstance(queries, str) else list(queries)
+        if self._resident is not None:
+            loaded = self._resident.get(condition, corpus)
+            found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k)
+        else:
+            from condsearch.scale.milvus import open_index
+
+            with open_index(self.location, condition, corpus) as index:
+                found = answer(index, self._vectorizer(index.manifest), texts, k)
+        return found.hits[0] if isinstance(queries, str) else found.hits
+
+
+def open(
+    location: str | Path | None = None,
+    *,
+    model: Model | None = None,
+    device: str | None = None,
+    threads: int | None = CpuConfig.threads,
+    trust_remote_code: bool = False,
+) -> Store:
+    """Return the store at location: a folder of indexes (made when first indexed into), or a Milvus URI.
+
+    ``location`` defaults to the CLI's: ``$CONDSEARCH_INDEX_DIR``, else ``./indexes``.
+    ``milvus-lite:PATH.db`` and ``milvus://HOST:PORT`` open Milvus (condsearch[milvus]) for search.
+    See :class:`Store` for the keywords.
+    """
+    return Store(location, model=model, device=device, threads=threads, trust_remote_code=trust_remote_code)

@@ -1,0 +1,131 @@
+"""Corpus file formats: parquet, CSV and JSON lines, read with pyarrow's own readers, in record batches.
+
+The format is named (``--format``) or told by the extension (``.parquet``/``.pq``, ``.csv``,
+``.jsonl``/``.ndjson``); any other file is read as parquet, as every corpus was before the others.
+A CSV column's type is what pyarrow infers from its first block, but the text column is always read
+as strings; a JSON line's values keep their JSON types. Parquet and CSV stream; JSON lines stream
+where pyarrow has ``pyarrow.json.open_json`` (19 and later), else the file is read whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from condsearch.errors import CorpusError, first_line
+
+if TYPE_CHECKING:  # pyarrow is imported when a file is read: the CLI's --help reads this module's choices
+    import pyarrow as pa
+
+CorpusFormat = Literal["parquet", "csv", "jsonl"]
+#: --format choices, in the order the help lists them
+FORMATS: tuple[CorpusFormat, ...] = ("parquet", "csv", "jsonl")
+EXTENSIONS: dict[str, CorpusFormat] = {
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".csv": "csv",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+}
+#: rows per record batch when a parquet corpus is streamed
+READ_BATCH_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class CorpusConfig:
+    """How a corpus is read; the CLI's and the Python API's defaults are read from here."""
+
+    text_column: str = "text"
+    #: None: the 'id' column where there is one, else the row number
+    id_column: str | None = None
+    #: None: told by the file's extension (see :func:`format_of`)
+    format: CorpusFormat | None = None
+
+
+def format_of(path: Path, fmt: str | None = None) -> CorpusFormat:
+    """Return the format named, else the one the extension tells, else parquet; refuse an unknown name."""
+    if fmt is None:
+        return EXTENSIONS.get(path.suffix.lower(), "parquet")
+    if fmt not in FORMATS:
+        raise CorpusError(f"unknown corpus format {fmt!r} (choose from {', '.join(FORMATS)})")
+    return fmt  # type: ignore[return-value]
+
+
+def _unreadable(path: Path, fmt: CorpusFormat, exc: BaseException) -> CorpusError:
+    return CorpusError(f"{path}: not a readable {fmt} file ({first_line(exc)})")
+
+
+def read_schema(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Schema:
+    """Return a corpus file's columns and types (a CSV's and JSON file's as inferred from their first block)."""
+    import pyarrow.parquet as pq
+
+    try:
+        if fmt == "parquet":
+            return pq.read_schema(path)
+        reader = _open_stream(path, fmt, text_column, None)
+        try:
+            return reader.schema
+        finally:
+            reader.close()
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise _unreadable(path, fmt, exc) from exc
+
+
+def record_batches(path: Path, fmt: CorpusFormat, text_column: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Yield the corpus's record batches holding only ``columns`` (parquet's of :data:`READ_BATCH_ROWS` rows)."""
+    import pyarrow.parquet as pq
+
+    try:
+        if fmt == "parquet":
+            yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS, columns=list(columns))
+            return
+        for batch in _open_stream(path, fmt, text_column, columns):
+            yield batch.select(list(columns))
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise _unreadable(path, fmt, exc) from exc
+
+
+def read_table(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Table:
+    """Return a whole corpus file as a table."""
+    import pyarrow.parquet as pq
+
+    try:
+        if fmt == "parquet":
+            return pq.read_table(path)
+        if fmt == "csv":
+            import pyarrow.csv as pacsv
+
+            return pacsv.read_csv(path, convert_options=_csv_options(text_column, None))
+        import pyarrow.json as pajson
+
+        return pajson.read_json(path)
+    except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise _unreadable(path, fmt, exc) from exc
+
+
+def _csv_options(text_column: str, columns: Sequence[str] | None) -> object:
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    # a text column of digits is still text; the other columns are typed as pyarrow infers
+    return pacsv.ConvertOptions(column_types={text_column: pa.string()}, include_columns=list(columns or ()))
+
+
+def _open_stream(
+    path: Path, fmt: CorpusFormat, text_column: str, columns: Sequence[str] | None
+) -> pa.RecordBatchReader:
+    if fmt == "csv":
+        import pyarrow.csv as pacsv
+
+        return pacsv.open_csv(path, convert_options=_csv_options(text_column, columns))
+    import pyarrow.json as pajson
+
+    open_json = getattr(pajson, "open_json", None)
+    if open_json is not None:
+        return open_json(path)
+    import pyarrow as pa
+
+    table = pajson.read_json(path)
+    return pa.RecordBatchReader.from_batches(table.schema, table.to_batches())

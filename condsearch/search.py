@@ -1,0 +1,328 @@
+"""One query path for every front end (CLI, server, Python, Milvus): find an index, answer queries from it.
+
+:func:`find_index` picks an index by condition (and corpus) from a store's listing;
+:func:`answer` checks the queries and k, caps k at the index's rows, encodes and searches, and
+names the hits. :func:`answer_batch` is the same for several requests at once (the server's
+micro-batches): one forward pass per (model, condition) and one search per index. Any index
+that returns a :class:`Found` for query vectors answers through it (:class:`Searchable`): a FAISS
+index here (:class:`FaissIndex`), a Milvus one in :mod:`condsearch.scale.milvus`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import numpy as np
+
+from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.hits import Hit, Hits
+from condsearch.index import SearchResult, search, to_search_device
+from condsearch.manifest import Manifest
+
+if TYPE_CHECKING:
+    from condsearch.pipeline import Vectorizer
+    from condsearch.store import StoredIndex
+
+log = logging.getLogger(__name__)
+
+#: a store's indexes: (name, manifest, or the error that stops it from loading)
+Listing = Sequence[tuple[str, Manifest | Exception]]
+
+T = TypeVar("T", covariant=True)
+
+
+class RowLookup(Protocol[T]):
+    """Something indexed by row number: a list of every row's values, or a dict of the rows found."""
+
+    def __getitem__(self, row: int, /) -> T: ...
+
+
+# ------------------------------------------------------------------ finding an index
+
+
+def check_condition(condition: str) -> str:
+    """Return a condition stripped of surrounding space, refusing empty ones."""
+    text = condition.strip()
+    if not text:
+        raise CondsearchError("the condition is empty")
+    return text
+
+
+def find_index(
+    listing: Listing,
+    condition: str,
+    corpus: str | None = None,
+    *,
+    where: str = "",
+    root: str = "",
+    corpus_option: str = "--corpus",
+) -> tuple[str, Manifest]:
+    """Return the (name, manifest) of the one index of condition (and corpus) in a listing.
+
+    Raises :class:`UnknownCondition` (listing what is indexed, and naming damaged entries) or
+    :class:`AmbiguousCondition` (several corpora, no ``corpus``). ``where`` names the store in the
+    message ("in indexes"); ``root`` is stripped from the damaged entries' errors; ``corpus_option``
+    is how the front end names the corpus ("--corpus", '"corpus"', "corpus=").
+    """
+    condition = check_condition(condition)
+    manifests = [(name, m) for name, m in listing if isinstance(m, Manifest)]
+    matches = [(n, m) for n, m in manifests if m.condition == condition and corpus in (None, m.corpus_name)]
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        corpora = sorted(m.corpus_name for _, m in matches)
+        raise AmbiguousCondition(
+            f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
+            f"choose one with {corpus_option}",
+            corpora,
+        )
+    known = sorted({m.condition for _, m in manifests})
+    listed = "; ".join(repr(c) for c in known) if known else "none"
+    scope = (f" for corpus {corpus!r}" if corpus is not None else "") + (f" in {where}" if where else "")
+    message = f"no index for condition {condition!r}{scope}; indexed: {listed}{damaged_note(listing, root)}"
+    raise UnknownCondition(message, known)
+
+
+def damaged_note(listing: Listing, root: str = "") -> str:
+    """Return "; 1 index is damaged: …" naming the entries of a listing that failed to load, or ""."""
+    damaged = [(name, exc) for name, exc in listing if not isinstance(exc, Manifest)]
+    if not damaged:
+        return ""
+    name, exc = damaged[0]
+    reason = first_line(exc).removeprefix(f"{root}{os.sep}" if root else "")  # "<name>/manifest.json: corrupt …"
+    count = "1 index is damaged" if len(damaged) == 1 else f"{len(damaged)} indexes are damaged, first"
+    return f"; {count}: {reason if reason.startswith(name) else f'{name}: {reason}'} (run condsearch verify)"
+
+
+def vectorizer_key(manifest: Manifest) -> str:
+    """Return what identifies the model an index needs: indexes with equal keys can share one loaded copy."""
+    from condsearch.artifacts.profiles import recorded_profile
+
+    fields = {
+        "model_id": manifest.model_id,
+        "model_revision": manifest.model_revision,
+        "mode": manifest.mode,
+        "head": recorded_profile(manifest.head),  # an older index's 'default' is 'lora'
+        "head_checksum": manifest.head_checksum,
+        "encoder": manifest.encoder,  # pooling, prompts, max_length, dtype, adapter and router fingerprints
+    }
+    return json.dumps(fields, sort_keys=True, default=str)
+
+
+# ------------------------------------------------------------------ indexes that answer query vectors
+
+
+@dataclass(frozen=True)
+class Found:
+    """One search's results: ``result`` (scores, rows: (n_queries, k), best first, -1 pads), the rows' ids and texts."""
+
+    result: SearchResult
+    ids: RowLookup[str | int]
+    texts: RowLookup[str]
+
+
+class Searchable(Protocol):
+    """An index that answers query vectors: its manifest, and the k best rows for (n, dim) unit vectors."""
+
+    @property
+    def manifest(self) -> Manifest: ...
+
+    def search(self, vectors: np.ndarray, k: int) -> Found: ...
+
+
+@dataclass(frozen=True)
+class FaissIndex:
+    """A FAISS index from the store, searched through ``searcher`` (the index itself, or its copy on a GPU)."""
+
+    stored: StoredIndex
+    searcher: Any  # faiss.Index or index.TorchFlatIndex
+
+    @classmethod
+    def of(cls, stored: StoredIndex, *, on_device: bool = True) -> FaissIndex:
+        """Return stored searched on the GPU where there is one; ``on_device=False`` keeps it on the CPU (no torch)."""
+        return cls(stored, to_search_device(stored.index) if on_device else stored.index)
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.stored.manifest
+
+    def search(self, vectors: np.ndarray, k: int) -> Found:
+        try:
+            result = search(self.searcher, vectors, k)
+        except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
+            raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
+        return Found(result, self.stored.ids, self.stored.texts)
+
+
+# ------------------------------------------------------------------ answering
+
+
+def capped_k(k: int, n_rows: int) -> int:
+    """Return the k a search can honour: every row when k is larger than the index (as
+    sentence-transformers' ``semantic_search`` does), never an error."""
+    return max(0, min(k, n_rows))
+
+
+def k_notice(k: int, n_rows: int) -> str | None:
+    """Return the one-line notice for a k larger than the index, or None."""
+    if k <= n_rows:
+        return None
+    return f"k={k} is larger than the index ({n_rows} rows); returning all {n_rows}"
+
+
+def check_request(queries: Sequence[str], k: int) -> None:
+    """Refuse a k below 1 and an empty or blank query, in one line."""
+    if k <= 0:
+        raise CondsearchError(f"k must be positive, got {k}")
+    if any(not q.strip() for q in queries):
+        raise CondsearchError("a query is empty")
+
+
+@dataclass(frozen=True)
+class Request:
+    """Queries for one index under its condition, k results each, encoded by vectorizer."""
+
+    index: Searchable
+    vectorizer: Vectorizer
+    queries: tuple[str, ...]
+    k: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One request's results: ``found`` holds (n_queries, k) scores and rows, k capped at the index's rows."""
+
+    queries: tuple[str, ...]
+    condition: str
+    found: Found
+    k_requested: int
+    n_rows: int
+
+    @property
+    def result(self) -> SearchResult:
+        """Return the batched scores and row numbers: (n_queries, k) each, -1 where an index found fewer."""
+        return self.found.result
+
+    @property
+    def notice(self) -> str | None:
+        """Return the one-line notice when k was larger than the index, else None."""
+        return k_notice(self.k_requested, self.n_rows)
+
+    @property
+    def hits(self) -> list[Hits]:
+        """Return each query's hits, best first."""
+        found, out = self.found, []
+        for q, scores, rows in zip(self.queries, found.result.scores.tolist(), found.result.ids.tolist(), strict=True):
+            named = tuple(Hit(found.ids[r], s, found.texts[r], r) for s, r in zip(scores, rows, strict=True) if r >= 0)
+            out.append(Hits(q, self.condition, named))
+        return out
+
+
+def answer(
+    index: Searchable, vectorizer: Vectorizer, queries: Sequence[str], k: int, *, one_pass: bool = False
+) -> Answer:
+    """Rank the index's rows for each query under its condition; k larger than the index returns every row.
+
+    Raises CondsearchError for a k below 1 or an empty query. ``one_pass`` encodes every query in one
+    forward pass; otherwise in the vectorizer's batches.
+    """
+    [got] = answer_batch([Request(index, vectorizer, tuple(queries), k)], one_pass=one_pass)
+    if isinstance(got, BaseException):
+        raise got
+    return got
+
+
+def answer_batch(requests: Sequence[Request], *, one_pass: bool = False) -> list[Answer | BaseException]:
+    """Answer several requests: one forward pass per (vectorizer, condition), one search per index.
+
+    Returns one Answer per request, or the exception raised for it: a request that is refused
+    (:func:`check_request`) or that breaks the model fails alone, since a group whose encoding or
+    search raises is tried again request by request.
+    """
+    answers: list[Answer | BaseException | None] = [None] * len(requests)
+    groups: dict[tuple[int, str], list[int]] = defaultdict(list)
+    for j, req in enumerate(requests):
+        try:
+            check_request(req.queries, req.k)
+        except CondsearchError as exc:
+            answers[j] = exc
+            continue
+        if not req.queries:
+            nothing = SearchResult(np.zeros((0, 0), np.float32), np.zeros((0, 0), np.int64))
+            answers[j] = _answer(req, Found(nothing, [], []))
+            continue
+        groups[(id(req.vectorizer), req.index.manifest.condition)].append(j)
+    vectors: dict[int, np.ndarray] = {}
+    for (_, condition), members in groups.items():
+        encode = partial(_encode, requests[members[0]].vectorizer, condition, one_pass=one_pass)
+        for j, vecs in zip(members, _each_or_alone(encode, [requests[j].queries for j in members]), strict=True):
+            if isinstance(vecs, BaseException):
+                answers[j] = vecs
+            else:
+                vectors[j] = vecs
+    by_index: dict[int, list[int]] = defaultdict(list)
+    for j in vectors:
+        by_index[id(requests[j].index)].append(j)
+    for members in by_index.values():
+        index = requests[members[0]].index
+        parts = [(vectors[j], capped_k(requests[j].k, index.manifest.n_vectors)) for j in members]
+        for j, found in zip(members, _each_or_alone(partial(_search, index), parts), strict=True):
+            answers[j] = found if isinstance(found, BaseException) else _answer(requests[j], found)
+    return answers  # type: ignore[return-value]
+
+
+def _answer(request: Request, found: Found) -> Answer:
+    m = request.index.manifest
+    return Answer(request.queries, m.condition, found, request.k, m.n_vectors)
+
+
+def _encode(
+    vectorizer: Vectorizer, condition: str, queries: list[tuple[str, ...]], *, one_pass: bool
+) -> list[np.ndarray]:
+    """Return each request's query vectors, encoded together."""
+    texts = [q for qs in queries for q in qs]
+    if one_pass:
+        vecs = vectorizer.vectors(texts, condition, batch_size=max(1, len(texts)))
+    else:
+        vecs = vectorizer.vectors(texts, condition)
+    return np.split(vecs, np.cumsum([len(qs) for qs in queries])[:-1])
+
+
+def _search(index: Searchable, requests: list[tuple[np.ndarray, int]]) -> list[Found]:
+    """Return each (query vectors, k) request's results, searched in one call."""
+    found = index.search(np.concatenate([v for v, _ in requests]), max(k for _, k in requests))
+    scores, rows = found.result.scores, found.result.ids
+    answers, start = [], 0
+    for v, k in requests:
+        stop = start + len(v)
+        answers.append(Found(SearchResult(scores[start:stop, :k], rows[start:stop, :k]), found.ids, found.texts))
+        start = stop
+    return answers
+
+
+P = TypeVar("P")
+A = TypeVar("A")
+
+
+def _each_or_alone(run: Callable[[list[P]], Sequence[A]], parts: list[P]) -> list[A | BaseException]:
+    """Return run(parts), or where that raises, run([part]) for each part (its exception if it raises)."""
+    try:
+        return list(run(parts))
+    except Exception as exc:  # noqa: BLE001 - reported to the callers whose part raises
+        if len(parts) == 1:
+            return [exc]
+        log.warning("a batch of %d failed (%s); answering its requests one by one", len(parts), first_line(exc))
+    answers: list[A | BaseException] = []
+    for part in parts:
+        try:
+            answers.append(run([part])[0])
+        except Exception as exc:  # noqa: BLE001
+            answers.append(exc)
+    return answers
