@@ -7,10 +7,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.condsearch-installed
+BROWSER_STAMP := $(VENV)/.condsearch-browser-installed
 CONSTRAINTS := constraints.txt
 DEMO_QUERY := A girl in an orange dress serves the ball
 
-.PHONY: install upgrade constraints demo test test-slow test-ray bench-smoke lint clean
+.PHONY: install upgrade constraints demo test test-slow test-ray test-browser page-screenshot bench-smoke lint clean
 
 install: $(STAMP)
 
@@ -22,7 +23,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
-# constraints.txt pins every package of the dev install except torch (installed above, a CUDA or a
+# the browser extra (Playwright) for the search page's tests; Chromium itself is the system's (Debian: chromium)
+$(BROWSER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev,browser]'
+	touch $(BROWSER_STAMP)
+
+# constraints.txt pins every package of the dev and browser installs except torch (installed above, a CUDA or a
 # CPU build, with its nvidia-*/triton) and condsearch itself, for the Python it was made with (the
 # pins carry that python_version marker; on another Python, pip resolves afresh). Refresh it on
 # purpose, never on the way: `make upgrade` (today's newest releases that pyproject allows, torch
@@ -31,7 +37,7 @@ upgrade:
 	test -x $(BIN)/python
 	mkdir -p build
 	$(BIN)/python -m pip freeze | grep -i '^torch==' > build/torch-kept.txt
-	$(BIN)/python -m pip install -q -U --upgrade-strategy eager -c build/torch-kept.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -U --upgrade-strategy eager -c build/torch-kept.txt -e '.[dev,browser]'
 	touch $(STAMP)
 
 constraints:
@@ -60,6 +66,14 @@ test-slow: $(STAMP)
 # --ray against the local path on a 2-CPU Ray instance (each test starts Ray: minutes, not seconds)
 test-ray: $(STAMP)
 	$(BIN)/python -m pytest -q -m ray
+
+# the search page at / in Chromium (/usr/bin/chromium, or $$CONDSEARCH_CHROMIUM); skipped, saying why, without one
+test-browser: $(BROWSER_STAMP)
+	$(BIN)/python -m pytest -q -rs -m browser
+
+# README's picture of the search page: the browser test's demo search, saved as docs/search-page.png
+page-screenshot: $(BROWSER_STAMP)
+	CONDSEARCH_PAGE_SCREENSHOT=docs/search-page.png $(BIN)/python -m pytest -q -m browser -k ranks_one_query
 
 bench-smoke: $(STAMP)
 	$(BIN)/python benchmarks/csts.py --smoke --mode case

@@ -107,10 +107,13 @@ class Store:
         self._model = model
         self.device, self.threads, self.trust_remote_code = device, threads, trust_remote_code
         self._models: dict[str, Vectorizer] = {}  # by model key: those loaded for searches and those indexed with
+        self._store: IndexStore | None = None
         self._resident: Resident | None = None
         if not self.milvus:
-            root = IndexStore(self.location)
-            self._resident = Resident(root, self._vectorizer, reload_interval_s=0.0, corpus_option=CORPUS_KEYWORD)
+            self._store = IndexStore(self.location)
+            self._resident = Resident(
+                self._store, self._vectorizer, reload_interval_s=0.0, corpus_option=CORPUS_KEYWORD
+            )
 
     def __repr__(self) -> str:
         return f"condsearch.Store({self.location!r})"
@@ -154,7 +157,7 @@ class Store:
         from condsearch.pipeline import index_conditions
         from condsearch.search import vectorizer_key
 
-        if self._resident is None:
+        if self._store is None:
             raise CondsearchError(
                 f"{self.location}: a Milvus store is searched here; index into a folder and publish it with "
                 "`condsearch export` or `condsearch index --store`"
@@ -172,7 +175,7 @@ class Store:
         if self._model is None:
             self._model = load_model(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
         vec = self._model.vectorizer
-        store = self._resident.store
+        store = self._store
         wanted = [conditions] if isinstance(conditions, str) else list(conditions)
         build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
         reports = index_conditions(corpus, wanted, vec, store, corpus_name=name, **build)

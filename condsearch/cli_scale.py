@@ -1,4 +1,4 @@
-"""The CLI's scale-out parts: --ray and --store on index, --store on query, and the export command.
+"""The CLI's scale-out parts: --ray and --store on index, --store on query and serve, and the export command.
 
 Kept apart from cli.py (as cli_finetune.py is); Ray and pymilvus are imported only when used.
 """
@@ -93,6 +93,13 @@ query_store_option = click.option(
     default=None,
     callback=_read_store_spec,
     help=f"Search indexes in Milvus instead of --index-dir: {STORE_FORMS}.",
+)
+serve_store_option = click.option(
+    "--store",
+    "store_spec",
+    default=None,
+    callback=_read_store_spec,
+    help=f"Serve the indexes in Milvus instead of --index-dir: {STORE_FORMS}.",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from condsearch.cli_common import CONTEXT, fail
 from condsearch.cli_options import (
@@ -14,11 +15,13 @@ from condsearch.cli_options import (
     threads_option,
     trust_option,
 )
+from condsearch.cli_scale import serve_store_option
 from condsearch.errors import CondsearchError
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 
 @click.command("serve", context_settings=CONTEXT)
+@click.pass_context
 @click.option(
     "--host",
     default=ServeConfig.host,
@@ -57,9 +60,11 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 @quantize_check_option
 @threads_option
 @index_dir_option
+@serve_store_option
 @device_option
 @trust_option
 def serve_cmd(
+    ctx: click.Context,
     host: str,
     port: int,
     api_key: str | None,
@@ -72,12 +77,15 @@ def serve_cmd(
     trust_remote_code: bool,
     quantize: str | None,
     threads: int | None,
+    store_spec: str | None,
 ) -> None:
-    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs.
+    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs; a search page at /.
 
     Each model is loaded once and shared by the indexes built with it; indexes load on first use
     and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
     """
+    if store_spec is not None and ctx.get_parameter_source("index_dir") is ParameterSource.COMMANDLINE:
+        raise click.UsageError("--index-dir and --store name two places to serve from; give one")
     try:
         from condsearch.serve.server import run_server
     except ImportError as exc:
@@ -90,6 +98,7 @@ def serve_cmd(
         )
     config = ServeConfig(
         index_dir=index_dir,
+        store=store_spec,
         host=host,
         port=port,
         api_key=api_key or None,

@@ -5,7 +5,8 @@
 names the hits. :func:`answer_batch` is the same for several requests at once (the server's
 micro-batches): one forward pass per (model, condition) and one search per index. Any index
 that returns a :class:`Found` for query vectors answers through it (:class:`Searchable`): a FAISS
-index here (:class:`FaissIndex`), a Milvus one in :mod:`condsearch.scale.milvus`.
+index here (:class:`FaissIndex`), a Milvus one in :mod:`condsearch.scale.milvus`; a server finds
+them in an :class:`IndexSource`, a folder or a Milvus database.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from condsearch.index import SearchResult, search, to_search_device
 from condsearch.manifest import Manifest
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from condsearch.pipeline import Vectorizer
     from condsearch.store import StoredIndex
 
@@ -135,6 +138,28 @@ class Searchable(Protocol):
     def manifest(self) -> Manifest: ...
 
     def search(self, vectors: np.ndarray, k: int) -> Found: ...
+
+
+class IndexSource(Protocol):
+    """Where a long-running reader (the server, the Python API) finds indexes: a FAISS folder
+    (:class:`~condsearch.store.IndexStore`) or a Milvus database (:class:`~condsearch.scale.milvus.MilvusStore`)."""
+
+    @property
+    def root(self) -> Path | str:
+        """Return where the indexes are (a folder, or a --store value), stripped from the listing's errors."""
+        ...
+
+    def manifests(self) -> list[tuple[str, Manifest | StoreError]]:
+        """Return each index's (name, manifest), or the error that stops it from loading."""
+        ...
+
+    def load_searchable(self, name: str) -> Searchable:
+        """Return the named index checked against its manifest, ready to search (StoreError if it cannot be)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the source holds open (a connection); a folder holds nothing."""
+        ...
 
 
 @dataclass(frozen=True)

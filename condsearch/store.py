@@ -63,7 +63,7 @@ from condsearch.manifest import (  # re-exported: the store's readers and writer
     Manifest,
     manifest_from_dict,
 )
-from condsearch.search import check_condition, damaged_note, find_index
+from condsearch.search import FaissIndex, check_condition, damaged_note, find_index
 from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
 
 log = logging.getLogger(__name__)
@@ -408,6 +408,13 @@ class IndexStore:
         if not (index.ntotal == manifest.n_vectors == len(ids) == len(texts)) or index.d != manifest.dim:
             raise StoreError(f"{folder}: index, rows and manifest disagree; rebuild this index")
         return StoredIndex(name, manifest, index, ids, texts)
+
+    def load_searchable(self, name: str) -> FaissIndex:
+        """Load one index (checked as :meth:`load` does) and ready it to search, on the GPU where there is one."""
+        return FaissIndex.of(self.load(name))
+
+    def close(self) -> None:
+        """Release nothing: each load opens and closes its own files (a Milvus store closes its connection)."""
 
     def kept_vectors(self, name: str) -> KeptVectors | None:
         """Return the vectors kept beside an index with their rows' ids and text hashes, or None if it has none.

@@ -63,6 +63,16 @@ def test_missing_pymilvus_is_one_line(tmp_path: Path, monkeypatch: pytest.Monkey
     assert result.output.strip() == "Error: pymilvus is not installed: pip install 'condsearch[milvus]'"
 
 
+def test_serve_with_missing_pymilvus_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve --store connects before it listens: a store it cannot open stops it with one line, exit 1."""
+    monkeypatch.setitem(sys.modules, "pymilvus", None)
+    (tmp_path / "m.db" / "collections").mkdir(parents=True)
+    (tmp_path / "m.db" / "LOCK").touch()
+    result = _run("serve", "--store", f"milvus-lite:{tmp_path / 'm.db'}", "--port", "1")
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: pymilvus is not installed: pip install 'condsearch[milvus]'"
+
+
 def test_lite_paths_in_missing_or_unrelated_places_are_refused(tmp_path: Path) -> None:
     """A typo'd folder, a folder or file that is not a Milvus Lite database: refused in one line, nothing created."""
     notes = tmp_path / "notes.db"
@@ -320,3 +330,60 @@ def test_the_python_api_searches_milvus_as_faiss(tiny_bert_dir: Path, tmp_path: 
         exact = {h.id: h for h in a}  # the same rows up to ties, as above
         for h in b:
             assert (exact[h.id].text, exact[h.id].row) == (h.text, h.row) and abs(exact[h.id].score - h.score) < 1e-5
+
+
+DEMO_QUERIES = [
+    "A girl in an orange dress serves the ball",
+    "Two men play soccer on a grass field",
+    "A woman in a red dress walks her dog on the beach",
+    "A boy rides his bicycle down a quiet street",
+]
+
+
+def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
+    """serve --store milvus-lite:… answers /query through the same path as serve --index-dir: the same top 10.
+
+    The hash encoder stands in for the model (its scores have no near-ties, so the order is exact).
+    """
+    import httpx
+
+    from condsearch.corpus import read_corpus
+    from condsearch.demo import write_demo_corpus
+    from condsearch.pipeline import Vectorizer, index_corpus
+    from condsearch.serve.config import ServeConfig
+    from condsearch.serve.engine import Resident
+    from condsearch.serve.server import BackgroundServer, build_app, open_source
+    from condsearch.store import IndexStore
+    from tests.conftest import HashEncoder
+
+    corpus, where, db = tmp_path / "demo.parquet", tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"
+    write_demo_corpus(corpus)
+    conditions = ["color of the dress", "the sport being played"]
+    vec = Vectorizer(HashEncoder(dim=32), None, "none", "")
+    index_corpus(read_corpus(corpus), conditions, vec, IndexStore(where), corpus_name="demo")
+    exported = _run("export", "--to", db, "--index-dir", where)
+    assert exported.exit_code == 0, exported.output
+
+    def served(**source: object) -> tuple[dict, list[dict]]:
+        config = ServeConfig(reload_interval_s=0.05, **source)  # type: ignore[arg-type]
+        resident = Resident(open_source(config), lambda _manifest: vec, reload_interval_s=config.reload_interval_s)
+        with BackgroundServer(build_app(config, resident)) as server, httpx.Client(base_url=server.url) as http:
+            listed = http.get("/indexes").json()
+            answers = [http.post("/query", json={"queries": DEMO_QUERIES, "condition": c, "k": 10}) for c in conditions]
+            assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
+            unknown = http.post("/query", json={"query": "x", "condition": "the mood"})
+            assert unknown.status_code == 404 and unknown.json()["conditions"] == conditions
+            return listed, [a.json() for a in answers]
+
+    faiss_listed, faiss_answers = served(index_dir=where)
+    milvus_listed, milvus_answers = served(store=db)
+    assert milvus_listed == faiss_listed and len(milvus_listed["indexes"]) == 2
+    for f, m in zip(faiss_answers, milvus_answers, strict=True):
+        assert {k: v for k, v in m.items() if k != "results"} == {k: v for k, v in f.items() if k != "results"}
+        for fq, mq in zip(f["results"], m["results"], strict=True):
+            assert (mq["query"], mq["condition"]) == (fq["query"], fq["condition"])
+            rows = [(h["rank"], h["id"], h["text"]) for h in mq["results"]]
+            assert len(rows) == 10 and rows == [(h["rank"], h["id"], h["text"]) for h in fq["results"]]
+            scores = [h["score"] for h in mq["results"]]
+            np.testing.assert_allclose(scores, [h["score"] for h in fq["results"]], atol=1e-5)
+            assert min(np.diff(scores) * -1) > 1e-4  # no near-ties: the order compared above is meaningful

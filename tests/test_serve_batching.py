@@ -151,7 +151,7 @@ def test_batch_matches_exact_search(resident) -> None:
     queries = tuple(SENTENCES[:5])
     [found] = res.answer_batch([QueryJob(entry, queries, 4)])
     assert not isinstance(found, BaseException)
-    corpus = np.stack([entry.stored.index.reconstruct(i) for i in range(len(SENTENCES))])
+    corpus = np.stack([entry.index.stored.index.reconstruct(i) for i in range(len(SENTENCES))])
     vec = res.vectorizer(entry.model_key)
     expected = exact_search(corpus, vec.vectors(list(queries), COLOUR), 4)
     np.testing.assert_array_equal(found.result.ids, expected.ids)
@@ -187,5 +187,5 @@ def test_replaced_index_is_reloaded_and_the_model_kept(resident, write_corpus, t
     new = write_corpus({"id": ["n0", "n1"], "text": ["A new sentence.", "Another one."]}, name="corpus.parquet")
     index_corpus(read_corpus(new), [COLOUR], vec, res.store, corpus_name="corpus")
     after = res.get(COLOUR)
-    assert after is not before and after.stored.ids == ["n0", "n1"]
+    assert after is not before and after.index.stored.ids == ["n0", "n1"]
     assert len(loads) == 1  # the model stayed loaded

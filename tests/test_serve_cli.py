@@ -32,7 +32,7 @@ def test_serve_defaults_come_from_the_config(started: list[ServeConfig], tmp_pat
     assert (config.host, config.port, config.api_key) == ("127.0.0.1", 8000, None)
     assert (config.max_batch, config.batch_window_ms) == (ServeConfig.max_batch, ServeConfig.batch_window_ms)
     assert config.max_body_bytes == ServeConfig.max_body_bytes
-    assert config.index_dir == tmp_path and "warning" not in result.stderr
+    assert config.index_dir == tmp_path and config.store is None and "warning" not in result.stderr
 
 
 def test_serve_max_body_bytes(started: list[ServeConfig], tmp_path: Path) -> None:
@@ -57,6 +57,23 @@ def test_serve_api_key_from_the_environment(
     assert result.exit_code == 0, result.output
     assert started[0].api_key == "from-env"
     assert "warning" in result.stderr and "--api-key" not in result.stderr
+
+
+def test_serve_store(started: list[ServeConfig], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--store names a Milvus database to serve instead of --index-dir; naming both, or no database, is refused."""
+    (tmp_path / "m.db" / "collections").mkdir(parents=True)  # a milvus-lite 3 database's folder
+    (tmp_path / "m.db" / "LOCK").touch()
+    db = f"milvus-lite:{tmp_path / 'm.db'}"
+    monkeypatch.setenv("CONDSEARCH_INDEX_DIR", str(tmp_path / "from-env"))  # an environment default is no conflict
+    result = CliRunner().invoke(main, ["serve", "--store", db])
+    assert result.exit_code == 0, result.output
+    assert started[0].store == db
+    both = CliRunner().invoke(main, ["serve", "--store", db, "--index-dir", str(tmp_path)])
+    assert both.exit_code == 2 and "--index-dir and --store" in both.output
+    for bad in ("milvus:x", f"milvus-lite:{tmp_path / 'absent.db'}", "milvus://nohost"):
+        refused = CliRunner().invoke(main, ["serve", "--store", bad])
+        assert refused.exit_code == 2 and "--store" in refused.output, refused.output
+    assert len(started) == 1
 
 
 @pytest.mark.parametrize("port", ["0", "70000", "http"])

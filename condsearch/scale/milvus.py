@@ -19,6 +19,10 @@ deletes the old tag's rows. A reader takes the tag from the catalog, searches on
 and searches again if the tag moved meanwhile (old rows are deleted only after the flip), so
 it never sees half an update. Milvus Lite opens a database in one process at a time.
 
+A server (`serve --store`) connects once, at its start (:func:`open_store`), and reads the catalog
+as a folder's manifests (:meth:`MilvusStore.manifests`, :meth:`MilvusStore.load_searchable`), so it
+finds and reloads Milvus indexes as it does FAISS ones (:class:`condsearch.search.IndexSource`).
+
 A database opened afresh has its collections released (milvus-lite 3 on every open, a server
 after a restart), so each collection is loaded before it is first searched or queried. Errors of
 pymilvus and gRPC become one-line StoreErrors; their own error logs (and those of
@@ -318,14 +322,44 @@ class MilvusStore:
         got = self.client.query(self._load(CATALOG), ids=[key], output_fields=["entry"])
         return _parse_entry(key, got[0]["entry"], self.target.spec) if got else None
 
-    def entries(self) -> list[MilvusIndex]:
-        """Return every index in this database."""
+    def _catalog(self) -> list[tuple[str, str]]:
+        """Return every catalog row's (key, entry), by key."""
         with self._reporting("read the catalog"):
             if not self.client.has_collection(CATALOG):
                 return []
             filter_all = 'key != ""'
             got = self.client.query(self._load(CATALOG), filter=filter_all, output_fields=["key", "entry"], limit=MAX_K)
-        return sorted((_parse_entry(r["key"], r["entry"], self.target.spec) for r in got), key=lambda e: e.key)
+        return sorted((r["key"], r["entry"]) for r in got)
+
+    def entries(self) -> list[MilvusIndex]:
+        """Return every index in this database."""
+        return [_parse_entry(key, entry, self.target.spec) for key, entry in self._catalog()]
+
+    # ------------------------------------------------------------------ as a server's source of indexes
+
+    @property
+    def root(self) -> str:
+        """Return the --store value, as a folder store's root names where its indexes are."""
+        return self.target.spec
+
+    def manifests(self) -> list[tuple[str, Manifest | StoreError]]:
+        """Return each index's (key, manifest), or the error of an unreadable catalog entry, as IndexStore does."""
+        listing: list[tuple[str, Manifest | StoreError]] = []
+        for key, raw in self._catalog():
+            try:
+                listing.append((key, _parse_entry(key, raw, self.target.spec).manifest))
+            except StoreError as exc:
+                listing.append((key, exc))
+        return listing
+
+    def load_searchable(self, key: str) -> MilvusSearchable:
+        """Return the index under key, its rows counted against its manifest (:meth:`check`), to search."""
+        with self._reporting("read the catalog"):
+            index = self._entry(key)
+        if index is None:
+            raise StoreError(f"{key} in {self.target.spec}: no longer in the catalog")
+        self.check(index)
+        return MilvusSearchable(self, index)
 
     def find(self, condition: str, corpus_name: str | None = None) -> MilvusIndex:
         """Return the index of a condition (and corpus when several share it)."""
@@ -449,6 +483,20 @@ class MilvusSearchable:
 
     def search(self, vectors: np.ndarray, k: int) -> Found:
         return self.store.search(self.index, vectors, k)
+
+
+def open_store(spec: str) -> MilvusStore:
+    """Return the Milvus that spec names, connected now for reading (StoreError when it cannot be opened).
+
+    Connecting up front makes a long-running reader (the server) fail at its start, not on its
+    first request, and leaves no lazy connection for its threads to race to.
+    """
+    target = parse_store(spec)
+    if target is None:
+        raise StoreError("no Milvus store named")
+    milvus = MilvusStore(target, create=False)
+    milvus.client  # noqa: B018 - connects
+    return milvus
 
 
 @contextmanager

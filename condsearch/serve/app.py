@@ -1,4 +1,4 @@
-"""The HTTP API as a FastAPI app: POST /query, GET /indexes, GET /health, OpenAPI docs at /docs.
+"""The HTTP API as a FastAPI app: POST /query, GET /indexes, GET /health, OpenAPI docs at /docs, a search page at /.
 
 :func:`create_app` builds the app around a :class:`~condsearch.serve.engine.Resident`; it opens
 no socket (``condsearch.serve.server`` runs it under uvicorn). Every error answers
@@ -29,6 +29,7 @@ from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
 from condsearch.serve.limits import BodyLimit
+from condsearch.serve.page import PAGE_PATHS, add_page
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +182,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         batcher.close()
+        resident.close()
 
     app = FastAPI(
         title="condsearch",
@@ -199,6 +201,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
 
         @app.middleware("http")
         async def require_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+            if request.method == "GET" and request.scope["path"] in PAGE_PATHS:
+                return await call_next(request)  # the page holds no data; what it fetches needs the key
             if not hmac.compare_digest(_given_key(request), expected):
                 response = _error(401, f"missing or wrong API key (send it as {API_KEY_HEADER} or a Bearer token)")
                 response.headers["WWW-Authenticate"] = "Bearer"
@@ -259,7 +263,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         counts = [len(h) for h in hits]
         return JSONResponse(
             {
-                "index": entry.stored.name,
+                "index": entry.name,
                 "corpus": entry.manifest.corpus_name,
                 "k": max(counts),
                 "k_requested": body.k,
@@ -287,4 +291,5 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
 
+    add_page(app)
     return app

@@ -16,6 +16,8 @@ class ServeConfig:
     """How `condsearch serve` listens, batches and answers."""
 
     index_dir: Path = Path("indexes")
+    #: a Milvus database to serve instead of index_dir: milvus-lite:PATH.db or milvus://HOST:PORT
+    store: str | None = None
     host: str = "127.0.0.1"
     port: int = 8000
     #: required on every request when set (401 otherwise)

@@ -1,6 +1,7 @@
 """What the server keeps resident and how a batch of queries is answered.
 
-``Resident`` finds the index a request names (:func:`condsearch.search.find_index`), loads it
+``Resident`` finds the index a request names (:func:`condsearch.search.find_index`) in its
+source, a FAISS folder or a Milvus database (:class:`condsearch.search.IndexSource`), loads it
 on first use and again when `condsearch index` has replaced it (it watches the manifests,
 re-read at most every ``reload_interval_s``), and shares one loaded model (encoder + adapter +
 head) between every index built with the same one. ``answer_batch`` answers a batch through
@@ -15,11 +16,22 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.index import to_search_device
 from condsearch.pipeline import Vectorizer, vectorizer_for
-from condsearch.search import Answer, FaissIndex, Listing, Request, answer_batch, find_index, vectorizer_key
-from condsearch.store import IndexStore, Manifest
+from condsearch.search import (
+    Answer,
+    Found,
+    IndexSource,
+    Listing,
+    Request,
+    Searchable,
+    answer_batch,
+    find_index,
+    vectorizer_key,
+)
+from condsearch.store import Manifest
 
 __all__ = [  # the errors and the model key live in condsearch.errors and condsearch.search; named here as before
     "AmbiguousCondition",
@@ -37,10 +49,19 @@ CORPUS_FIELD = '"corpus"'
 
 
 @dataclass(frozen=True)
-class LoadedIndex(FaissIndex):
-    """A resident index: its rows, a searcher on the search device, and the key of its model."""
+class LoadedIndex:
+    """A resident index: its name in the source, the index itself (searched through it), and its model's key."""
 
+    name: str
+    index: Searchable
     model_key: str
+
+    @property
+    def manifest(self) -> Manifest:
+        return self.index.manifest
+
+    def search(self, vectors: np.ndarray, k: int) -> Found:
+        return self.index.search(vectors, k)
 
 
 @dataclass(frozen=True)
@@ -57,7 +78,7 @@ class Resident:
 
     def __init__(
         self,
-        store: IndexStore,
+        store: IndexSource,
         load_vectorizer: Callable[[Manifest], Vectorizer] | None = None,
         *,
         reload_interval_s: float = 0.5,
@@ -126,20 +147,20 @@ class Resident:
             if current is not None and current.manifest == manifest:
                 return current
             try:
-                stored = self.store.load(name)  # checks the files against the manifest: never half an index
+                opened = self.store.load_searchable(name)  # checked against the manifest: never half an index
             except StoreError as exc:
                 if current is not None:  # caught mid-replacement: keep answering from the previous one
                     log.warning("%s: keeping the loaded copy (%s)", name, first_line(exc))
                     return current
                 raise
-            key = vectorizer_key(stored.manifest)
+            key = vectorizer_key(opened.manifest)
             if key not in self._models:
                 log.info("loading the model for %s", name)
-                self._models[key] = self._load_vectorizer(stored.manifest)
-            loaded = LoadedIndex(stored, to_search_device(stored.index), key)
+                self._models[key] = self._load_vectorizer(opened.manifest)
+            loaded = LoadedIndex(name, opened, key)
             self._indexes[name] = loaded
             self._drop_unused_models()
-            log.info("%s: %s (%d rows)", name, "reloaded" if current else "loaded", stored.manifest.n_vectors)
+            log.info("%s: %s (%d rows)", name, "reloaded" if current else "loaded", opened.manifest.n_vectors)
             return loaded
 
     def preload(self) -> None:
@@ -150,6 +171,10 @@ class Resident:
                     self.get(m.condition, m.corpus_name)
                 except CondsearchError as exc:
                     log.warning("cannot preload %r: %s", m.condition, first_line(exc))
+
+    def close(self) -> None:
+        """Release the source (a Milvus connection); the indexes and models go with this object."""
+        self.store.close()
 
     def vectorizer(self, key: str) -> Vectorizer:
         """Return the loaded model an index refers to."""

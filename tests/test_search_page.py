@@ -1,0 +1,221 @@
+"""The search page at `/` of `condsearch serve`: its files and headers (fast), then the page in Chromium.
+
+The browser tests (marked ``browser``; ``make test-browser``) drive Debian's Chromium through
+Playwright: over the demo corpus indexed with the embedded default model, the page types a query,
+picks two conditions and shows what ``POST /query`` answers, the two rankings differing; over the
+tiny BERT's indexes with an API key, it asks for the key and shows hostile text as text. Where
+Chromium or Playwright is missing they skip, saying which; with ``CONDSEARCH_BROWSER_REQUIRED=1``
+(CI) they fail instead.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from condsearch.demo import write_demo_corpus
+from condsearch.serve.page import CONTENT_SECURITY_POLICY, PAGE_FILES, read_page_file
+from tests.conftest import SENTENCES
+from tests.test_serve import COLOUR, SPORT, index, run, serve
+
+KEY = "s3cret-ключ"  # not ASCII: the page must send the key's UTF-8 bytes, as the server compares them
+HOSTILE_TEXT = '<img src=x onerror="window.__pwned = 1"><b>bold</b> & "quotes"'
+HOSTILE_CONDITION = "<script>window.__pwned = 2</script> colour"
+CHROMIUM = os.environ.get("CONDSEARCH_CHROMIUM", "/usr/bin/chromium")
+
+
+def test_page_files_ship_in_the_package_and_hold_no_html_injection() -> None:
+    script = read_page_file("search.js").decode()
+    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+        assert sink not in script, sink
+    html = read_page_file("index.html").decode()
+    assert not re.search(r"<script(?![^>]*\ssrc=)", html)  # no inline script
+    assert not re.search(r"<[^>]*\son[a-z]+\s*=", html)  # no inline event handler
+    assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing from elsewhere: works offline
+
+
+def test_the_page_files_are_package_data() -> None:
+    """pyproject's package-data ships every file the page serves (a wheel without them would serve 500s)."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    root = Path(__file__).resolve().parent.parent
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["condsearch"]
+    shipped = {path for pattern in globs for path in (root / "condsearch").glob(pattern)}
+    assert {root / "condsearch" / "serve" / "static" / f.name for f in PAGE_FILES} <= shipped
+
+
+def test_the_page_is_served_without_the_key_and_the_data_is_not(tmp_path: Path) -> None:
+    (tmp_path / "idx").mkdir()
+    with serve(tmp_path / "idx", api_key=KEY) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        for page_file in PAGE_FILES:
+            got = http.get(page_file.path)
+            assert got.status_code == 200, page_file
+            assert got.headers["content-type"] == page_file.media_type
+            assert got.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+            assert got.headers["x-content-type-options"] == "nosniff"
+            assert got.content == read_page_file(page_file.name)
+            # a query string changes nothing (no handler argument reads it)
+            assert http.get(page_file.path, params={"body": "<script>"}).content == got.content
+        for path in ("/indexes", "/health", "/docs", "/openapi.json", "/static/", "/static/../indexes", "/index.html"):
+            assert http.get(path).status_code == 401, path
+        assert http.post("/", json={}).status_code == 401  # only GET of the page's own files goes without the key
+        assert http.get("/indexes", headers={"X-API-Key": KEY.encode()}).status_code == 200
+        assert "/" not in http.get("/openapi.json", headers={"X-API-Key": KEY.encode()}).json()["paths"]
+
+
+# ------------------------------------------------------------------ in a real browser
+
+
+def _chromium() -> object:
+    """Return Playwright's sync API, or skip (fail where CONDSEARCH_BROWSER_REQUIRED is set) saying what is missing."""
+    missing = None
+    try:
+        from playwright import sync_api
+    except ImportError:
+        missing = "playwright is not installed (pip install 'condsearch[browser]')"
+    if missing is None and not (os.access(CHROMIUM, os.X_OK) or shutil.which(CHROMIUM)):
+        missing = f"no Chromium at {CHROMIUM} (Debian: apt-get install chromium; or set CONDSEARCH_CHROMIUM)"
+    if missing is not None:
+        if os.environ.get("CONDSEARCH_BROWSER_REQUIRED"):
+            pytest.fail(missing)
+        pytest.skip(missing)
+    return sync_api
+
+
+DEMO_QUERY = "A girl in an orange dress serves the ball"  # the Makefile's demo query
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """Chromium, launched once for the module's tests."""
+    sync_api = _chromium()
+    with sync_api.sync_playwright() as playwright:  # type: ignore[attr-defined]
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def demo_server(browser: object, tmp_path: Path) -> Iterator[str]:
+    """A server over the demo corpus indexed under two conditions with the embedded default model."""
+    corpus = tmp_path / "demo.parquet"
+    write_demo_corpus(corpus)
+    folder = tmp_path / "indexes"
+    run("index", corpus, "-c", COLOUR, "-c", SPORT, "--index-dir", folder)
+    with serve(folder) as server:
+        yield server.url
+
+
+@pytest.fixture
+def hostile_server(browser: object, tiny_bert_dir: Path, write_corpus, tmp_path: Path) -> Iterator[str]:
+    """A server with an API key over the tiny BERT's indexes of the test sentences (a hostile row and condition)."""
+    texts = [*SENTENCES, HOSTILE_TEXT]
+    corpus = write_corpus({"id": [f"s{i}" for i in range(len(texts))], "text": texts})
+    folder = tmp_path / "indexes"
+    index(corpus, folder, tiny_bert_dir, COLOUR, HOSTILE_CONDITION)
+    with serve(folder, api_key=KEY) as server:
+        yield server.url
+
+
+def _expect(locator: object) -> object:
+    # Playwright waits on its side: the page's CSP forbids evaluating strings in it (wait_for_function)
+    return _chromium().expect(locator)  # type: ignore[attr-defined]
+
+
+def _pick(page: object, side: str, condition: str) -> None:
+    page.select_option(f"#{side}", label=condition)  # type: ignore[attr-defined]
+
+
+def _search(page: object, query: str, left: str, right: str, k: int) -> None:
+    page.fill("#query", query)  # type: ignore[attr-defined]
+    _pick(page, "left", left)
+    _pick(page, "right", right)
+    page.fill("#k", str(k))  # type: ignore[attr-defined]
+    page.click("#go")  # type: ignore[attr-defined]
+    for side in ("left", "right"):
+        _expect(page.locator(f"#{side}-results li")).to_have_count(k)  # type: ignore[attr-defined]
+
+
+def _column(page: object, side: str) -> list[dict[str, str]]:
+    items = page.locator(f"#{side}-results li")  # type: ignore[attr-defined]
+    return [
+        {
+            "id": items.nth(i).locator(".id").text_content(),
+            "score": items.nth(i).locator(".score").text_content(),
+            "text": items.nth(i).locator(".text").text_content(),
+        }
+        for i in range(items.count())
+    ]
+
+
+def _api(url: str, query: str, condition: str, k: int, **headers: bytes) -> list[dict[str, str]]:
+    body = {"query": query, "condition": condition, "k": k}
+    got = httpx.post(f"{url}/query", json=body, headers=headers, timeout=60)
+    assert got.status_code == 200, got.text
+    hits = got.json()["results"][0]["results"]
+    return [{"id": str(h["id"]), "score": f"{h['score']:.4f}", "text": h["text"]} for h in hits]
+
+
+@pytest.mark.browser
+def test_the_page_ranks_one_query_under_two_conditions(browser, demo_server: str) -> None:
+    """The demo query under the dress's colour and under the sport: two columns, as /query answers, not the same."""
+    page = browser.new_page(viewport={"width": 1200, "height": 800})  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{demo_server}/")
+    _expect(page.locator("#left option")).to_have_count(2)
+    assert page.input_value("#left") != page.input_value("#right")  # two different conditions to start with
+
+    _search(page, DEMO_QUERY, COLOUR, SPORT, 5)
+    left, right = _column(page, "left"), _column(page, "right")
+    assert left == _api(demo_server, DEMO_QUERY, COLOUR, 5)
+    assert right == _api(demo_server, DEMO_QUERY, SPORT, 5)
+    assert [r["id"] for r in left] != [r["id"] for r in right]  # the same query, different neighbours
+    assert page.text_content("#left-results h2") == COLOUR and page.text_content("#right-results h2") == SPORT
+    shared = {r["id"] for r in left} & {r["id"] for r in right}
+    assert page.locator("#left-results li.shared").count() == len(shared) < 5
+    assert f"{len(shared)} of 5 results appear under both conditions" in page.text_content("#status")
+    assert not errors
+    if os.environ.get("CONDSEARCH_PAGE_SCREENSHOT"):  # README's picture: make page-screenshot
+        page.locator("#go").blur()
+        page.screenshot(path=os.environ["CONDSEARCH_PAGE_SCREENSHOT"], full_page=True)
+
+
+@pytest.mark.browser
+def test_the_page_asks_for_the_key_and_shows_hostile_text_as_text(browser, hostile_server: str) -> None:
+    page = browser.new_page()  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    # without the key the page loads, says it needs one, and opens the key field
+    page.goto(f"{hostile_server}/")
+    page.wait_for_selector("#status.error")
+    assert "API key" in page.text_content("#status")
+    page.fill("#key", KEY)
+    page.press("#key", "Tab")  # change: the conditions are read with the key
+    _expect(page.locator("#left option")).to_have_count(2)
+    labels = page.eval_on_selector_all("#left option", "options => options.map(o => o.textContent)")
+    assert sorted(labels) == sorted([COLOUR, HOSTILE_CONDITION])
+
+    # a hostile row under a hostile condition is shown as text: nothing it holds runs or renders
+    n = len(SENTENCES) + 1  # every row, the hostile one included
+    _search(page, "a girl in a red dress", COLOUR, HOSTILE_CONDITION, n)
+    with_key = {"X-API-Key": KEY.encode()}
+    assert _column(page, "left") == _api(hostile_server, "a girl in a red dress", COLOUR, n, **with_key)
+    assert page.text_content("#right-results h2") == HOSTILE_CONDITION
+    assert HOSTILE_TEXT in [r["text"] for r in _column(page, "right")]
+    assert page.locator("#results img, #results b, #results script").count() == 0
+    assert page.evaluate("window.__pwned") is None and not errors
+
+    # the key from the URL fragment: used, then taken out of the address bar
+    fresh = browser.new_page()  # type: ignore[attr-defined]
+    fresh.goto(f"{hostile_server}/#key={KEY}")
+    _expect(fresh.locator("#right option")).to_have_count(2)
+    assert fresh.url == f"{hostile_server}/" and fresh.input_value("#key") == KEY
