@@ -169,6 +169,7 @@ def load_system(
     """
     from condsearch.index import normalize
     from condsearch.pipeline import load_csr_vectorizer, load_vectorizer
+    from condsearch.vectors import vector_fingerprint
 
     if spec.startswith("blend:"):
         _, weight, inner = spec.split(":", 2)
@@ -205,7 +206,11 @@ def load_system(
     def conditional(texts: Sequence[str], condition: str) -> np.ndarray:
         return vec.vectors(list(texts), condition, batch_size=batch_size, progress=True)
 
-    return cached(conditional, f"{spec}:{model or ''}", cache_dir), True
+    # keyed by what the vectors depend on (model, adapter and router checksums, head), not by the
+    # spec alone: "csr" or "case:full" name other weights once a default changes
+    described = vec.encoder.describe()
+    fingerprint = vector_fingerprint(described, mode=vec.mode, head_checksum=vec.head_checksum, dim=vec.dim)
+    return cached(conditional, f"{spec}:{fingerprint}", cache_dir), True
 
 
 def _plain_cached(plain: Embed, key: str, cache_dir: Path | None) -> Embed:

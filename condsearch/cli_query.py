@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 
 from condsearch.cli_common import CONTEXT, check_utf8, fail, json_line, open_store
 from condsearch.cli_options import (
@@ -22,6 +23,8 @@ from condsearch.cli_options import (
 from condsearch.cli_scale import query_store_option
 from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import ServeConfig
+
+COMMANDLINE = ParameterSource.COMMANDLINE
 
 if TYPE_CHECKING:
     from condsearch.search import Answer
@@ -111,6 +114,8 @@ def query_cmd(
     from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
     from condsearch.search import FaissIndex, answer
 
+    if store_spec is not None and click.get_current_context().get_parameter_source("index_dir") is COMMANDLINE:
+        raise click.UsageError("--index-dir and --store name two places to query; give one")
     queries = _read_queries(texts, query_file)
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")

@@ -26,7 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "head": ("condsearch.cli_train_head:head_cmd", "Train the CASE projection head on the frozen encoder."),
     "lora": ("condsearch.cli_finetune:lora_cmd", "Fine-tune the encoder with LoRA adapters."),
     "full": ("condsearch.cli_finetune:full_cmd", "Fine-tune every weight of the encoder."),
-    "router": ("condsearch.cli_train_router:router_cmd", "Train the CSR router layers on cached sentence states."),
+    "router": ("condsearch.cli_train_router:router_cmd", "Train a CSR router: the paper, extended or context variant."),
 }
 _LEGACY_FLAGS = ("--finetune", "--mode")
 

@@ -89,7 +89,7 @@ _CONTEXT_FLAGS = ("k", "train_backbone", "init")
 def router_cmd(
     ctx: click.Context, train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any
 ) -> None:
-    """Train the CSR router layers on cached sentence states.
+    """Train a CSR router: the paper, extended or context variant.
 
     paper/extended: fine-tunes the router query and the layers from the router layer up, leaving
     lower layers frozen so sentence caches stay valid. context (ours): trains the backbone, whole

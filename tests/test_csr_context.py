@@ -466,3 +466,15 @@ def test_top_scope_trains_only_the_top_layers(deep_bert_dir: Path) -> None:
     assert trainable and all(n.startswith(f"model.encoder.layer.{N_LAYERS - 1}.") for n in trainable)
     with pytest.raises(ValueError, match="outside"):
         ContextRouter(model, ContextConfig(k=N_LAYERS + 1))
+
+
+def test_the_shipped_default_router_is_the_context_router_with_k_2() -> None:
+    """The default chosen on issue 22's accuracy-cost table (benchmarks/README.md)."""
+    from condsearch.artifacts.files import DEFAULT_ROUTER_DIR
+    from condsearch.artifacts.routers import router_model_id
+    from condsearch.csr.context_weights import saved_context_config
+    from condsearch.models import DEFAULT_MODEL
+
+    assert saved_context_config(DEFAULT_ROUTER_DIR) == ContextConfig(k=2)
+    assert router_model_id(DEFAULT_ROUTER_DIR) == DEFAULT_MODEL
+    assert sum(f.stat().st_size for f in DEFAULT_ROUTER_DIR.iterdir()) <= 10 * 2**20  # a small shipped artifact

@@ -52,6 +52,14 @@ def test_bad_store_is_one_line_usage_error(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "--store" in result.output and "Traceback" not in result.output
 
 
+def test_query_refuses_index_dir_beside_store(tmp_path: Path) -> None:
+    (tmp_path / "m.db" / "collections").mkdir(parents=True)  # a milvus-lite 3 database's folder
+    (tmp_path / "m.db" / "LOCK").touch()
+    store = f"milvus-lite:{tmp_path / 'm.db'}"
+    result = _run("query", "x", "-c", "colour", "--store", store, "--index-dir", str(tmp_path))
+    assert result.exit_code == 2 and "--index-dir and --store" in result.output
+
+
 def test_missing_pymilvus_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
@@ -150,8 +158,9 @@ def test_milvus_lite_answers_as_faiss_flat_and_checks_the_manifest(
     assert result.exit_code == 0, result.output
     queries = ["a girl in a red dress", "golf in the park", "dog on the beach"]
     for condition in ("colour", "the sport"):
-        args = ["query", *queries, "-c", condition, "--json", "--index-dir", where]
-        faiss_out, milvus_out = _run(*args, "-k", "60"), _run(*args, "-k", "10", "--store", db)
+        args = ["query", *queries, "-c", condition, "--json"]
+        faiss_out = _run(*args, "-k", "60", "--index-dir", where)
+        milvus_out = _run(*args, "-k", "10", "--store", db)
         assert faiss_out.exit_code == 0 and milvus_out.exit_code == 0, milvus_out.output
         for a, b in zip(faiss_out.stdout.splitlines(), milvus_out.stdout.splitlines(), strict=True):
             ra, rb = json.loads(a)["results"], json.loads(b)["results"]
