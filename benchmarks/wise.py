@@ -21,7 +21,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from condsearch.artifacts.files import LEGACY_ADAPTER_CONFIG, LEGACY_ADAPTER_WEIGHTS
+from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as LEGACY_ADAPTER_CONFIG
+from condsearch.artifacts.files import NATIVE_ADAPTER_WEIGHTS as LEGACY_ADAPTER_WEIGHTS
 from condsearch.artifacts.profiles import resolve_profile
 
 _SCALED = (".delta", ".delta_b")

@@ -152,6 +152,13 @@ def parse_search_params(text: object) -> dict[str, int]:
     return params
 
 
+def check_index_options(factory: str, search_params: str) -> None:
+    """Refuse a factory string or search parameters of an unsupported form (ValueError), before any model loads."""
+    if factory != AUTO:
+        parse_factory(factory)
+    parse_search_params(search_params)
+
+
 def format_search_params(params: dict[str, int]) -> str:
     """Return the canonical text of parsed search parameters (recorded in manifests)."""
     return ",".join(f"{k}={int(v)}" for k, v in params.items())

@@ -99,8 +99,9 @@ class Store:
         threads: int | None = CpuConfig.threads,
         trust_remote_code: bool = False,
     ) -> None:
+        from condsearch.defaults import default_index_dir
         from condsearch.serve.engine import Resident
-        from condsearch.store import IndexStore, default_index_dir
+        from condsearch.store import IndexStore
 
         self.location = str(location if location is not None else default_index_dir())
         self.milvus = self.location.startswith(MILVUS_PREFIXES)

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind
+from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind, check_own_artifact
 from condsearch.errors import CondsearchError, StoreError, os_reason
 
 
@@ -75,6 +75,15 @@ def check_output_dir(directory: Path | str, kind: str) -> None:
     recover_dir(_absolute(directory))
     check_replaceable(directory, kind)
     check_writable(directory)
+
+
+def check_artifact_outputs(out: Path | str, kind: str, checkpoint_dir: Path | str | None = None) -> None:
+    """Refuse, before any training, an out (or checkpoint) folder that is not ours to replace or cannot be written."""
+    for folder, what in ((out, kind), (checkpoint_dir, "checkpoint")):
+        if folder is not None:
+            recover_dir(_absolute(folder))  # a replacement cut off by a crash: judge the folder it left
+            check_own_artifact(folder, what)
+            check_output_dir(folder, what)
 
 
 def recover_dir(directory: Path) -> None:

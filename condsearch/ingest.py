@@ -37,6 +37,7 @@ from condsearch.ann import (
     parse_search_params,
 )
 from condsearch.atomic import open_regular, read_capped, replacing_file
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
 from condsearch.index import build_index
 from condsearch.progress import progress_bar
@@ -124,7 +125,7 @@ def build_condition_index(
     search_params: str = IndexConfig.search_params,
     max_index_memory: str = IndexConfig.max_index_memory,
     full: bool = False,
-    batch_size: int = 64,
+    batch_size: int = ENCODE_BATCH_SIZE,
     chunk_rows: int = CHUNK_ROWS,
     progress: bool = False,
 ) -> BuildReport:
@@ -153,7 +154,7 @@ def build_condition_index(
             model_revision=vectorizer.encoder.revision,
             encoder=vectorizer.encoder.describe(),
             mode=vectorizer.mode,
-            head=vectorizer.head_name,
+            head=vectorizer.profile_name,
             head_checksum=vectorizer.head_checksum,
             dim=dim,
             metric="inner_product",

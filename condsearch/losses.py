@@ -8,7 +8,7 @@ are already scaled to [0, 1].
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -129,6 +129,11 @@ class LossSettings:
     def needs_projection(self) -> bool:
         """C-MSE lives in a contrastive space: a projection g trained beside the model (and BCL moves there too)."""
         return self.weights.get("cmse", 0.0) != 0.0
+
+
+def format_loss_spec(losses: Sequence[tuple[str, float]]) -> str:
+    """Return (name, weight) pairs as parse_loss_spec reads them, e.g. 'mse' or 'mse,wacl=0.5'."""
+    return ",".join(name if weight == 1.0 else f"{name}={weight:g}" for name, weight in losses)
 
 
 def parse_loss_spec(spec: str) -> dict[str, float]:

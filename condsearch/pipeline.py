@@ -14,6 +14,8 @@ from condsearch.ann import AUTO, check_factory
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
 from condsearch.artifacts.profiles import (
+    MODE_CASE,
+    MODE_CSR,
     PROFILE_AUTO,
     PROFILE_DEFAULT,
     PROFILE_FROZEN,
@@ -25,7 +27,7 @@ from condsearch.artifacts.profiles import (
     resolve_profile,
 )
 from condsearch.encoders import Encoder, encoder_options, load_encoder
-from condsearch.encoders.base import ConditionalEncoder
+from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder
 from condsearch.encoders.cpu import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, StoreError, first_line
 from condsearch.head_files import NumpyHead, load_numpy_head
@@ -44,9 +46,6 @@ log = logging.getLogger(__name__)
 #: the --head names of before --profile, kept as aliases (benchmarks use them)
 HEAD_AUTO, HEAD_NONE, HEAD_DEFAULT, HEAD_FROZEN = PROFILE_AUTO, PROFILE_NONE, PROFILE_DEFAULT, PROFILE_FROZEN
 SHIPPED_HEADS = SHIPPED_PROFILES
-MODE_CASE = "case"
-MODE_CSR = "csr"
-MODES = (MODE_CASE, MODE_CSR)
 
 
 @dataclass(frozen=True)
@@ -55,17 +54,24 @@ class Vectorizer:
 
     encoder: ConditionalEncoder
     head: ProjectionHead | NumpyHead | None
-    head_name: str  # what the manifest records: "none", a shipped profile's name or a folder's absolute path
+    #: the profile, as the manifest records it (its ``head`` field): "none", a shipped profile's name or a
+    #: folder's absolute path
+    profile_name: str
     head_checksum: str
     mode: str = MODE_CASE
     profile: Profile | None = None  # the adapter, head or router folders it was loaded from
+
+    @property
+    def head_name(self) -> str:
+        """Return :attr:`profile_name` (its name before profiles; benchmarks/ still read it)."""
+        return self.profile_name
 
     @property
     def dim(self) -> int:
         return self.head.config.dim if self.head is not None else self.encoder.dim
 
     def vectors(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
     ) -> np.ndarray:
         """Return condition-aware vectors of texts: (n, dim) float32, unit length."""
         raw = self.encoder.encode_conditional(texts, condition, batch_size=batch_size, progress=progress)
@@ -177,7 +183,7 @@ def load_csr_vectorizer(
     trust_remote_code: bool = False,
 ) -> Vectorizer:
     """Load the router tri-encoder (--mode csr); its vectors are used without a head or adapter."""
-    chosen = resolve_profile(model, head=head, adapter=adapter, profile=profile, router=router, mode="csr")
+    chosen = resolve_profile(model, head=head, adapter=adapter, profile=profile, router=router, mode=MODE_CSR)
     from condsearch.csr import load_csr_encoder
 
     encoder = load_csr_encoder(
@@ -192,6 +198,12 @@ def load_csr_vectorizer(
     return Vectorizer(encoder, None, HEAD_NONE, "", mode=MODE_CSR, profile=chosen)
 
 
+def load_mode_vectorizer(mode: str, **options: Any) -> Vectorizer:
+    """Load the vectorizer of an index mode: :func:`load_csr_vectorizer` for csr, else :func:`load_vectorizer`."""
+    loader = load_csr_vectorizer if mode == MODE_CSR else load_vectorizer
+    return loader(**options)  # type: ignore[operator]
+
+
 def index_corpus(
     corpus: CorpusSource,
     conditions: Sequence[str],
@@ -200,7 +212,7 @@ def index_corpus(
     *,
     corpus_name: str,
     factory: str = DEFAULT_FACTORY,
-    batch_size: int = 64,
+    batch_size: int = ENCODE_BATCH_SIZE,
     progress: bool = False,
     **build: Any,
 ) -> list[str]:
@@ -297,13 +309,13 @@ def vectorizer_for(
     if recorded != loaded:
         raise StoreError(
             f"index for {manifest.condition!r} was built with adapter sha256 {str(recorded or '-')[:12]}, "
-            f"but head {vec.head_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
+            f"but head {vec.profile_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
         )
     built_with = recorded_profile(manifest.head)
-    if vec.head_name != built_with or vec.head_checksum != manifest.head_checksum:
+    if vec.profile_name != built_with or vec.head_checksum != manifest.head_checksum:
         raise StoreError(
             f"index for {manifest.condition!r} was built with head {built_with} "
-            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.head_name} "
+            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.profile_name} "
             f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
         )
     return vec

@@ -53,6 +53,7 @@ from filelock import FileLock
 from condsearch import __version__
 from condsearch.ann import apply_search_params
 from condsearch.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
+from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
@@ -95,11 +96,6 @@ class StoredIndex:
     index: faiss.Index
     ids: list[str | int]
     texts: list[str]
-
-
-def default_index_dir() -> Path:
-    """Return ``$CONDSEARCH_INDEX_DIR`` or ``./indexes``."""
-    return Path(os.environ.get("CONDSEARCH_INDEX_DIR") or "indexes")
 
 
 def index_name(corpus_name: str, condition: str) -> str:
@@ -376,6 +372,12 @@ class IndexStore:
                 return name
         root = str(self.root)
         return find_index(self.manifests(), condition, corpus_name, where=root, root=root)[0]
+
+    def select(self, conditions: Sequence[str] = (), corpus_name: str | None = None) -> list[str]:
+        """Return the names of the conditions' indexes (by :meth:`find`, each once), or of every index for none."""
+        if not conditions:
+            return self.names()
+        return list(dict.fromkeys(self.find(c, corpus_name) for c in conditions))
 
     def load(self, name: str, *, verify: bool = False) -> StoredIndex:
         """Load one index, checking that its files agree with its manifest.

@@ -15,14 +15,11 @@ from torch import nn
 from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.cache import EmbeddingCache
 from condsearch.csts import CstsData, scale_labels
-from condsearch.encoders.base import Encoder
+from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.head import HeadConfig, ProjectionHead
 from condsearch.metrics import correlations
 
 log = logging.getLogger(__name__)
-
-#: pairs per encoder forward pass when encoding C-STS rows (the CLI's --batch-size default)
-ENCODE_BATCH_SIZE = 64
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ def _legacy(peft_folder: Path, out: Path) -> Path:
     old = {k.removeprefix(prefix).replace(".lora_A.weight", ".lora_a").replace(".lora_B.weight", ".lora_b"): v
            for k, v in state.items()}  # fmt: skip
     out.mkdir()
-    save_file({k: torch.from_numpy(v) for k, v in old.items()}, str(out / files.LEGACY_ADAPTER_WEIGHTS))
+    save_file({k: torch.from_numpy(v) for k, v in old.items()}, str(out / files.NATIVE_ADAPTER_WEIGHTS))
     meta = {k: v for k, v in adapter.meta.items() if k not in ("format_version", "weights_sha256")}
     meta |= {"format_version": 1, "kind": "lora", "rank": 2, "alpha": 32.0, "dropout": 0.1}
-    (out / files.LEGACY_ADAPTER_CONFIG).write_text(json.dumps(meta))
+    (out / files.NATIVE_ADAPTER_CONFIG).write_text(json.dumps(meta))
     return out
 
 
@@ -106,7 +106,7 @@ def test_the_old_format_still_loads_with_the_same_vectors(tiny_bert_dir: Path, t
 
 def test_conversion_keeps_tensors_identity_and_vectors(tiny_bert_dir: Path, tmp_path: Path) -> None:
     old = _legacy(_trained(tiny_bert_dir, tmp_path / "new"), tmp_path / "old")
-    old_checksum = hashlib.sha256((old / files.LEGACY_ADAPTER_WEIGHTS).read_bytes()).hexdigest()
+    old_checksum = hashlib.sha256((old / files.NATIVE_ADAPTER_WEIGHTS).read_bytes()).hexdigest()
     want = load_encoder(str(tiny_bert_dir), device="cpu", adapter=old)
     assert convert_legacy_adapter(old, tmp_path / "converted") == old_checksum
     converted = load_encoder(str(tiny_bert_dir), device="cpu", adapter=tmp_path / "converted")
@@ -123,7 +123,7 @@ def test_the_shipped_adapter_is_in_peft_format_with_its_old_identity() -> None:
     assert adapter.format_version == 2 and adapter.lora is not None and adapter.lora.rank == 16
     converted = adapter.meta["converted_from"]
     assert isinstance(converted, dict) and adapter.checksum == converted["adapter_checksum"]
-    assert not (files.LORA_PROFILE_DIR / files.LEGACY_ADAPTER_WEIGHTS).exists()
+    assert not (files.LORA_PROFILE_DIR / files.NATIVE_ADAPTER_WEIGHTS).exists()
 
 
 # --- profiles --------------------------------------------------------------------------------
@@ -164,8 +164,8 @@ def test_an_index_rebuilds_its_profile(tiny_bert_dir: Path, tmp_path: Path) -> N
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=8, model_id=str(tiny_bert_dir))), head_dir)
     vec = load_vectorizer(str(tiny_bert_dir), str(head_dir), adapter=ad, device="cpu")
     described = vec.encoder.describe()
-    assert described["adapter"] == str(ad.resolve()) and vec.head_name == str(head_dir.resolve()) and vec.dim == 8
-    assert profile_of_index(str(tiny_bert_dir), vec.head_name, described, "case") == vec.profile
+    assert described["adapter"] == str(ad.resolve()) and vec.profile_name == str(head_dir.resolve()) and vec.dim == 8
+    assert profile_of_index(str(tiny_bert_dir), vec.profile_name, described, "case") == vec.profile
     # a profile folder records no separate adapter: manifests of before --adapter still match
     both = _trained(tiny_bert_dir, tmp_path / "both", head=True)
     assert "adapter" not in load_vectorizer(str(tiny_bert_dir), profile=str(both), device="cpu").encoder.describe()

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from condsearch.cli import main
-from condsearch.cli_train import SUBCOMMANDS, TrainGroup, legacy_subcommand
+from condsearch.cli.train import SUBCOMMANDS, TrainGroup, legacy_subcommand
 from condsearch.csr.router import RouterConfig
 from condsearch.csr.training import RouterTrainConfig
 from condsearch.finetune.lora import LoraConfig

@@ -173,7 +173,7 @@ def test_adapter_refused_on_another_model_and_without_loading(
     with pytest.raises(ModelError, match="not loaded with"):
         resolve_head(str(tmp_path / "ad"), _encoder(tiny_bert_dir))
     vec = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu")
-    assert vec.head is None and vec.dim == 32 and vec.head_name == str((tmp_path / "ad").resolve())
+    assert vec.head is None and vec.dim == 32 and vec.profile_name == str((tmp_path / "ad").resolve())
 
 
 # --- objectives ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.artifacts.files import LEGACY_ADAPTER_CONFIG as ADAPTER_CONFIG
+from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError

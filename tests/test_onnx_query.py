@@ -113,7 +113,7 @@ def test_onnx_vectorizer_only_for_the_index_own_model_and_head(
     cache_onnx_export(manifest, reference)
     light = onnx_vectorizer_for(manifest)
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder)
-    assert (light.head_name, light.head_checksum, light.dim) == (manifest.head, manifest.head_checksum, 16)
+    assert (light.profile_name, light.head_checksum, light.dim) == (manifest.head, manifest.head_checksum, 16)
     np.testing.assert_allclose(
         light.vectors(SENTENCES, COLOUR), reference.vectors(SENTENCES, COLOUR), rtol=1e-5, atol=1e-5
     )

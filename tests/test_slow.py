@@ -113,7 +113,7 @@ def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path
     from condsearch.pipeline import load_vectorizer
 
     tuned, frozen = load_vectorizer(None, "lora", device="cpu"), load_vectorizer(None, "frozen", device="cpu")
-    assert tuned.head_name == "lora" and frozen.head_name == "frozen" and tuned.dim == frozen.dim == 256
+    assert tuned.profile_name == "lora" and frozen.profile_name == "frozen" and tuned.dim == frozen.dim == 256
     assert tuned.encoder.describe()["adapter_checksum"] == adapter_checksum(LORA_PROFILE_DIR)
     assert "adapter_checksum" not in frozen.encoder.describe()
     texts = ORANGE[:2] + TENNIS[:2]

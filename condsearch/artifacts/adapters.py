@@ -1,4 +1,4 @@
-"""Adapter folders without torch: PEFT's LoRA format (written) and condsearch's first format (read).
+"""Adapter folders without torch: PEFT's LoRA format and condsearch's own format (``delta`` adapters, older LoRA).
 
 A LoRA adapter is written as PEFT writes one, so that PEFT (``PeftModel.from_pretrained``), TEI
 and vLLM load it: ``adapter_config.json`` (PEFT's keys) and ``adapter_model.safetensors``
@@ -24,9 +24,9 @@ from typing import Any, Protocol, TypeVar
 from condsearch.artifacts.files import (
     ADAPTER_FORMAT_VERSION,
     ADAPTER_SIDECAR,
-    LEGACY_ADAPTER_CONFIG,
-    LEGACY_ADAPTER_FORMAT_VERSION,
-    LEGACY_ADAPTER_WEIGHTS,
+    NATIVE_ADAPTER_CONFIG,
+    NATIVE_ADAPTER_FORMAT_VERSION,
+    NATIVE_ADAPTER_WEIGHTS,
     PEFT_CONFIG,
     PEFT_WEIGHTS,
     file_checksum,
@@ -42,7 +42,7 @@ DELTA_KIND = "delta"
 #: PEFT's prefix of a wrapped model's module names, and the suffixes of a LoRA layer's two factors
 PEFT_PREFIX = "base_model.model."
 _PEFT_SUFFIX = {"a": ".lora_A.weight", "b": ".lora_B.weight"}
-_LEGACY_SUFFIX = {"a": ".lora_a", "b": ".lora_b"}
+_NATIVE_SUFFIX = {"a": ".lora_a", "b": ".lora_b"}
 # What else a decoder's adapter depends on besides pooling: its prompts and attention (bidirectional layers).
 ENCODER_SETTINGS = ("prompt_template", "unconditional_template", "bidirectional_layers")
 _UNSET = {"bidirectional_layers": 0}  # absent means causal
@@ -119,7 +119,7 @@ class Adapter:
 
 def has_adapter(folder: Path) -> bool:
     """Return whether folder holds an adapter (PEFT's format or condsearch's first)."""
-    return (Path(folder) / PEFT_CONFIG).is_file() or (Path(folder) / LEGACY_ADAPTER_CONFIG).is_file()
+    return (Path(folder) / PEFT_CONFIG).is_file() or (Path(folder) / NATIVE_ADAPTER_CONFIG).is_file()
 
 
 def read_adapter(folder: Path) -> Adapter:
@@ -127,12 +127,12 @@ def read_adapter(folder: Path) -> Adapter:
     folder = Path(folder)
     if (folder / PEFT_CONFIG).is_file():
         return _read_peft(folder)
-    meta = read_json(folder / LEGACY_ADAPTER_CONFIG, "adapter")
-    if meta.get("format_version") != LEGACY_ADAPTER_FORMAT_VERSION:
+    meta = read_json(folder / NATIVE_ADAPTER_CONFIG, "adapter")
+    if meta.get("format_version") != NATIVE_ADAPTER_FORMAT_VERSION:
         raise ModelError(f"{folder}: unsupported adapter format")
     kind = meta.get("kind", LORA_KIND)
     if kind == DELTA_KIND:
-        return Adapter(folder, LEGACY_ADAPTER_FORMAT_VERSION, DELTA_KIND, folder / LEGACY_ADAPTER_WEIGHTS, None, meta)
+        return Adapter(folder, NATIVE_ADAPTER_FORMAT_VERSION, DELTA_KIND, folder / NATIVE_ADAPTER_WEIGHTS, None, meta)
     try:
         targets = meta["targets"]
         lora = LoraSettings(
@@ -143,7 +143,7 @@ def read_adapter(folder: Path) -> Adapter:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ModelError(f"adapter config incomplete or invalid ({exc})") from exc
-    return Adapter(folder, LEGACY_ADAPTER_FORMAT_VERSION, LORA_KIND, folder / LEGACY_ADAPTER_WEIGHTS, lora, meta)
+    return Adapter(folder, NATIVE_ADAPTER_FORMAT_VERSION, LORA_KIND, folder / NATIVE_ADAPTER_WEIGHTS, lora, meta)
 
 
 def _read_peft(folder: Path) -> Adapter:
@@ -216,7 +216,7 @@ def checked_checksum(folder: Path, encoder: _Described) -> str:
 def lora_factors(adapter: Adapter, state: Mapping[str, T]) -> dict[str, tuple[T, T]]:
     """Return a LoRA adapter's tensors as {module name: (A (rank, in), B (out, rank))}, in either format."""
     prefix, suffix = (
-        (PEFT_PREFIX, _PEFT_SUFFIX) if adapter.format_version == ADAPTER_FORMAT_VERSION else ("", _LEGACY_SUFFIX)
+        (PEFT_PREFIX, _PEFT_SUFFIX) if adapter.format_version == ADAPTER_FORMAT_VERSION else ("", _NATIVE_SUFFIX)
     )
     halves: dict[str, dict[str, T]] = {}
     for key, tensor in state.items():
@@ -278,6 +278,6 @@ def write_lora_meta(
     return meta
 
 
-def legacy_meta(kind: Mapping[str, object], provenance: Mapping[str, object]) -> dict[str, object]:
-    """Return format 1's ``adapter.json`` (still written for ``delta`` adapters)."""
-    return {"format_version": LEGACY_ADAPTER_FORMAT_VERSION, **kind, **provenance}
+def native_meta(kind: Mapping[str, object], provenance: Mapping[str, object]) -> dict[str, object]:
+    """Return format 1's ``adapter.json``, the config of a ``delta`` adapter."""
+    return {"format_version": NATIVE_ADAPTER_FORMAT_VERSION, **kind, **provenance}

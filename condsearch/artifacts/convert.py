@@ -26,7 +26,7 @@ from condsearch.artifacts.adapters import (
 from condsearch.artifacts.files import (
     HEAD_CONFIG,
     HEAD_WEIGHTS,
-    LEGACY_ADAPTER_FORMAT_VERSION,
+    NATIVE_ADAPTER_FORMAT_VERSION,
     PEFT_WEIGHTS,
     check_own_artifact,
     file_checksum,
@@ -49,7 +49,7 @@ def convert_legacy_adapter(source: Path, target: Path | None = None) -> str:
     from condsearch.atomic import replacing_dir
 
     old = read_adapter(source)
-    if old.format_version != LEGACY_ADAPTER_FORMAT_VERSION or old.kind != LORA_KIND or old.lora is None:
+    if old.format_version != NATIVE_ADAPTER_FORMAT_VERSION or old.kind != LORA_KIND or old.lora is None:
         raise ModelError(f"{source}: not a LoRA adapter of condsearch's first format")
     check_own_artifact(Path(target or source), "adapter")
     factors = lora_factors(old, load_weights(old.weights, "adapter weights", framework="numpy"))

@@ -31,11 +31,13 @@ HEAD_CONFIG = "head.json"
 PEFT_CONFIG = "adapter_config.json"
 PEFT_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_SIDECAR = "condsearch_adapter.json"
-#: format 2: PEFT's files + the sidecar; format 1 (read, and still written for ``delta`` adapters): below
+#: format 2: PEFT's files + the sidecar, for LoRA adapters
 ADAPTER_FORMAT_VERSION = 2
-LEGACY_ADAPTER_FORMAT_VERSION = 1
-LEGACY_ADAPTER_WEIGHTS = "adapter.safetensors"
-LEGACY_ADAPTER_CONFIG = "adapter.json"
+#: format 1, condsearch's own: adapter.json + adapter.safetensors. ``delta`` adapters (a kind PEFT has not; the
+#: shipped ``full`` profile, the default) are written in it, and LoRA adapters were before PEFT's was adopted
+NATIVE_ADAPTER_FORMAT_VERSION = 1
+NATIVE_ADAPTER_WEIGHTS = "adapter.safetensors"
+NATIVE_ADAPTER_CONFIG = "adapter.json"
 
 ROUTER_FORMAT_VERSION = 2
 ROUTER_WEIGHTS = "router.safetensors"
@@ -61,8 +63,8 @@ ARTIFACT_MARKERS: dict[str, str] = {
     "adapter": PEFT_CONFIG,
     "head": HEAD_CONFIG,
 }
-#: markers of the same kinds written before (format-1 adapters, and ``delta`` adapters still)
-_OLDER_MARKERS: dict[str, tuple[str, ...]] = {"adapter": (LEGACY_ADAPTER_CONFIG,)}
+#: markers of the same kinds in another format: condsearch's own adapter format (``delta`` adapters, older LoRA ones)
+_OTHER_MARKERS: dict[str, tuple[str, ...]] = {"adapter": (NATIVE_ADAPTER_CONFIG,)}
 
 
 _HEAD_FILES = (HEAD_CONFIG, HEAD_WEIGHTS)
@@ -98,8 +100,8 @@ ARTIFACT_FILES: dict[str, tuple[str, ...]] = {
         PEFT_CONFIG,
         PEFT_WEIGHTS,
         ADAPTER_SIDECAR,
-        LEGACY_ADAPTER_CONFIG,
-        LEGACY_ADAPTER_WEIGHTS,
+        NATIVE_ADAPTER_CONFIG,
+        NATIVE_ADAPTER_WEIGHTS,
         *_HEAD_FILES,
     ),
     "head": _HEAD_FILES,
@@ -127,8 +129,8 @@ _OURS: dict[str, Callable[[dict[str, object]], bool]] = {
     ),
     ADAPTER_SIDECAR: lambda m: m.get("format_version") == ADAPTER_FORMAT_VERSION and isinstance(m.get("kind"), str),
     PEFT_CONFIG: lambda m: m.get("peft_type") == "LORA",
-    LEGACY_ADAPTER_CONFIG: lambda m: (
-        m.get("format_version") == LEGACY_ADAPTER_FORMAT_VERSION and (m.get("kind") in ("lora", "delta") or "rank" in m)
+    NATIVE_ADAPTER_CONFIG: lambda m: (
+        m.get("format_version") == NATIVE_ADAPTER_FORMAT_VERSION and (m.get("kind") in ("lora", "delta") or "rank" in m)
     ),
     ROUTER_CONFIG: lambda m: m.get("format_version") in (1, ROUTER_FORMAT_VERSION) and _is_int(m.get("layer")),
     MODEL_SUMMARY: lambda m: m.get("finetune") == "full" and isinstance(m.get("config"), dict),
@@ -148,7 +150,7 @@ def artifact_kind(folder: Path | str) -> str | None:
     """
     folder = Path(folder)
     for kind, marker in ARTIFACT_MARKERS.items():
-        if any((folder / m).is_file() for m in (marker, *_OLDER_MARKERS.get(kind, ()))):
+        if any((folder / m).is_file() for m in (marker, *_OTHER_MARKERS.get(kind, ()))):
             return kind
     return None
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from condsearch.artifacts.adapters import has_adapter
 from condsearch.artifacts.files import FROZEN_HEAD_DIR, FULL_PROFILE_DIR, LORA_PROFILE_DIR
@@ -47,7 +47,12 @@ LEGACY_DEFAULT = PROFILE_LORA
 PROFILE_NAMES = (PROFILE_AUTO, PROFILE_DEFAULT, *SHIPPED_PROFILES, PROFILE_NONE)
 #: the manifest's encoder record of an adapter named with --adapter (apart from the profile)
 ADAPTER_KEY = "adapter"
+#: how an index's vectors are made: case, the CASE bi-encoder (adapter + head); csr, the router tri-encoder
 Mode = Literal["case", "csr"]
+MODE_CASE: Mode = "case"
+MODE_CSR: Mode = "csr"
+#: the --mode choices, the default first
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 class ProfileError(ModelError):
@@ -62,7 +67,7 @@ class Profile:
     adapter: Path | None = None
     head: Path | None = None
     router: Path | None = None
-    mode: Mode = "case"
+    mode: Mode = MODE_CASE
 
     @property
     def separate_adapter(self) -> str | None:
@@ -107,13 +112,13 @@ def resolve_profile(
     head: str | None = None,
     adapter: str | Path | None = None,
     router: str | None = None,
-    mode: Mode = "case",
+    mode: Mode = MODE_CASE,
 ) -> Profile:
     """Return the profile that the flags name, or a one-line ProfileError where they conflict.
 
     ``model`` (a name or folder) is resolved only for ``auto``. ``head`` None means not given.
     """
-    if mode == "csr":
+    if mode == MODE_CSR:
         if (head not in (None, PROFILE_AUTO, PROFILE_NONE)) or adapter is not None or profile is not None:
             raise ProfileError(
                 "--head, --adapter and --profile apply to --mode case only; CSR vectors are indexed as they are"
@@ -121,7 +126,7 @@ def resolve_profile(
         from condsearch.models import resolve_model
 
         folder = resolve_router(router, resolve_model(model).model_id if router in (None, ROUTER_AUTO) else "")
-        return Profile(router=folder, mode="csr")
+        return Profile(router=folder, mode=MODE_CSR)
     if router not in (None, ROUTER_AUTO):
         raise ProfileError("--router applies to --mode csr only")
     if profile is not None:
@@ -159,9 +164,9 @@ def profile_of_index(
 
     ``asked`` is a --head given at query time in place of the recorded one (its 'default' is today's).
     """
-    if mode == "csr":
+    if mode == MODE_CSR:
         recorded = encoder.get("router")
-        return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode="csr")
+        return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode=MODE_CSR)
     adapter = encoder.get(ADAPTER_KEY)
     name = recorded_profile(head) if asked is None else asked  # resolve_profile reads 'default' as today's
     return resolve_profile(model_id, head=name, adapter=str(adapter) if isinstance(adapter, str) else None)

@@ -49,6 +49,19 @@ def model_config(source: ModelSource) -> dict[str, object]:
         return {}
 
 
+def model_family(model: str | None) -> str | None:
+    """Return the family of a model (id or folder) from its config; None where it cannot be read here.
+
+    Loading the model says why it cannot be read; this only answers which flags apply to it.
+    """
+    from condsearch.errors import CondsearchError
+
+    try:
+        return detect_family(model_config(resolve_model(model)))
+    except CondsearchError:
+        return None
+
+
 def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
     """Return the :func:`load_encoder` keywords that rebuild an encoder from its ``describe()`` record."""
     options: dict[str, Any] = {}

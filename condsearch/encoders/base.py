@@ -16,6 +16,9 @@ from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
+#: pairs per encoder forward pass, wherever a caller names no other (the CLI's --batch-size default)
+ENCODE_BATCH_SIZE = 64
+
 # A (condition, sentence) input; a sentence of None stands for the bare instruction I(∅).
 Pair = tuple[str, str | None]
 
@@ -42,7 +45,7 @@ class ConditionalEncoder(Protocol):
     dim: int
 
     def encode_conditional(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
     ) -> np.ndarray: ...
 
     def describe(self) -> dict[str, object]: ...
@@ -86,7 +89,7 @@ class Encoder(ABC):
         self,
         pairs: Sequence[Pair],
         *,
-        batch_size: int = 64,
+        batch_size: int = ENCODE_BATCH_SIZE,
         progress: bool = False,
         cache: EmbeddingCache | None = None,
         desc: str = "encoding",
@@ -132,7 +135,7 @@ class Encoder(ABC):
         sentences: Sequence[str],
         conditions: Sequence[str] | str,
         *,
-        batch_size: int = 64,
+        batch_size: int = ENCODE_BATCH_SIZE,
         progress: bool = False,
         cache: EmbeddingCache | None = None,
     ) -> np.ndarray:
@@ -150,7 +153,7 @@ class Encoder(ABC):
         return cond - base[[row[c] for c in conditions]]
 
     def encode_conditional(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
     ) -> np.ndarray:
         """Return the raw CASE vectors of texts under one condition (see :meth:`encode_case`)."""
         return self.encode_case(texts, condition, batch_size=batch_size, progress=progress)
@@ -159,7 +162,7 @@ class Encoder(ABC):
         self,
         texts: Sequence[str],
         *,
-        batch_size: int = 64,
+        batch_size: int = ENCODE_BATCH_SIZE,
         progress: bool = False,
         cache: EmbeddingCache | None = None,
     ) -> np.ndarray:

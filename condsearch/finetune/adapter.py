@@ -19,13 +19,13 @@ from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, ha
     adapter_checksum,
     encoder_settings,
     has_adapter,
-    legacy_meta,
+    native_meta,
     peft_names,
     write_lora_meta,
 )
 from condsearch.artifacts.files import (
-    LEGACY_ADAPTER_CONFIG,
-    LEGACY_ADAPTER_WEIGHTS,
+    NATIVE_ADAPTER_CONFIG,
+    NATIVE_ADAPTER_WEIGHTS,
     PEFT_WEIGHTS,
     check_own_artifact,
     write_json,
@@ -104,9 +104,9 @@ def save_delta_adapter(
     check_own_artifact(directory, "adapter")
     with replacing_dir(directory) as tmp:
         tensors = {k: v.detach().to("cpu", dtype).contiguous() for k, v in state.items()}
-        save_weights(tensors, tmp / LEGACY_ADAPTER_WEIGHTS, f"{directory}: adapter weights")
+        save_weights(tensors, tmp / NATIVE_ADAPTER_WEIGHTS, f"{directory}: adapter weights")
         write_json(
-            tmp / LEGACY_ADAPTER_CONFIG, legacy_meta({"kind": DELTA_KIND, "rank": rank}, provenance(encoder, extra))
+            tmp / NATIVE_ADAPTER_CONFIG, native_meta({"kind": DELTA_KIND, "rank": rank}, provenance(encoder, extra))
         )
         if head is not None:
             write_head_files(head, tmp, extra, shown=directory)

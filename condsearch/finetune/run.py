@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from condsearch.artifacts.files import MODEL_SUMMARY, check_own_artifact
 from condsearch.artifacts.weights import check_finite
 from condsearch.atomic import replacing_dir
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.finetune.trainer import EpochCallback, FinetuneConfig, FinetuneResult, finetune
 from condsearch.head import write_head_files
@@ -31,6 +32,29 @@ def default_checkpoint_dir(out: Path) -> Path:
     return default_cache_dir() / "checkpoints" / f"{out.name}-{digest}"
 
 
+def resolve_init_head(spec: str | None, model: str | None) -> str | None:
+    """Return the folder of the frozen-encoder head that ``--init-head`` names (a folder or a shipped name).
+
+    None stays None; 'none' and a head that goes with an adapter are refused with a ProfileError.
+    """
+    if spec is None:
+        return None
+    from condsearch.artifacts.adapters import has_adapter
+    from condsearch.artifacts.profiles import ProfileError
+    from condsearch.models import resolve_model
+    from condsearch.pipeline import head_folder
+
+    try:
+        folder = head_folder(spec, resolve_model(model).model_id)
+    except CondsearchError as exc:
+        raise ProfileError(f"--init-head: {exc}") from exc
+    if folder is None:
+        raise ProfileError("--init-head none: leave the option out for a fresh head")
+    if has_adapter(folder):
+        raise ProfileError(f"--init-head {spec}: that head goes with a LoRA adapter; name a frozen-encoder head")
+    return str(folder)
+
+
 def finetune_and_save(
     train_csv: Path,
     out: Path,
@@ -45,7 +69,7 @@ def finetune_and_save(
     resume: bool = False,
     checkpoint_every: int = 0,
     keep_epochs: bool = False,
-    eval_batch_size: int = 64,
+    eval_batch_size: int = ENCODE_BATCH_SIZE,
     progress: bool = True,
     on_epoch: EpochCallback | None = None,
     encoder_settings: Mapping[str, Any] | None = None,

@@ -25,6 +25,7 @@ from torch import nn
 
 from condsearch.best_epoch import BestEpoch
 from condsearch.csts import CstsData, scale_labels
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.errors import ModelError
@@ -196,7 +197,7 @@ def trainable_parameters(
 
 
 def evaluate_encoder(
-    encoder: TrainableEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = 64
+    encoder: TrainableEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = ENCODE_BATCH_SIZE
 ) -> dict[str, float]:
     """Return dev Spearman/Pearson ×100 of the current weights (eval mode, no cache)."""
     encoder.model.eval()
@@ -294,7 +295,7 @@ def finetune(
     dev: CstsData | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
-    eval_batch_size: int = 64,
+    eval_batch_size: int = ENCODE_BATCH_SIZE,
     progress: bool = False,
     on_epoch: EpochCallback | None = None,
     checkpoint_every: int = 0,

@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import faiss
 import numpy as np
 
 from condsearch.errors import StoreError
-from condsearch.scale.milvus import MilvusIndex, MilvusStore
+from condsearch.scale.milvus import MilvusIndex, MilvusStore, parse_store
 from condsearch.store import IndexStore
+
+
+def export_indexes(store: IndexStore, names: Sequence[str], spec: str) -> Iterator[MilvusIndex]:
+    """Push the named FAISS indexes to the Milvus that spec names, one at a time; yield where each went.
+
+    The connection closes when the last is pushed, or when the caller stops early or raises.
+    """
+    target = parse_store(spec)
+    if target is None:
+        raise StoreError("no Milvus store named")
+    milvus = MilvusStore(target)
+    try:
+        for name in names:
+            yield export_index(store, name, milvus)
+    finally:
+        milvus.close()
 
 
 def export_index(store: IndexStore, name: str, milvus: MilvusStore) -> MilvusIndex:

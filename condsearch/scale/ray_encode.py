@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
 from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, index_staged_vectors, plan_index
 from condsearch.scale import missing_extra
@@ -59,10 +60,9 @@ class VectorizerRecipe:
 
     def load(self) -> Vectorizer:
         """Load the vectorizer this recipe names (in an actor, or anywhere)."""
-        from condsearch.pipeline import MODE_CSR, load_csr_vectorizer, load_vectorizer
+        from condsearch.pipeline import load_mode_vectorizer
 
-        loader = load_csr_vectorizer if self.mode == MODE_CSR else load_vectorizer
-        return loader(**dict(self.options))  # type: ignore[operator]
+        return load_mode_vectorizer(self.mode, **dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class VectorizerInfo:
     revision: str
     described: dict[str, object]
     mode: str
-    head_name: str
+    profile_name: str
     head_checksum: str
     dim: int
 
@@ -87,7 +87,7 @@ def describe_vectorizer(recipe: VectorizerRecipe) -> VectorizerInfo:
     vec = recipe.load()
     enc = vec.encoder
     return VectorizerInfo(
-        enc.model_id, enc.revision, enc.describe(), vec.mode, vec.head_name, vec.head_checksum, vec.dim
+        enc.model_id, enc.revision, enc.describe(), vec.mode, vec.profile_name, vec.head_checksum, vec.dim
     )
 
 
@@ -166,7 +166,7 @@ def ray_index_conditions(
     factory: str,
     search_params: str,
     max_index_memory: str,
-    batch_size: int = 64,
+    batch_size: int = ENCODE_BATCH_SIZE,
     config: RayConfig = RayConfig(),  # noqa: B008 - frozen
 ) -> list[BuildReport]:
     """Encode corpus under each condition on Ray and publish one index each; return what each did.
@@ -261,7 +261,7 @@ def _publish(
             model_revision=info.revision,
             encoder=info.described,
             mode=info.mode,
-            head=info.head_name,
+            head=info.profile_name,
             head_checksum=info.head_checksum,
             dim=info.dim,
             metric="inner_product",

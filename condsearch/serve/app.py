@@ -22,9 +22,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
+from condsearch.answers import index_summary, query_answer
 from condsearch.errors import CondsearchError, first_line
 from condsearch.search import Answer
-from condsearch.serve.answers import index_summary, query_answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition

@@ -16,6 +16,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from condsearch.serve.config import ServeConfig
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -46,8 +48,8 @@ class MicroBatcher(Generic[T, R]):
         self,
         run: Callable[[list[T]], Sequence[R | BaseException]],
         *,
-        max_batch: int = 64,
-        window_s: float = 0.002,
+        max_batch: int = ServeConfig.max_batch,
+        window_s: float = ServeConfig.batch_window_ms / 1000,
         size: Callable[[T], int] = lambda _: 1,
         name: str = "condsearch-batcher",
     ) -> None:

@@ -6,6 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
 
+from condsearch.defaults import DEFAULT_INDEX_DIR
+
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
 API_KEY_HEADER = "X-API-Key"
@@ -15,7 +17,7 @@ API_KEY_HEADER = "X-API-Key"
 class ServeConfig:
     """How `condsearch serve` listens, batches and answers."""
 
-    index_dir: Path = Path("indexes")
+    index_dir: Path = DEFAULT_INDEX_DIR
     #: a Milvus database to serve instead of index_dir: milvus-lite:PATH.db or milvus://HOST:PORT
     store: str | None = None
     host: str = "127.0.0.1"

@@ -31,6 +31,7 @@ from condsearch.search import (
     find_index,
     vectorizer_key,
 )
+from condsearch.serve.config import ServeConfig
 from condsearch.store import Manifest
 
 __all__ = [  # the errors and the model key live in condsearch.errors and condsearch.search; named here as before
@@ -81,7 +82,7 @@ class Resident:
         store: IndexSource,
         load_vectorizer: Callable[[Manifest], Vectorizer] | None = None,
         *,
-        reload_interval_s: float = 0.5,
+        reload_interval_s: float = ServeConfig.reload_interval_s,
         device: str | None = None,
         trust_remote_code: bool = False,
         quantize: str | None = None,

@@ -12,15 +12,16 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from condsearch.cli_common import CONTEXT, check_utf8, fail, json_line, open_store
-from condsearch.cli_options import (
+from condsearch.cli.common import CONTEXT, check_utf8, fail, json_line, open_store
+from condsearch.cli.options import (
     device_option,
     index_dir_option,
     quantize_check_option,
+    query_profile_option,
+    read_store_option,
     threads_option,
     trust_option,
 )
-from condsearch.cli_scale import query_store_option
 from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import ServeConfig
 
@@ -86,14 +87,14 @@ def _one_thread() -> None:
 )
 @click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
-@click.option("--head", default=None, help="Must match the index's head [default: the index's].")
+@query_profile_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per query: query, condition, results.")
 @quantize_check_option
 @threads_option
 @index_dir_option
 @device_option
 @trust_option
-@query_store_option
+@read_store_option("Search")
 def query_cmd(
     texts: tuple[str, ...],
     condition: str,
@@ -101,7 +102,7 @@ def query_cmd(
     query_file: Path | None,
     corpus_name: str | None,
     model: str | None,
-    head: str | None,
+    profile: str | None,
     as_json: bool,
     index_dir: Path,
     device: str | None,
@@ -125,7 +126,7 @@ def query_cmd(
         return vectorizer_for(
             manifest,
             model,
-            head,
+            profile,
             device=device,
             trust_remote_code=trust_remote_code,
             quantize=quantize,
@@ -147,7 +148,7 @@ def query_cmd(
         stored = store.load(store.find(condition, corpus_name))
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
-        light = few and model is None and head is None and quantize is None and device in (None, "cpu")
+        light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
         vec = onnx_vectorizer_for(stored.manifest, threads=threads) if light else None
         on_device = vec is None  # the onnxruntime path searches on the CPU too, without importing torch to ask
         if vec is None:
@@ -165,7 +166,7 @@ def query_cmd(
 
 def _print_answers(found: Answer, as_json: bool) -> None:
     """Print the k notice (stderr), then each query's results: a JSON line, or rank, score, id and text."""
-    from condsearch.serve.answers import query_answer
+    from condsearch.answers import query_answer
 
     if found.notice:
         click.echo(f"condsearch: {found.notice}", err=True)
@@ -186,7 +187,7 @@ def _print_answers(found: Answer, as_json: bool) -> None:
 @index_dir_option
 def list_cmd(as_json: bool, index_dir: Path) -> None:
     """List the stored indexes: condition, rows, model, head, dimension."""
-    from condsearch.serve.answers import index_summary
+    from condsearch.answers import index_summary
     from condsearch.store import Manifest
 
     entries = open_store(index_dir).manifests()
@@ -221,7 +222,7 @@ def verify_cmd(conditions: tuple[str, ...], corpus_name: str | None, as_json: bo
         raise click.UsageError("--corpus picks among the indexes of a --condition")
     store = open_store(index_dir)
     try:
-        names = list(dict.fromkeys(store.find(c, corpus_name) for c in conditions)) if conditions else store.names()
+        names = store.select(conditions, corpus_name)
     except CondsearchError as exc:
         raise fail(exc) from exc
     if not names and not as_json:

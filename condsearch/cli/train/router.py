@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from condsearch.cli_config import config_from, config_option, given
-from condsearch.cli_train import check_out, common_options, dev_note, report_epoch, run_training
+from condsearch.cli.options import config_from, config_option, given
+from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
 from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
 from condsearch.csr.training import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig

@@ -7,17 +7,17 @@ from typing import Any
 
 import click
 
-from condsearch.cli_config import config_from, config_option
-from condsearch.cli_options import encoder_options
-from condsearch.cli_train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
-from condsearch.training import ENCODE_BATCH_SIZE, TrainConfig
+from condsearch.cli.options import config_from, config_option, encoder_options
+from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.training import TrainConfig
 
 _DEFAULTS = TrainConfig()
 _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bidirectional_layers", "preset")
 
 
 @click.command("head")
-@common_options(_DEFAULTS, "Folder to write the head into (use it with --head OUT).")
+@common_options(_DEFAULTS, "Folder to write the head into (use it with --profile OUT).")
 @config_option(_DEFAULTS, "dim", "--dim", type=click.IntRange(min=1), help="Output (index) dimension of the head.")
 @config_option(
     _DEFAULTS,

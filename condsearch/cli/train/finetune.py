@@ -8,22 +8,18 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from condsearch.cli_config import config_from, config_option, given
-from condsearch.cli_options import encoder_options
-from condsearch.cli_train import check_out, common_options, dev_note, encode_batch_option, run_training
-from condsearch.errors import CondsearchError
+from condsearch.cli.options import config_from, config_option, encoder_options, given
+from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, run_training
+from condsearch.encoders import model_family
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.errors import CondsearchError, first_line
 from condsearch.finetune.lora import LoraConfig
 from condsearch.finetune.trainer import FinetuneConfig
-from condsearch.training import ENCODE_BATCH_SIZE
+from condsearch.losses import format_loss_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 _HEAD_FLAGS = ("head_dim", "head_dropout", "head_lr", "init_head")
 _DECODER_FLAGS = ("prompt_template", "unconditional_template", "bidirectional_layers", "preset")
-
-
-def loss_spec(losses: tuple[tuple[str, float], ...]) -> str:
-    """Return (name, weight) pairs as a --loss value, e.g. 'mse' or 'mse,wacl=0.5'."""
-    return ",".join(name if weight == 1.0 else f"{name}={weight:g}" for name, weight in losses)
 
 
 def _finetune_options(kind: str) -> Callable[[F], F]:
@@ -37,7 +33,7 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
         common_options(defaults, out_help),
         click.option(
             "--loss",
-            default=loss_spec(defaults.losses),
+            default=format_loss_spec(defaults.losses),
             show_default=True,
             help=(
                 "Objective: mse (on the scaled label), quad (C-STS quadruplet margin), wacl (CCL eq. 9), bcl (CCL "
@@ -168,7 +164,7 @@ def lora_cmd(ctx: click.Context, **params: Any) -> None:
     pooling, or decoder embedders on their prompts), checkpointed after each epoch; --resume
     continues. The adapter folder in --out is used with --profile OUT.
     """
-    if _family(params["model"]) != "decoder":
+    if model_family(params["model"]) != "decoder":
         if params["pooling"] not in ("auto", "condition-mean"):
             raise click.UsageError("train lora trains BERT-style encoders with condition-mean pooling")
         if flags := given(ctx, *_DECODER_FLAGS):
@@ -189,7 +185,7 @@ def full_cmd(ctx: click.Context, **params: Any) -> None:
     """Fine-tune every weight of the encoder.
 
     BERT-style encoders with condition-mean pooling; checkpointed after each epoch, --resume
-    continues. The model folder in --out is used with --model OUT (and --head OUT with
+    continues. The model folder in --out is used with --model OUT (and --profile OUT with
     --head-on-top).
     """
     _run(ctx, "full", params)
@@ -225,7 +221,8 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
         dev = f"  dev spearman {row['dev_spearman']:.2f}" if "dev_spearman" in row else ""
         click.echo(f"epoch {epoch:>3}  loss {row['loss']:.5f}  {row['train_seconds']:.0f}s{dev}", err=True)
 
-    use = f"--profile {out}" if kind == "lora" else f"--model {out}" + (f" --head {out}" if config.head_on_top else "")
+    head = f" --profile {out}" if config.head_on_top else ""
+    use = f"--profile {out}" if kind == "lora" else f"--model {out}{head}"
     run_training(
         lambda: finetune_and_save(
             params["train_csv"],
@@ -259,33 +256,11 @@ def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
         raise click.UsageError(f"--loss: {exc}") from exc
 
 
-def _family(model: str | None) -> str | None:
-    """Return the family of --model from its config (None when it cannot be read here; loading reports why)."""
-    from condsearch.encoders import model_config
-    from condsearch.encoders.family import detect_family
-    from condsearch.models import resolve_model
-
-    try:
-        return detect_family(model_config(resolve_model(model)))
-    except CondsearchError:
-        return None
-
-
 def _init_head(spec: str | None, model: str | None) -> str | None:
-    """Resolve --init-head (a folder or a shipped head's name) to a folder path."""
-    if spec is None:
-        return None
-    from condsearch.models import resolve_model
-    from condsearch.pipeline import head_folder
+    """Resolve --init-head (a folder or a shipped head's name) to a folder path, or raise UsageError."""
+    from condsearch.finetune.run import resolve_init_head
 
     try:
-        folder = head_folder(spec, resolve_model(model).model_id)
+        return resolve_init_head(spec, model)
     except CondsearchError as exc:
-        raise click.UsageError(f"--init-head: {exc}") from exc
-    if folder is None:
-        raise click.UsageError("--init-head none: leave the option out for a fresh head")
-    from condsearch.finetune.adapter import has_adapter
-
-    if has_adapter(folder):
-        raise click.UsageError(f"--init-head {spec}: that head goes with a LoRA adapter; name a frozen-encoder head")
-    return str(folder)
+        raise click.UsageError(first_line(exc)) from exc

@@ -1,4 +1,4 @@
-"""`condsearch train head|lora|full|router`: the group, its light help, and the legacy one-command spelling.
+"""`condsearch train head|lora|full|router`: the group, its light help, the old one-command spelling, shared options.
 
 Each subcommand lives in its own module, imported only when it runs (or shows its help), so
 that `condsearch --help` and `condsearch train --help` load no model library.
@@ -8,32 +8,31 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from condsearch.cli_config import config_option
-from condsearch.cli_options import device_option, trust_option
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES
+from condsearch.cli.options import config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 #: subcommand -> (module:attribute, the first line of its help); tests/test_cli_train.py checks they agree
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "head": ("condsearch.cli_train_head:head_cmd", "Train the CASE projection head on the frozen encoder."),
-    "lora": ("condsearch.cli_finetune:lora_cmd", "Fine-tune the encoder with LoRA adapters."),
-    "full": ("condsearch.cli_finetune:full_cmd", "Fine-tune every weight of the encoder."),
-    "router": ("condsearch.cli_train_router:router_cmd", "Train a CSR router: the paper, extended or context variant."),
+    "head": ("condsearch.cli.train.head:head_cmd", "Train the CASE projection head on the frozen encoder."),
+    "lora": ("condsearch.cli.train.finetune:lora_cmd", "Fine-tune the encoder with LoRA adapters."),
+    "full": ("condsearch.cli.train.finetune:full_cmd", "Fine-tune every weight of the encoder."),
+    "router": ("condsearch.cli.train.router:router_cmd", "Train a CSR router: the paper, extended or context variant."),
 }
 _LEGACY_FLAGS = ("--finetune", "--mode")
 
 
 def legacy_subcommand(args: list[str]) -> tuple[str, list[str]]:
     """Map the old ``train TRAIN_CSV [--finetune KIND] [--mode MODE] …`` to a subcommand and its arguments."""
-    chosen = {"--finetune": "none", "--mode": "case"}
+    chosen = {"--finetune": "none", "--mode": MODE_CASE}
     rest: list[str] = []
     it = iter(args)
     for arg in it:
@@ -47,11 +46,11 @@ def legacy_subcommand(args: list[str]) -> tuple[str, list[str]]:
     finetune, mode = chosen["--finetune"], chosen["--mode"]
     if finetune not in ("none", "lora", "full"):
         raise click.UsageError(f"--finetune: {finetune!r} is not one of none, lora, full")
-    if mode not in ("case", "csr"):
-        raise click.UsageError(f"--mode: {mode!r} is not one of case, csr")
-    if finetune != "none" and mode == "csr":
+    if mode not in MODES:
+        raise click.UsageError(f"--mode: {mode!r} is not one of {', '.join(MODES)}")
+    if finetune != "none" and mode == MODE_CSR:
         raise click.UsageError("--finetune applies to --mode case")
-    return (finetune if finetune != "none" else "router" if mode == "csr" else "head"), rest
+    return (finetune if finetune != "none" else "router" if mode == MODE_CSR else "head"), rest
 
 
 class TrainGroup(click.Group):
@@ -83,11 +82,11 @@ class TrainGroup(click.Group):
 
 
 @click.group("train", cls=TrainGroup)
-def train() -> None:
+def train_cmd() -> None:
     """Train a head, a LoRA adapter, a whole model or a CSR router on a C-STS style CSV.
 
     The CSV holds sentence1, sentence2, condition and label (1-5). Each subcommand writes one
-    artifact into --out: `head` a projection head (use it with --head OUT), `lora` an adapter
+    artifact into --out: `head` a projection head (use it with --profile OUT), `lora` an adapter
     (--profile OUT), `full` a model folder (--model OUT), `router` a CSR router (--mode csr --router
     OUT). `condsearch train SUBCOMMAND --help` lists its options.
     """
@@ -151,15 +150,10 @@ def encode_batch_option(default: int, help: str) -> Callable[[F], F]:
 
 def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
     """Refuse, before any training, an --out (or --checkpoint-dir) that is not ours to replace or cannot be written."""
-    from condsearch.artifacts.files import check_own_artifact
-    from condsearch.atomic import check_output_dir, recover_dir
+    from condsearch.atomic import check_artifact_outputs
 
     try:
-        for folder, what in ((out, kind), (checkpoint_dir, "checkpoint")):
-            if folder is not None:
-                recover_dir(Path(os.path.abspath(folder)))  # a replacement cut off by a crash: judge the folder it left
-                check_own_artifact(folder, what)
-                check_output_dir(folder, what)
+        check_artifact_outputs(out, kind, checkpoint_dir)
     except CondsearchError as exc:
         raise click.ClickException(first_line(exc)) from exc
 

@@ -1,4 +1,4 @@
-"""What every command of the CLI shares: click's settings, one-line failures, the index store."""
+"""What every command shares besides its options: click's settings, one-line failures, JSON lines, the store."""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""The root command group; each command lives in a cli_* module by concept (index, query, serve, train)."""
+"""The command line: the root group `main` and its commands, one module per concept.
+
+The commands only parse flags, call one library function and print: ``index`` (index.py);
+``query``, ``list`` and ``verify`` (query.py); ``serve`` (serve.py); ``export`` (export.py);
+``train head|lora|full|router`` (train/). Options shared by several commands have one home,
+options.py; what every command shares besides (one-line errors, JSON lines) is common.py.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +17,16 @@ from typing import Any
 import click
 
 from condsearch import __version__
-from condsearch.cli_common import CONTEXT, check_utf8
-from condsearch.cli_index import index_cmd
-from condsearch.cli_query import list_cmd, query_cmd, verify_cmd
-from condsearch.cli_scale import export_cmd
-from condsearch.cli_serve import serve_cmd
-from condsearch.cli_train import train
+from condsearch.cli.common import CONTEXT, check_utf8
+from condsearch.cli.export import export_cmd
+from condsearch.cli.index import index_cmd
+from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
+from condsearch.cli.serve import serve_cmd
+from condsearch.cli.train import train_cmd
 from condsearch.errors import os_reason
 from condsearch.progress import set_quiet
+
+__all__ = ["main"]
 
 
 class _Commands(click.Group):
@@ -87,8 +95,5 @@ def demo_corpus_cmd(out: Path) -> None:
     click.echo(f"wrote {n} rows to {out}")
 
 
-for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train):
+for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd):
     main.add_command(command)
-
-if __name__ == "__main__":
-    main()

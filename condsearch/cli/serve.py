@@ -7,15 +7,15 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from condsearch.cli_common import CONTEXT, fail
-from condsearch.cli_options import (
+from condsearch.cli.common import CONTEXT, fail
+from condsearch.cli.options import (
     device_option,
     index_dir_option,
     quantize_check_option,
+    read_store_option,
     threads_option,
     trust_option,
 )
-from condsearch.cli_scale import serve_store_option
 from condsearch.errors import CondsearchError
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
@@ -60,7 +60,7 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 @quantize_check_option
 @threads_option
 @index_dir_option
-@serve_store_option
+@read_store_option("Serve the")
 @device_option
 @trust_option
 def serve_cmd(

@@ -4,42 +4,62 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
-from condsearch.ann import AUTO, IndexConfig, parse_factory, parse_search_params
-from condsearch.cli_options import (
+from condsearch.ann import IndexConfig, check_index_options
+from condsearch.artifacts.profiles import MODE_CSR
+from condsearch.cli.common import CONTEXT, fail, open_store
+from condsearch.cli.options import (
     device_option,
     encoder_options,
     index_dir_option,
     mode_option,
     profile_options,
+    publish_store_option,
     quantize_option,
+    ray_options,
     router_options,
     threads_option,
     trust_option,
 )
-from condsearch.cli_scale import index_store_option, ray_options
 from condsearch.corpus_formats import FORMATS, CorpusConfig
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError
-
-if TYPE_CHECKING:
-    from condsearch.pipeline import Vectorizer
-
-from condsearch.cli_common import CONTEXT, fail, open_store
 
 
 def _check_index_options(factory: str, search_params: str) -> None:
-    """Refuse a factory string or search parameters of an unsupported form before any model loads."""
     try:
-        if factory != AUTO:
-            parse_factory(factory)
-        parse_search_params(search_params)
-    except ValueError as exc:
+        check_index_options(factory, search_params)
+    except ValueError as exc:  # a library error, one line (exit 1)
         raise CondsearchError(str(exc)) from exc
+
+
+#: index's flags that apply to one mode only (or with --ray only); every other flag applies to both
+_DECODER_FLAGS = ("--bidirectional-layers", "--preset")
+_ENCODER_FLAGS = ("--pooling", "--prompt-template", "--unconditional-template", "--dtype")
+_CSR_FLAGS = ("--router", "--router-layer", "--router-variant")
+_RAY_FLAGS = ("--ray-actors", "--ray-work-dir")
+
+
+def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
+    """Refuse, before any work, a flag set (off its default) that does not apply to --mode, or that needs --ray."""
+    if mode == MODE_CSR:
+        if flags.intersection(_DECODER_FLAGS):
+            raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
+        if flags.intersection(_ENCODER_FLAGS):
+            # the router tri-encoder pools and runs its own way: these would be silently dropped
+            raise click.UsageError(
+                "--pooling, --prompt-template, --unconditional-template and --dtype apply to --mode case"
+            )
+        if "--quantize" in flags:
+            raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
+    elif flags.intersection(_CSR_FLAGS):
+        raise click.UsageError("--router, --router-layer and --router-variant apply to --mode csr")
+    if not ray and (needs_ray := [f for f in _RAY_FLAGS if f in flags]):
+        raise click.UsageError(f"{' and '.join(needs_ray)} appl{'ies' if len(needs_ray) == 1 else 'y'} with --ray")
 
 
 @click.command("index", context_settings=CONTEXT)
@@ -94,7 +114,13 @@ def _check_index_options(factory: str, search_params: str) -> None:
     help="Memory budget of --index-factory auto, e.g. 512M or 16G.",
 )
 @click.option("--full", is_flag=True, help="Encode every row again instead of reusing the vectors of unchanged rows.")
-@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Pairs per forward pass.")
+@click.option(
+    "--batch-size",
+    default=ENCODE_BATCH_SIZE,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Pairs per forward pass.",
+)
 @click.option(
     "--max-length", default=None, type=click.IntRange(min=8), help="Token limit per input [default: the model's]."
 )
@@ -108,7 +134,7 @@ def _check_index_options(factory: str, search_params: str) -> None:
 @device_option
 @trust_option
 @ray_options
-@index_store_option
+@publish_store_option
 def index_cmd(
     corpus: Path,
     conditions: tuple[str, ...],
@@ -158,19 +184,53 @@ def index_cmd(
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus import scan_corpus
-    from condsearch.pipeline import check_condition, index_conditions, load_csr_vectorizer, load_vectorizer
+    from condsearch.pipeline import check_condition, index_conditions, load_mode_vectorizer
 
-    if mode == "csr" and (bidirectional_layers is not None or preset is not None):
-        raise click.UsageError("--bidirectional-layers and --preset apply to --mode case (decoder embedders)")
-    if mode == "csr" and (pooling != "auto" or prompt_template or unconditional_template or dtype != "auto"):
-        # the router tri-encoder pools and runs its own way: these would be silently dropped
-        raise click.UsageError(
-            "--pooling, --prompt-template, --unconditional-template and --dtype apply to --mode case"
+    off_default = {
+        "--pooling": pooling != "auto",
+        "--prompt-template": bool(prompt_template),
+        "--unconditional-template": bool(unconditional_template),
+        "--dtype": dtype != "auto",
+        "--bidirectional-layers": bidirectional_layers is not None,
+        "--preset": preset is not None,
+        "--quantize": quantize != "none",
+        "--router": router != "auto",
+        "--router-layer": router_layer is not None,
+        "--router-variant": router_variant is not None,
+        "--ray-actors": ray_actors is not None,
+        "--ray-work-dir": ray_work_dir is not None,
+    }
+    _check_flags(mode, {flag for flag, off in off_default.items() if off}, ray=ray_address is not None)
+    # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error)
+    options: dict[str, Any] = dict(
+        model=model,
+        head=head,
+        adapter=adapter,
+        profile=profile,
+        device=device,
+        max_length=max_length,
+        trust_remote_code=trust_remote_code,
+    )
+    if mode == MODE_CSR:
+        options.update(router=router, router_layer=router_layer, router_variant=router_variant)
+    else:
+        options.update(
+            pooling=pooling,
+            prompt_template=prompt_template,
+            unconditional_template=unconditional_template,
+            dtype=dtype,
+            bidirectional_layers=bidirectional_layers,
+            preset=preset,
+            quantize=quantize,
+            threads=threads,
         )
-    if mode == "csr" and quantize != "none":
-        raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
-    if mode == "case" and (router != "auto" or router_layer is not None or router_variant is not None):
-        raise click.UsageError("--router, --router-layer and --router-variant apply to --mode csr")
+    build: dict[str, Any] = dict(
+        corpus_name=corpus_name or corpus.stem,
+        factory=index_factory,
+        search_params=search_params,
+        max_index_memory=max_index_memory,
+        batch_size=batch_size,
+    )
     try:
         for c in conditions:
             check_condition(c)
@@ -178,80 +238,32 @@ def index_cmd(
         data = scan_corpus(corpus, text_column, id_column, format=corpus_format)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        load: Callable[..., Vectorizer]
-        options: dict[str, Any]
-        if mode == "csr":
+        if mode == MODE_CSR:
             from condsearch.encoders.cpu import apply_threads
 
             apply_threads(threads)
-            load, options = (
-                load_csr_vectorizer,
-                dict(
-                    model=model,
-                    head=head,
-                    adapter=adapter,
-                    profile=profile,
-                    router=router,
-                    router_layer=router_layer,
-                    router_variant=router_variant,
-                    device=device,
-                    max_length=max_length,
-                    trust_remote_code=trust_remote_code,
-                ),
-            )
-        else:
-            load, options = (
-                load_vectorizer,
-                dict(
-                    model=model,
-                    head=head,
-                    adapter=adapter,
-                    profile=profile,
-                    device=device,
-                    max_length=max_length,
-                    trust_remote_code=trust_remote_code,
-                    pooling=pooling,
-                    prompt_template=prompt_template,
-                    unconditional_template=unconditional_template,
-                    dtype=dtype,
-                    bidirectional_layers=bidirectional_layers,
-                    preset=preset,
-                    quantize=quantize,
-                    threads=threads,
-                ),
-            )
         store = open_store(index_dir)
         start = time.perf_counter()
-        build: dict[str, Any] = dict(
-            corpus_name=corpus_name or corpus.stem,
-            factory=index_factory,
-            search_params=search_params,
-            max_index_memory=max_index_memory,
-            full=full,
-            batch_size=batch_size,
-            progress=True,
-        )
         if ray_address is None:
-            reports = index_conditions(data, conditions, load(**options), store, **build)
-        else:
-            from condsearch.cli_scale import ray_index
+            vectorizer = load_mode_vectorizer(mode, **options)
+            reports = index_conditions(data, conditions, vectorizer, store, full=full, progress=True, **build)
+        else:  # Ray encodes every row: --full is what it does anyway
+            from condsearch.scale.config import RayConfig
+            from condsearch.scale.ray_encode import VectorizerRecipe, ray_index_conditions
 
-            reports = ray_index(
-                data,
-                conditions,
-                mode,
-                options,
-                store,
-                address=ray_address,
-                actors=ray_actors,
-                work_dir=ray_work_dir,
-                **build,
-            )
+            ray = RayConfig(address=ray_address, actors=ray_actors, work_dir=ray_work_dir)
+            recipe = VectorizerRecipe.of(mode, **options)
+            reports = ray_index_conditions(data, conditions, recipe, store, config=ray, **build)
         elapsed = time.perf_counter() - start
         if store_spec is not None:
-            from condsearch.cli_scale import publish_to_milvus
+            from condsearch.scale.export import export_indexes
 
-            publish_to_milvus(store, [r.name for r in reports], store_spec)
+            for entry in export_indexes(store, [r.name for r in reports], store_spec):
+                click.echo(
+                    f"condsearch: {entry.manifest.n_vectors} vectors of {entry.manifest.condition!r} -> "
+                    f"{store_spec} ({entry.collection}, {entry.index_type})",
+                    err=True,
+                )
     except CondsearchError as exc:
         raise fail(exc) from exc
     names = [r.name for r in reports]

@@ -1,0 +1,3 @@
+from condsearch.cli import main
+
+main()
