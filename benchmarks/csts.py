@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import git_commit, synthetic_csts  # noqa: E402
+from common import git_commit, run_info, synthetic_csts  # noqa: E402
 from features import plain_features  # noqa: E402
 from isotropy import cosine_to_mean, isotropy  # noqa: E402
 
@@ -226,6 +226,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         "torch": torch.__version__,
         "device": str(getattr(encoder, "device", "cpu")),
         "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
+        "run": run_info(),
         "git_commit": git_commit(),
     }
     return result
@@ -325,6 +326,7 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
         "torch": torch.__version__,
         "device": str(encoder.device),
         "machine": f"{platform.machine()} {platform.processor() or ''} {torch.get_num_threads()} threads".strip(),
+        "run": run_info(),
         "git_commit": git_commit(),
     }
     return result

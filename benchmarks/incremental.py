@@ -134,7 +134,7 @@ def incremental(args: argparse.Namespace) -> int:
         "peak_rss_mib": round(peak_rss_mib(), 1),
         "config": {
             "model": vec.encoder.model_id,
-            "head": vec.head_name,
+            "head": vec.profile_name,
             "dim": vec.dim,
             "condition": condition,
             "batch_size": args.batch_size,

@@ -36,6 +36,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
+from common import run_info
 
 from condsearch import __version__
 from condsearch.corpus import read_corpus
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "dim": vec.dim,
         "config": {
             "model": vec.encoder.model_id,
-            "head": vec.head_name,
+            "head": vec.profile_name,
             "batch_size": args.batch_size,
             "repeats": repeats,
             "smoke": args.smoke,
@@ -126,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             "threads": torch.get_num_threads(),
             "machine": platform.machine(),
         },
+        "run": run_info(),
     }
     print(json.dumps(result, indent=2))
     if args.json_out:

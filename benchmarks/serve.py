@@ -104,7 +104,7 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
     store.write(manifest, faiss_index(vectors, "Flat"), ids, texts)
     _log(f"index of {args.n:,} rows ({len(sentences)} real) built in {time.perf_counter() - start:.1f}s")
     return {"n": args.n, "n_real": len(sentences), "dim": int(real.shape[1]), "model": vec.encoder.model_id,
-            "head": vec.head_name, "factory": "Flat"}  # fmt: skip
+            "head": vec.profile_name, "factory": "Flat"}  # fmt: skip
 
 
 def queries(n: int) -> list[str]:

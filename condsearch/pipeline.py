@@ -62,11 +62,6 @@ class Vectorizer:
     profile: Profile | None = None  # the adapter, head or router folders it was loaded from
 
     @property
-    def head_name(self) -> str:
-        """Return :attr:`profile_name` (its name before profiles; benchmarks/ still read it)."""
-        return self.profile_name
-
-    @property
     def dim(self) -> int:
         return self.head.config.dim if self.head is not None else self.encoder.dim
 
