@@ -997,18 +997,20 @@ def test_every_option_has_help(name: str) -> None:
     assert missing == [], f"{name}: {missing}"
 
 
-def test_readme_cli_reference_is_current() -> None:
+def test_cli_reference_is_current() -> None:
     root = Path(__file__).resolve().parent.parent
     spec = importlib.util.spec_from_file_location("cli_reference", root / "tools" / "cli_reference.py")
     assert spec is not None and spec.loader is not None
     docs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(docs)
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    block = readme.partition(docs.START)[2].partition(docs.END)[0]
-    assert block, "README.md lacks the cli-reference markers"
+    assert docs.DEFAULT_PATH == "docs/cli.md"
+    reference = (root / docs.DEFAULT_PATH).read_text(encoding="utf-8")
+    block = reference.partition(docs.START)[2].partition(docs.END)[0]
+    assert block, "docs/cli.md lacks the cli-reference markers"
     assert block.strip() == docs.render_cli_reference().strip(), (
-        "README is stale: run python tools/cli_reference.py README.md"
+        "docs/cli.md is stale: run python tools/cli_reference.py docs/cli.md"
     )
+    assert "[CLI reference](docs/cli.md)" in (root / "README.md").read_text(encoding="utf-8")
 
 
 def test_query_json_is_one_line_per_query_whatever_the_text(indexed: Path) -> None:
