@@ -11,6 +11,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from condsearch.atomic import replacing_file
+from condsearch.csr.context import CONTEXT
 from condsearch.csr.router import SentenceStates
 
 #: one sentence's states, (length, hidden) each: x, k, c for the paper/extended router, x alone for the context one
@@ -29,7 +30,7 @@ def default_state_dtype(variant: str) -> torch.dtype:
     the same Spearman, in half float16's bytes (benchmarks/csr_states.py); the paper and extended
     variants keep float16.
     """
-    return torch.int8 if variant == "context" else torch.float16
+    return torch.int8 if variant == CONTEXT else torch.float16
 
 
 def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
