@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import string
@@ -177,3 +178,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # The stand-in models are tiny: waking a thread pool costs more than the work itself
     # (on a busy two-core machine, ~10 ms per matmul instead of ~0.03 ms).
     torch.set_num_threads(1)
+
+
+def router_csts_csv(path: Path) -> Path:
+    """Write 12 C-STS rows over SENTENCES: each pair under a colour and a sport condition, labels opposed."""
+    rows = []
+    for i in range(6):
+        s1, s2 = SENTENCES[i], SENTENCES[i + 1]
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the colour", "label": "5.0" if i % 2 else "2.0"})
+        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the sport", "label": "1.0" if i % 2 else "4.0"})
+    with open(path, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "condition", "label"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return path

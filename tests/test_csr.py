@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import csv
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +22,7 @@ from condsearch.csr.training import DEFAULT_LR, RouterTrainConfig, pair_groups, 
 from condsearch.csr.weights import load_router_weights, save_router
 from condsearch.csts import read_csts
 from condsearch.errors import ModelError
-from tests.conftest import SENTENCES
+from tests.conftest import SENTENCES, router_csts_csv
 
 CONDITION = "color of the dress"
 
@@ -224,21 +223,8 @@ def test_router_weights_round_trip(tmp_path: Path, tiny_bert_dir: Path) -> None:
         load_router_weights(other, tmp_path / "router")
 
 
-def _csts_csv(path: Path) -> Path:
-    rows = []
-    for i in range(6):
-        s1, s2 = SENTENCES[i], SENTENCES[i + 1]
-        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the colour", "label": "5.0" if i % 2 else "2.0"})
-        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the sport", "label": "1.0" if i % 2 else "4.0"})
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "condition", "label"])
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 def test_pair_groups_put_the_high_row_first(tmp_path: Path) -> None:
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     groups = pair_groups(data)
     assert len(groups) == 6 and all(len(g) == 2 for g in groups)
     assert all(data.labels[g[0]] >= data.labels[g[1]] for g in groups)
@@ -253,7 +239,7 @@ def test_wacl_loss_matches_equation() -> None:
 
 @pytest.mark.parametrize("loss", ["mse", "mse+wacl"])
 def test_training_keeps_the_best_dev_epoch(tmp_path: Path, tiny_bert_dir: Path, loss: str) -> None:
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "cache")
     frozen = {n: p.detach().clone() for n, p in encoder.router.named_parameters() if "attention.self" in n}
     history = train_router(encoder, data, RouterTrainConfig(epochs=2, lr=1e-3, loss=loss), dev=data)
@@ -266,7 +252,7 @@ def test_training_keeps_the_best_dev_epoch(tmp_path: Path, tiny_bert_dir: Path, 
 
 def test_cli_csr_train_index_query(tmp_path: Path, tiny_bert_dir: Path, corpus_file: Path) -> None:
     runner = CliRunner()
-    train_csv = _csts_csv(tmp_path / "train.csv")
+    train_csv = router_csts_csv(tmp_path / "train.csv")
     out = tmp_path / "router"
     res = runner.invoke(
         main,
@@ -365,7 +351,7 @@ def test_training_makes_the_extended_router_condition(tmp_path: Path, tiny_bert_
     (A random tiny BERT gives every condition nearly the same [CLS] state, so the paper's
     router, whose query is layer t's frozen W_Q of that state, cannot show it here.)
     """
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=tmp_path / "c")
     config = RouterTrainConfig(epochs=4, lr=1e-2, batch_size=4, warmup=0.0)
     history = train_router(encoder, data, config, dev=data)

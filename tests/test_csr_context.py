@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 from dataclasses import replace
@@ -25,7 +24,7 @@ from condsearch.csts import read_csts, scale_labels
 from condsearch.errors import ModelError
 from condsearch.finetune.checkpoint import TrainingState
 from condsearch.vectors import vector_fingerprint
-from tests.conftest import SENTENCES
+from tests.conftest import SENTENCES, router_csts_csv
 
 CONDITION = "color of the dress"
 N_LAYERS = 3
@@ -274,19 +273,6 @@ def test_int8_states_by_default_route_close_to_float32(tmp_path: Path, deep_bert
     assert 0 < small.states.nbytes_per_sentence() < exact.states.nbytes_per_sentence() / 3
 
 
-def _csts_csv(path: Path) -> Path:
-    rows = []
-    for i in range(6):
-        s1, s2 = SENTENCES[i], SENTENCES[i + 1]
-        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the colour", "label": "5.0" if i % 2 else "2.0"})
-        rows.append({"sentence1": s1, "sentence2": s2, "condition": "the sport", "label": "1.0" if i % 2 else "4.0"})
-    with open(path, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=["sentence1", "sentence2", "condition", "label"])
-        writer.writeheader()
-        writer.writerows(rows)
-    return path
-
-
 def _mse(encoder: CsrEncoder, data) -> float:
     a = encoder.encode_rows(data.sentence1, data.condition)
     b = encoder.encode_rows(data.sentence2, data.condition)
@@ -296,7 +282,7 @@ def _mse(encoder: CsrEncoder, data) -> float:
 
 @pytest.mark.parametrize("scope", ["all", "top"])
 def test_one_epoch_lowers_the_loss(tmp_path: Path, deep_bert_dir: Path, scope: str) -> None:
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=1)
     below = {n: p.detach().clone() for n, p in encoder.router.model.named_parameters()}
     before = _mse(encoder, data)
@@ -311,7 +297,7 @@ def test_one_epoch_lowers_the_loss(tmp_path: Path, deep_bert_dir: Path, scope: s
 
 
 def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: Path) -> None:
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone="top")
 
     straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
@@ -347,7 +333,7 @@ def test_resume_continues_from_a_checkpoint_within_an_epoch(
 ) -> None:
     import condsearch.csr.training as training
 
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone=scope)
     straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
     expected = train_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1", checkpoint_every=1)
@@ -386,7 +372,7 @@ def test_resume_continues_from_a_checkpoint_within_an_epoch(
 
 
 def test_other_variants_refuse_context_settings(tmp_path: Path, deep_bert_dir: Path) -> None:
-    data = read_csts(_csts_csv(tmp_path / "t.csv"))
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(deep_bert_dir), router="none", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="context router"):
         train_router(encoder, data, RouterTrainConfig(train_backbone="all"))
@@ -394,7 +380,7 @@ def test_other_variants_refuse_context_settings(tmp_path: Path, deep_bert_dir: P
 
 def test_cli_trains_indexes_and_queries(tmp_path: Path, deep_bert_dir: Path, corpus_file: Path) -> None:
     runner = CliRunner()
-    train_csv = _csts_csv(tmp_path / "train.csv")
+    train_csv = router_csts_csv(tmp_path / "train.csv")
     out = tmp_path / "router"
     base = ["train", "router", str(train_csv), "--model", str(deep_bert_dir), "--out", str(out)]
     res = runner.invoke(

@@ -362,3 +362,10 @@ def read_store_option(what: str) -> Callable[[F], F]:
 export_target_option = click.option(
     "--to", "spec", required=True, callback=_store_spec, help=f"Where to: {STORE_FORMS}."
 )
+
+
+def refuse_index_dir_beside_store(store_spec: str | None, what: str) -> None:
+    """Refuse an --index-dir given on the command line together with --store (an environment default is no conflict)."""
+    source = click.get_current_context().get_parameter_source("index_dir")
+    if store_spec is not None and source is ParameterSource.COMMANDLINE:
+        raise click.UsageError(f"--index-dir and --store name two places to {what}; give one")

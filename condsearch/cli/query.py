@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from click.core import ParameterSource
 
 from condsearch.cli.common import CONTEXT, check_utf8, fail, json_line, open_store
 from condsearch.cli.options import (
@@ -19,13 +18,12 @@ from condsearch.cli.options import (
     quantize_check_option,
     query_profile_option,
     read_store_option,
+    refuse_index_dir_beside_store,
     threads_option,
     trust_option,
 )
 from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import ServeConfig
-
-COMMANDLINE = ParameterSource.COMMANDLINE
 
 if TYPE_CHECKING:
     from condsearch.search import Answer
@@ -115,8 +113,7 @@ def query_cmd(
     from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
     from condsearch.search import FaissIndex, answer
 
-    if store_spec is not None and click.get_current_context().get_parameter_source("index_dir") is COMMANDLINE:
-        raise click.UsageError("--index-dir and --store name two places to query; give one")
+    refuse_index_dir_beside_store(store_spec, "query")
     queries = _read_queries(texts, query_file)
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from click.core import ParameterSource
 
 from condsearch.cli.common import CONTEXT, fail
 from condsearch.cli.options import (
@@ -13,6 +12,7 @@ from condsearch.cli.options import (
     index_dir_option,
     quantize_check_option,
     read_store_option,
+    refuse_index_dir_beside_store,
     threads_option,
     trust_option,
 )
@@ -21,7 +21,6 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 
 @click.command("serve", context_settings=CONTEXT)
-@click.pass_context
 @click.option(
     "--host",
     default=ServeConfig.host,
@@ -64,7 +63,6 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 @device_option
 @trust_option
 def serve_cmd(
-    ctx: click.Context,
     host: str,
     port: int,
     api_key: str | None,
@@ -84,8 +82,7 @@ def serve_cmd(
     Each model is loaded once and shared by the indexes built with it; indexes load on first use
     and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
     """
-    if store_spec is not None and ctx.get_parameter_source("index_dir") is ParameterSource.COMMANDLINE:
-        raise click.UsageError("--index-dir and --store name two places to serve from; give one")
+    refuse_index_dir_beside_store(store_spec, "serve from")
     try:
         from condsearch.serve.server import run_server
     except ImportError as exc:
