@@ -61,10 +61,11 @@ def case_vectors(texts: list[str], condition: str, cache: Path, model: str | Non
         return np.load(path, allow_pickle=False)
     from common import quiet_transformers
 
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec
+    from condsearch.vectorizer import load_vectorizer
 
     quiet_transformers()
-    vec = load_vectorizer(model)
+    vec = load_vectorizer(EncoderSpec(model))
     log("ann", f"encoding {len(texts)} texts under {condition!r} with {vec.encoder.model_id} ({vec.dim}-d)")
     out = vec.vectors(texts, condition, batch_size=64, progress=True)
     cache.mkdir(parents=True, exist_ok=True)

@@ -28,9 +28,10 @@ def cosines(data: CstsData, profile: str, model: str | None, batch_size: int) ->
     """Return (CASE cosine under each row's condition, plain cosine) per row."""
     from condsearch.encoders import load_encoder
     from condsearch.index import normalize
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec
+    from condsearch.vectorizer import load_vectorizer
 
-    vec = load_vectorizer(model, profile=profile)
+    vec = load_vectorizer(EncoderSpec(model, profile=profile))
     n = len(data)
     case = np.zeros(n, dtype=np.float32)
     rows_of: dict[str, list[int]] = {}

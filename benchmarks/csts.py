@@ -35,19 +35,22 @@ from features import plain_features  # noqa: E402
 from isotropy import cosine_to_mean, isotropy  # noqa: E402
 
 from condsearch import __version__  # noqa: E402
+from condsearch.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noqa: E402
+from condsearch.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
+from condsearch.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
 from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
-from condsearch.pipeline import HEAD_DEFAULT, HEAD_NONE, SHIPPED_HEADS, head_folder, resolve_head  # noqa: E402
-from condsearch.training import (  # noqa: E402
+from condsearch.train.head import (  # noqa: E402
+    HeadTrainConfig,
     PairFeatures,
-    TrainConfig,
     case_features,
     evaluate_head,
-    train_head,
+    fit_head,
 )
+from condsearch.vectorizer import head_folder, resolve_head  # noqa: E402
 
 SMOKE_ROWS = 48
 HEAD_CHOICES = ("auto", HEAD_DEFAULT, *SHIPPED_HEADS, "train", "none")
@@ -127,8 +130,8 @@ def csr_features(
 ) -> tuple[PairFeatures, float]:
     """Route both sentences of each row under its condition with the router tri-encoder;
     return the features and the condition sensitivity (each sentence under its pair's two
-    conditions, see condsearch.csr.training.pair_sensitivity)."""
-    from condsearch.csr.training import pair_sensitivity
+    conditions, see condsearch.train.router.pair_sensitivity)."""
+    from condsearch.train.router import pair_sensitivity
 
     with torch.inference_mode():
         v1, v2 = (
@@ -187,9 +190,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     if head_choice not in ("train", "none"):  # default, or a folder (with its adapter loaded above)
         head = resolve_head(head_choice, encoder)[0]
     elif head_choice == "train":
-        config = TrainConfig(dim=args.dim, epochs=epochs, seed=args.seed)
+        config = HeadTrainConfig(dim=args.dim, epochs=epochs, seed=args.seed)
         _log(f"training a {args.dim}-d head for {epochs} epochs, epoch chosen on dev")
-        head, history = train_head(feats["train"], config, dev=feats["dev"])
+        head, history = fit_head(feats["train"], config, dev=feats["dev"])
     else:
         head = None
     result: dict[str, object] = {name: evaluate_head(head, f) for name, f in feats.items()}
@@ -246,8 +249,8 @@ def _adapter_folder(args: argparse.Namespace) -> Path | None:
     """Return the LoRA adapter folder that --head names in case mode (the encoder loads it), if any."""
     if args.mode != "case" or args.head in ("train", "none"):
         return None
-    from condsearch.finetune.adapter import has_adapter
     from condsearch.models import resolve_model
+    from condsearch.train.adapter import has_adapter
 
     folder = head_folder(args.head, resolve_model(args.model).model_id)
     return folder if folder is not None and has_adapter(folder) else None
@@ -259,8 +262,8 @@ def _dim_sweep(args: argparse.Namespace, feats: dict[str, PairFeatures], epochs:
     for dim in [int(d) for d in args.dims.split(",") if d.strip()]:
         _log(f"dimension sweep: {dim}-d head, {epochs} epochs")
         start = time.perf_counter()
-        head, history = train_head(
-            feats["train"], TrainConfig(dim=dim, epochs=epochs, seed=args.seed), dev=feats["dev"]
+        head, history = fit_head(
+            feats["train"], HeadTrainConfig(dim=dim, epochs=epochs, seed=args.seed), dev=feats["dev"]
         )
         row: dict[str, object] = {"dim": dim, "train_seconds": round(time.perf_counter() - start, 2)}
         row.update({name: evaluate_head(head, f) for name, f in feats.items() if name != "train"})
@@ -282,7 +285,7 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
     encoder = load_csr_encoder(args.model, router=router, variant=args.variant, layer=layer, cache_dir=cache_dir)
     training = None
     if args.router == "train":
-        from condsearch.csr.training import RouterTrainConfig, train_router
+        from condsearch.train.router import RouterTrainConfig, fit_router
 
         config = RouterTrainConfig(
             epochs=1 if args.smoke else (args.router_epochs or RouterTrainConfig.epochs),
@@ -291,7 +294,7 @@ def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str,
         ).resolved(encoder.router.config.variant)
         _log(f"training the {encoder.router.config.describe()} router on train ({len(splits['train'])} rows)")
         t0 = time.perf_counter()
-        history = train_router(encoder, splits["train"], config, dev=splits.get("dev"))
+        history = fit_router(encoder, splits["train"], config, dev=splits.get("dev"))
         training = {"config": asdict(config), "seconds": round(time.perf_counter() - t0, 1), "history": history}
         encoder.router_name = "trained here (--router train)"
     start = time.perf_counter()

@@ -6,13 +6,13 @@ from typing import Any
 
 from condsearch.csts import CstsData
 from condsearch.encoders.base import Encoder
-from condsearch.training import PairFeatures
+from condsearch.train.head import PairFeatures
 
 
 def plain_features(encoder: Encoder, data: CstsData, **encode: Any) -> PairFeatures:
     """Encode both sentences of each row without their condition (the unconditional baseline).
 
-    encode: batch_size, cache, progress, as for :func:`condsearch.training.case_features`.
+    encode: batch_size, cache, progress, as for :func:`condsearch.train.head.case_features`.
     """
     n = len(data)
     both = encoder.encode_plain(data.sentence1 + data.sentence2, **encode)

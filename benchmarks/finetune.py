@@ -3,7 +3,7 @@
 
 Each run named in --runs (``KIND:OBJECTIVES``, e.g. ``lora:mse``, ``full:mse+wacl``,
 ``lora:mse=1,bcl=0.5``, ``lora:mse+cmse``) fine-tunes the default model (or --model) from scratch with
-:func:`condsearch.finetune.run.finetune_and_save` — the code behind
+:func:`condsearch.train.finetune.fit_and_save_encoder` — the code behind
 ``condsearch train lora|full`` — keeps the epoch with the best dev Spearman, and records
 dev Spearman per epoch and the training time. The saved adapters or model folders stay in
 --work-dir, so the best one can be shipped or indexed with.
@@ -32,10 +32,9 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_csts
 
 from condsearch.csts import CstsData  # noqa: E402
 from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
-from condsearch.finetune.lora import LoraConfig  # noqa: E402
-from condsearch.finetune.run import finetune_and_save  # noqa: E402
-from condsearch.finetune.trainer import FinetuneConfig  # noqa: E402
-from condsearch.losses import parse_loss_spec  # noqa: E402
+from condsearch.train.finetune import FinetuneConfig, fit_and_save_encoder  # noqa: E402
+from condsearch.train.lora import LoraConfig  # noqa: E402
+from condsearch.train.losses import parse_loss_spec  # noqa: E402
 
 
 def parse_runs(spec: str) -> list[tuple[str, str]]:
@@ -108,7 +107,7 @@ def measure(args: argparse.Namespace, train_csv: Path, dev_csv: Path, work_dir: 
         )
         log("finetune", f"{name}: {args.epochs} epochs, lr {config.lr:g}, head on top: {args.head_on_top}")
         start = time.perf_counter()
-        summary = finetune_and_save(
+        summary = fit_and_save_encoder(
             train_csv,
             work_dir / name,
             config,

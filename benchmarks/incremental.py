@@ -23,8 +23,11 @@ from common import REAL_TEXTS, log, rankings_agree, read_texts, run_info, write_
 from condsearch.corpus import scan_corpus
 from condsearch.encoders import Encoder
 from condsearch.encoders.base import Pair
-from condsearch.pipeline import Vectorizer, index_conditions, load_vectorizer, query_index
+from condsearch.ingest import index_conditions
+from condsearch.search import query_index
+from condsearch.spec import EncoderSpec
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer, load_vectorizer
 from condsearch.vectors import VECTORS_FILE
 
 
@@ -85,7 +88,7 @@ def incremental(args: argparse.Namespace) -> int:
     if len(texts) < n + n // 50 + n_queries:
         raise SystemExit(f"index_throughput.py: {len(texts)} texts at hand, too few for -n {n}")
     corpus, spare, queries = texts[:n], texts[n : n + n // 50 + 1], texts[-n_queries:]
-    vec = load_vectorizer(args.model, args.head)
+    vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
     condition = args.condition
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -215,7 +218,7 @@ def child(args: argparse.Namespace) -> int:
     if args.encoder == "hash":
         vec = Vectorizer(HashEncoder(args.dim), None, "none", "")
     else:
-        vec = load_vectorizer(args.model, args.head)
+        vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
     before = peak_rss_mib()
     with tempfile.TemporaryDirectory() as tmp:
         store = IndexStore(Path(tmp))

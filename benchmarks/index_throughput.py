@@ -40,8 +40,10 @@ from common import run_info
 
 from condsearch import __version__
 from condsearch.corpus import read_corpus
-from condsearch.pipeline import index_corpus, load_vectorizer
+from condsearch.ingest import index_corpus
+from condsearch.spec import EncoderSpec
 from condsearch.store import IndexStore
+from condsearch.vectorizer import load_vectorizer
 
 
 def distinct_sentences(path: Path, n: int) -> list[str]:
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.disable_progress_bar()
     n, repeats = (50, 1) if args.smoke else (args.n, args.repeats)
     texts = distinct_sentences(args.csv, n)
-    vec = load_vectorizer(args.model, args.head)
+    vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
     with tempfile.TemporaryDirectory() as tmp:
         corpus_path = Path(tmp) / "corpus.parquet"
         pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), corpus_path)

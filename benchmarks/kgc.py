@@ -9,12 +9,23 @@ Hit@1/3/10 (×100) per direction and averaged. ``--rerank`` adds SimKGC's graph 
 (+0.05 for entities within 5 hops of the head in the training graph) — reported labelled.
 
 The router evaluated by default is the one trained here on WN18RR (benchmarks/weights/);
-``--router none`` gives the zero-shot (untrained) router. ``--train`` trains the router
-layers with SimKGC's objective on cached entity states first, choosing on dev:
+``--router none`` gives the zero-shot (untrained) router. ``--train`` first trains with SimKGC's
+objective (in-batch and self-negatives, additive margin, learnable temperature), choosing on dev:
+
+- by default the context router (ours, SPEC §2.2) with its **whole backbone** training, as
+  SimKGC trains every layer: each batch runs every layer from the entities' token ids, and
+  evaluation encodes every entity afresh with the trained weights;
+- ``--frozen-lower`` (and always for the paper/extended router): only the layers above the
+  state cache train, on cached entity states (cheap; what the first WN18RR router used).
+
+Long runs are checkpointed (``--checkpoint-dir``, ``--resume``); with ``--save`` the best dev
+weights so far are written there each time dev improves (a context router as a low-rank
+change of the base model, both towers within 10 MB):
 
     python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --json-out results/kgc.json
     python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --router none --split dev --max-test 1000
-    python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --train --save benchmarks/weights/wn18rr-minilm-router
+    python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --train --epochs 10 --batch-size 256 \
+        --checkpoint-dir build/kgc-context --save benchmarks/weights/wn18rr-minilm-context --split dev
 """
 
 from __future__ import annotations
@@ -25,15 +36,19 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import log, quiet_transformers, run_info, write_outputs  # noqa: E402
 
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
 
-WEIGHTS = Path(__file__).parent / "weights" / "wn18rr-minilm-router"
+WEIGHTS_DIR = Path(__file__).parent / "weights"
+#: the routers ``--router auto`` evaluates, the first one present: whole-backbone context, then frozen-lower extended
+AUTO_ROUTERS = (WEIGHTS_DIR / "wn18rr-minilm-context", WEIGHTS_DIR / "wn18rr-minilm-router")
 SIMKGC = {"mrr": 66.55, "hit@1": 58.65, "hit@3": 71.65, "hit@10": 80.01}  # released metrics.json, ×100
 CSR_PAPER = {"mrr": 66.1, "hit@1": 58.1, "hit@3": 71.1}
 
@@ -48,15 +63,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--split", choices=["dev", "test"], default="test", help="split to score (default test)")
     p.add_argument("--max-test", type=int, default=None, help="score only the first N triples of the split")
     p.add_argument("--model", default=None, help="model id or folder (default all-MiniLM-L6-v2)")
-    p.add_argument("--router", default="auto", help="router folder, 'none' (untrained) or 'auto' (the WN18RR one)")
+    p.add_argument(
+        "--router",
+        default="auto",
+        help="router folder, 'none' (untrained) or 'auto' (the WN18RR one; with --train: none)",
+    )
     p.add_argument("--max-length", type=int, default=50, help="tokens per entity text (SimKGC: 50)")
     p.add_argument("--rerank", action="store_true", help="SimKGC graph re-ranking (+0.05 within 5 hops)")
     p.add_argument("--k", type=int, default=100, help="FAISS top-k per query before the exact fallback")
     p.add_argument("--device", default=None)
     p.add_argument("--cache-dir", type=Path, default=None, help="CSR state cache root (default the user cache)")
     t = p.add_argument_group("training (--train)")
-    t.add_argument("--train", action="store_true", help="train the router layers first (starting from --router)")
-    t.add_argument("--save", type=Path, default=None, help="folder to save the trained router into")
+    t.add_argument("--train", action="store_true", help="train first (starting from --router)")
+    t.add_argument(
+        "--save", type=Path, default=None, help="folder to save the best trained router into (as dev improves)"
+    )
+    t.add_argument(
+        "--frozen-lower",
+        action="store_true",
+        help="train only the layers above the state cache, on cached states (always so for paper/extended)",
+    )
     t.add_argument("--epochs", type=int, default=1)
     t.add_argument("--batch-size", type=int, default=1024)
     t.add_argument("--lr", type=float, default=1e-4)
@@ -64,6 +90,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--eval-every", type=int, default=0, help="steps between dev evaluations (0: per epoch)")
     t.add_argument("--max-dev", type=int, default=1000, help="dev triples used to choose the checkpoint")
     t.add_argument("--bf16", action="store_true", help="bfloat16 autocast for training passes")
+    t.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    t.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="time N training steps at float32 and bfloat16, interleaved; report examples/s and stop",
+    )
     t.add_argument(
         "--towers",
         type=int,
@@ -74,10 +107,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     t.add_argument(
         "--variant",
-        choices=["paper", "extended"],
+        choices=["paper", "extended", "context"],
         default=None,
-        help="router variant to train from scratch (--router none): paper = eq. 1 of seed 002, extended = ours",
+        help="router variant to train from scratch (--router none): paper = eq. 1 of seed 002, extended and "
+        "context = ours (default with --train: context)",
     )
+    t.add_argument("--context-k", type=int, default=None, help="context: top layers that see the condition")
     t.add_argument("--router-layer", type=int, default=None, help="first routed layer (negative: from the top)")
     t.add_argument("--hyper-rank", type=int, default=None, help="extended: rank of the condition projection (0: off)")
     t.add_argument("--checkpoint-dir", type=Path, default=None, help="checkpoint the run here (every N steps)")
@@ -121,13 +156,21 @@ def write_synthetic_kg(folder: Path, n_entities: int = 60, seed: int = 0) -> Pat
 
 def _variant(args: argparse.Namespace) -> object:
     """Return the router config for an untrained start (None: the encoder's default)."""
-    if args.variant is None and args.router_layer is None and args.hyper_rank is None:
-        return None
     from dataclasses import replace
 
+    from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT
     from condsearch.csr.router import PRESETS
 
-    config = PRESETS[args.variant or "extended"]
+    name = args.variant or (CONTEXT if args.train else None)
+    if name == CONTEXT:
+        if args.router_layer is not None or args.hyper_rank is not None:
+            raise CondsearchError("--router-layer and --hyper-rank apply to the paper/extended router; use --context-k")
+        return replace(CONTEXT_DEFAULT, k=args.context_k) if args.context_k else CONTEXT_DEFAULT
+    if args.context_k is not None:
+        raise CondsearchError("--context-k applies to the context router (--variant context)")
+    if name is None and args.router_layer is None and args.hyper_rank is None:
+        return None
+    config = PRESETS[name or "extended"]
     if args.router_layer is not None:
         config = replace(config, layer=args.router_layer)
     if args.hyper_rank is not None:
@@ -135,16 +178,95 @@ def _variant(args: argparse.Namespace) -> object:
     return config
 
 
-def _router_spec(spec: str) -> str:
-    if spec == "auto":
-        return str(WEIGHTS) if WEIGHTS.is_dir() else "none"
-    return spec
+def _router_spec(args: argparse.Namespace) -> str:
+    if args.router != "auto":
+        return str(args.router)
+    if args.smoke or args.train:
+        return "none"
+    return next((str(f) for f in AUTO_ROUTERS if f.is_dir()), "none")
+
+
+def _save_towers(encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path, meta: dict[str, object]) -> str:
+    """Save the trained router (and its candidate tower) into out; return the router's checksum.
+
+    A context router is saved as its backbone's change from the base model, each tower within
+    an equal share of 10 MB (at reduced rank when it does not fit); both towers are then given
+    exactly what was saved, so what is evaluated next is the saved router.
+    """
+    from kgclib.encoding import TAIL_FOLDER
+
+    from condsearch.csr.context import ContextRouter
+    from condsearch.csr.context_weights import (
+        MAX_DELTA_BYTES,
+        apply_backbone_delta,
+        backbone_delta,
+        save_context_router,
+    )
+    from condsearch.csr.weights import save_router
+
+    if not isinstance(encoder.router, ContextRouter):
+        checksum = save_router(encoder.router, out, meta)
+        if tail is not None:
+            save_router(tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"})
+        return checksum
+    assert base is not None
+    towers = [(encoder.router, out, meta)]
+    if tail is not None:
+        towers.append((tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"}))
+    checksum = ""
+    for router, folder, info in towers:
+        delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
+        with torch.no_grad():
+            for name, p in router.model.named_parameters():
+                p.copy_(base[name].to(p.device, p.dtype))
+        apply_backbone_delta(router, delta, "the trained router")
+        saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
+        checksum = checksum or saved
+    return checksum
+
+
+def _profile(encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int) -> dict[str, object]:
+    """Time training steps at float32 and under bfloat16 autocast, interleaved (so that other load on
+    the machine falls on both alike), after one warm-up step of each; return medians and memory."""
+    import resource
+    from dataclasses import replace
+
+    from kgclib.training import train_kgc
+
+    seconds: dict[bool, list[float]] = {False: [], True: []}
+    for rep in range(steps + 1):
+        for bf16 in (False, True):
+            start = time.perf_counter()
+            one = replace(config, epochs=1, max_examples=config.batch_size, bf16=bf16)
+            train_kgc(encoder, entities, data, one, tail=tail)
+            if rep:  # the first round warms up
+                seconds[bf16].append(time.perf_counter() - start)
+            _log(f"profile round {rep}, bf16 {bf16}: {time.perf_counter() - start:.1f}s")
+    n_train = 2 * data.splits["train"].shape[0]  # triples and their inverses
+    out: dict[str, object] = {"steps_timed": steps, "batch_size": config.batch_size, "threads": torch.get_num_threads()}
+    for bf16, times in seconds.items():
+        name = "bf16" if bf16 else "float32"
+        median = float(np.median(times))
+        out[name] = {
+            "seconds_per_step_median": round(median, 2),
+            "examples_per_second": round(config.batch_size / median, 1),
+            "epoch_hours": round(n_train / (config.batch_size / median) / 3600, 2),
+        }
+    ratio = out["float32"]["seconds_per_step_median"] / out["bf16"]["seconds_per_step_median"]  # type: ignore[index]
+    out["bf16_speedup"] = round(ratio, 2)
+    out["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    out["entity_tokens"] = {
+        "mean": round(float(entities.lengths().mean()), 1),
+        "p90": float(np.percentile(entities.lengths(), 90)),
+        "at_max_length": round(float((entities.lengths() >= encoder.max_length).mean()), 4),
+    }
+    return out
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     from kgclib.data import known_answers, link_graph, read_kg
     from kgclib.encoding import (
-        TAIL_FOLDER,
+        entity_tokens,
         evaluate_link_prediction,
         load_entity_states,
         load_tail_tower,
@@ -153,8 +275,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     from kgclib.training import KgcTrainConfig, train_kgc
 
     from condsearch.csr import load_csr_encoder
-    from condsearch.csr.weights import save_router
+    from condsearch.csr.context import ContextRouter
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     data_dir = args.data_dir
     if args.smoke and data_dir is None:
         data_dir = write_synthetic_kg(tmp / "kg")
@@ -165,44 +289,71 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         f"{data.n_entities} entities, {data.n_relations} relations, "
         + ", ".join(f"{k} {len(v)}" for k, v in data.splits.items())
     )
-    router = "none" if args.smoke and args.router == "auto" else _router_spec(args.router)
+    router = _router_spec(args)
     cache_dir = args.cache_dir or (tmp / "cache" if args.smoke else None)
-    variant = _variant(args)
     encoder = load_csr_encoder(
         args.model,
         router=router,
-        variant=variant,
+        variant=_variant(args) if router == "none" else None,
         max_length=args.max_length,
         device=args.device,
         cache_dir=cache_dir,
     )
+    context = isinstance(encoder.router, ContextRouter)
+    whole = context and not args.frozen_lower
+    base = None
+    if context:
+        from condsearch.csr.context_weights import base_weights
+
+        encoder.router.trainable = "all" if whole else "top"
+        base = base_weights(encoder.source.location)
     timing: dict[str, float] = {}
     start = time.perf_counter()
-    states = load_entity_states(encoder, data.entity_texts, progress=not args.smoke)
+    if whole:  # every tower runs its own lower layers: the entities go in as token ids
+        entities: Any = entity_tokens(encoder, data.entity_texts)
+    else:
+        entities = load_entity_states(encoder, data.entity_texts, progress=not args.smoke)
     timing["entity_states_seconds"] = round(time.perf_counter() - start, 1)
     answers = known_answers(data.splits.values(), data.n_relations)
-    tail = load_tail_tower(encoder.router, Path(router)) if router != "none" else None
+    tail = load_tail_tower(encoder.router, Path(router), base) if router != "none" else None
     training = None
     if args.train:
-        epochs, batch, max_examples = args.epochs, args.batch_size, args.max_examples
-        if args.smoke:
-            epochs, batch, max_examples = 1, 16, 48
+        epochs, batch, max_examples, lr = args.epochs, args.batch_size, args.max_examples, args.lr
+        if args.smoke:  # a few steps, at a rate that moves a tiny model within them
+            epochs, batch, max_examples, lr = 2, 16, 48, 1e-3
         config = KgcTrainConfig(
             epochs=epochs,
             batch_size=batch,
-            lr=args.lr,
+            lr=lr,
             max_examples=max_examples,
             bf16=args.bf16,
             checkpoint_every=args.checkpoint_every,
             seed=args.seed,
         )
-        dev = data.splits["dev"][: args.max_dev]
+        # the smoke chooses on training triples: a tiny random model learns those within a few steps
+        dev = data.splits["train" if args.smoke else "dev"][: args.max_dev]
         if args.towers == 2 and tail is None:
             tail = tail_tower(encoder.router)
-        _log(f"training ({args.towers} tower(s)): {asdict(config)}; choosing on {len(dev)} dev triples")
+        backbone = "whole backbone" if whole else "layers above the state cache"
+        if args.profile_steps:
+            _log(f"profiling {args.profile_steps} steps ({args.towers} tower(s), {backbone}): {asdict(config)}")
+            return {
+                "profile": _profile(encoder, entities, data, config, tail, args.profile_steps),
+                **run_info(str(encoder.device)),
+            }
+        _log(f"training ({args.towers} tower(s), {backbone}): {asdict(config)}; choosing on {len(dev)} dev triples")
+        meta: dict[str, object] = {
+            "model_id": encoder.model_id,
+            "model_revision": encoder.revision,
+            "task": "link prediction (SimKGC protocol)",
+            "data": Path(data_dir).name,
+            "max_length": encoder.max_length,
+            "backbone": backbone,
+            "config": asdict(config),
+        }
 
         def dev_scores() -> dict[str, float]:
-            out = evaluate_link_prediction(encoder, states, data, dev, answers, k=args.k, tail=tail)
+            out = evaluate_link_prediction(encoder, entities, data, dev, answers, k=args.k, tail=tail)
             _log(
                 f"dev MRR {out['mrr']:.2f}, Hit@1 {out['hit@1']:.2f}, Hit@10 {out['hit@10']:.2f}, "
                 f"sensitivity {out['condition_sensitivity']:.4f}"
@@ -213,10 +364,25 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             if step % 10 == 0 or step == total:
                 _log(f"step {step}/{total} loss {loss:.4f} ({time.perf_counter() - start:.0f}s)")
 
+        def save_best(row: dict[str, float]) -> None:
+            if args.save is None:
+                return
+            if context:  # saving resets the towers to what is saved: keep training the exact weights
+                kept = [
+                    {n: p.detach().clone() for n, p in t.model.named_parameters()} for t in (encoder.router, tail) if t
+                ]
+            _save_towers(encoder, tail, base, args.save, {**meta, "best_dev": row})
+            if context:
+                with torch.no_grad():
+                    for t, state in zip([t for t in (encoder.router, tail) if t], kept, strict=True):
+                        for n, p in t.model.named_parameters():
+                            p.copy_(state[n])
+            _log(f"saved the best router so far (step {row['step']:.0f}, dev MRR {row['dev']:.2f}) to {args.save}")
+
         start = time.perf_counter()
         history = train_kgc(
             encoder,
-            states,
+            entities,
             data,
             config,
             evaluate=dev_scores,
@@ -225,11 +391,13 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             on_step=progress,
             checkpoint_dir=args.checkpoint_dir,
             resume=args.resume,
+            on_best=save_best,
         )
         seconds = time.perf_counter() - start
         best = max(history, key=lambda r: r.get("dev", -1.0))
         training = {
             "config": asdict(config),
+            "backbone": backbone,
             "seconds": round(seconds, 1),
             "dev_triples": len(dev),
             "best_step": best["step"],
@@ -244,23 +412,15 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         if args.save and best["step"] == 0:
             _log(f"not saving: no checkpoint beat the start on dev (MRR {best.get('dev'):.2f})")
         elif args.save:
-            meta = {
-                "model_id": encoder.model_id,
-                "model_revision": encoder.revision,
-                "task": "link prediction (SimKGC protocol)",
-                "data": Path(data_dir).name,
-                "max_length": encoder.max_length,
-                "training": training,
-            }
-            training["checksum"] = save_router(encoder.router, args.save, meta)
-            if tail is not None:
-                save_router(tail, args.save / TAIL_FOLDER, {**meta, "role": "candidate tower"})
-            _log(f"saved the router to {args.save}")
+            training["checksum"] = _save_towers(encoder, tail, base, args.save, {**meta, "training": training})
+            _log(f"saved the router to {args.save}; what follows scores the weights as saved")
     triples = data.splits[args.split][: args.max_test]
     graph = link_graph(data.splits["train"], data.n_entities) if args.rerank else None
     _log(f"ranking {len(triples)} {args.split} triples in both directions" + (" with re-ranking" if graph else ""))
     start = time.perf_counter()
-    result = evaluate_link_prediction(encoder, states, data, triples, answers, rerank_graph=graph, k=args.k, tail=tail)
+    result = evaluate_link_prediction(
+        encoder, entities, data, triples, answers, rerank_graph=graph, k=args.k, tail=tail
+    )
     timing["evaluate_seconds"] = round(time.perf_counter() - start, 1)
     result["config"] = {
         "data": str(data_dir) if not args.smoke else "synthetic",
@@ -274,6 +434,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "router_layer": encoder.router.layer,
         "router_variant": encoder.router.config.variant,
         "router_label": encoder.router.config.describe(),
+        "backbone_trained": "whole" if whole else "above the state cache",
         "towers": 2 if tail is not None else 1,
         "max_length": encoder.max_length,
         "rerank": bool(args.rerank),
@@ -323,6 +484,17 @@ def main(argv: list[str] | None = None) -> int:
         except CondsearchError as exc:
             print(f"kgc.py: error: {first_line(exc)}", file=sys.stderr)
             return 1
+    if "profile" in result:  # --profile-steps: the timing alone
+        prof = result["profile"]
+        assert isinstance(prof, dict)
+        rows = [
+            f"| {k} | {prof[k]['seconds_per_step_median']} | {prof[k]['examples_per_second']} | "
+            f"{prof[k]['epoch_hours']} |"
+            for k in ("float32", "bf16")
+        ]
+        table = "| training step | s / step (median) | examples / s | hours / epoch |\n|---|---:|---:|---:|\n"
+        write_outputs(result, table + "\n".join(rows) + "\n", args.json_out, args.md_out)
+        return 0
     write_outputs(result, markdown(result), args.json_out, args.md_out)
     return 0
 

@@ -155,7 +155,7 @@ def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, 
     from condsearch.cache import EmbeddingCache, default_cache_dir
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
-    from condsearch.training import TrainConfig, case_features, evaluate_head, train_head
+    from condsearch.train.head import HeadTrainConfig, case_features, evaluate_head, fit_head
 
     if args.train is not None:
         train, dev = read_csts(args.train), read_csts(args.dev)
@@ -170,7 +170,7 @@ def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, 
     heads = {}
     for dim in dims:
         start = time.perf_counter()
-        head, history = train_head(train_f, TrainConfig(dim=dim, epochs=args.epochs), dev=dev_f)
+        head, history = fit_head(train_f, HeadTrainConfig(dim=dim, epochs=args.epochs), dev=dev_f)
         out[dim] = {
             "dev": evaluate_head(head, dev_f),
             "best_epoch": int(max(history, key=lambda r: r["dev_spearman"])["epoch"]),

@@ -1,6 +1,6 @@
 """Ship a full fine-tune small: dev Spearman of the fully fine-tuned model vs its rank-r delta adapters.
 
-Each weight matrix's change ΔW is cut to rank r by truncated SVD (condsearch.finetune.lowrank),
+Each weight matrix's change ΔW is cut to rank r by truncated SVD (condsearch.train.lowrank),
 rounded to float16 as an adapter file stores it, and scored on dev beside the full model and
 the base. Several --tuned files are averaged first (a soup of the last epochs' weights).
 ``--out DIR --out-rank R`` also writes that rank's adapter folder (``--head DIR`` loads it).
@@ -23,8 +23,9 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_outp
 from condsearch.csts import CstsData, read_csts
 from condsearch.encoders import load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.finetune.adapter import save_delta_adapter
-from condsearch.finetune.lowrank import (
+from condsearch.train.adapter import save_delta_adapter
+from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder
+from condsearch.train.lowrank import (
     apply_deltas,
     average_weights,
     delta_bytes,
@@ -32,7 +33,6 @@ from condsearch.finetune.lowrank import (
     read_tuned,
     weight_deltas,
 )
-from condsearch.finetune.trainer import FinetuneConfig, evaluate_encoder, finetune
 
 
 def _base(model: str | None, device: str | None) -> BertStyleEncoder:
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.smoke:
             dev = synthetic_csts(16, seed=1)
             config = FinetuneConfig(kind="full", epochs=1, batch_size=8, lr=1e-3)
-            finetune(_base(args.model, args.device), synthetic_csts(32, seed=0), config, checkpoint_dir=Path(tmp))
+            fit_encoder(_base(args.model, args.device), synthetic_csts(32, seed=0), config, checkpoint_dir=Path(tmp))
             args.tuned = [Path(tmp)]
         elif not args.tuned or (args.dev is None and not args.energy_only):
             p.error("--tuned and --dev (unless --energy-only) are required (or --smoke)")

@@ -168,7 +168,8 @@ def load_system(
     so that its cosine is B · SYSTEM's cosine + (1 − B) · plain MiniLM's.
     """
     from condsearch.index import normalize
-    from condsearch.pipeline import load_csr_vectorizer, load_vectorizer
+    from condsearch.spec import EncoderSpec
+    from condsearch.vectorizer import load_vectorizer
     from condsearch.vectors import vector_fingerprint
 
     if spec.startswith("blend:"):
@@ -197,9 +198,9 @@ def load_system(
             plain, key, cache_dir
         ), spec == "prefix"
     if spec == "csr" or spec.startswith("csr:"):
-        vec = load_csr_vectorizer(model, router=spec[len("csr:") :] or None)
+        vec = load_vectorizer(EncoderSpec(model, mode="csr", router=spec[len("csr:") :] or None))
     elif spec.startswith("case:"):
-        vec = load_vectorizer(model, profile=spec[len("case:") :])
+        vec = load_vectorizer(EncoderSpec(model, profile=spec[len("case:") :]))
     else:
         raise SystemExit(f"unknown system {spec!r}: plain, prefix, case:PROFILE, csr or csr:ROUTER")
 

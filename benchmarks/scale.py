@@ -44,15 +44,17 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     import ray
 
     from condsearch.corpus import scan_corpus
-    from condsearch.pipeline import index_conditions, load_vectorizer
+    from condsearch.ingest import index_conditions
     from condsearch.scale.config import RayConfig
-    from condsearch.scale.ray_encode import VectorizerRecipe, ray_index_conditions
+    from condsearch.scale.ray_encode import ray_index_conditions
+    from condsearch.spec import EncoderSpec
     from condsearch.store import IndexStore
+    from condsearch.vectorizer import load_vectorizer
 
     corpus = scan_corpus(_corpus(work / "corpus.parquet", rows))
     build = {"corpus_name": "c", "factory": "Flat", "search_params": "", "max_index_memory": "1G"}
     t0 = time.perf_counter()
-    vec = load_vectorizer(model, head)
+    vec = load_vectorizer(EncoderSpec(model, head=head))
     t1 = time.perf_counter()
     [local] = index_conditions(corpus, [CONDITION], vec, IndexStore(work / "local"), **build)
     t2 = time.perf_counter()
@@ -60,9 +62,13 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     del vec
     ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     t3 = time.perf_counter()
-    recipe = VectorizerRecipe.of("case", model=model, head=head)
     [remote] = ray_index_conditions(
-        corpus, [CONDITION], recipe, IndexStore(work / "ray"), config=RayConfig(actors=cpus), **build
+        corpus,
+        [CONDITION],
+        EncoderSpec(model, head=head),
+        IndexStore(work / "ray"),
+        config=RayConfig(actors=cpus),
+        **build,
     )
     t4 = time.perf_counter()
     ray.shutdown()
@@ -86,14 +92,16 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
 def milvus_vs_faiss(work: Path, n_queries: int, model: str | None, head: str, repeats: int) -> dict[str, object]:
     from condsearch.corpus import scan_corpus
     from condsearch.demo import write_demo_corpus
-    from condsearch.pipeline import index_conditions, load_vectorizer
+    from condsearch.ingest import index_conditions
     from condsearch.scale.export import export_index
     from condsearch.scale.milvus import MilvusStore, parse_store
+    from condsearch.spec import EncoderSpec
     from condsearch.store import IndexStore
+    from condsearch.vectorizer import load_vectorizer
 
     path = work / "demo.parquet"
     write_demo_corpus(path)
-    vec = load_vectorizer(model, head)
+    vec = load_vectorizer(EncoderSpec(model, head=head))
     store = IndexStore(work / "demo-idx")
     [report] = index_conditions(scan_corpus(path), [CONDITION], vec, store, corpus_name="demo")
     stored = store.load(report.name)

@@ -83,8 +83,10 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
 
     from condsearch.corpus import read_corpus
     from condsearch.index import build_index as faiss_index
-    from condsearch.pipeline import index_corpus, load_vectorizer
+    from condsearch.ingest import index_corpus
+    from condsearch.spec import EncoderSpec, Runtime
     from condsearch.store import IndexStore
+    from condsearch.vectorizer import load_vectorizer
 
     distinct = list(dict.fromkeys(synthetic_csts(4 * args.seed_n, seed=7).sentence1))
     sentences = [distinct[i % len(distinct)] + (f" (#{i})" if i >= len(distinct) else "") for i in range(args.seed_n)]
@@ -92,7 +94,9 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
     pq.write_table(pa.table({"id": [f"real-{i}" for i in range(len(sentences))], "text": sentences}), seed_file)
     store = IndexStore(index_dir)
     start = time.perf_counter()
-    vec = load_vectorizer(args.model, args.head, inference=True)  # writes the inference copy for the others
+    vec = load_vectorizer(
+        EncoderSpec(args.model, head=args.head, runtime=Runtime(inference=True))
+    )  # writes the inference copy for the others
     (name,) = index_corpus(read_corpus(seed_file), [CONDITION], vec, store, corpus_name="serve-bench")
     seed = store.load(name)
     real = seed.index.reconstruct_n(0, seed.index.ntotal)

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
     import numpy as np
 
     from condsearch.hits import Hits
-    from condsearch.pipeline import Vectorizer
     from condsearch.serve.engine import Resident
     from condsearch.store import Manifest
+    from condsearch.vectorizer import Vectorizer
 
 #: the corpus name of data given in memory, where a file's would be its stem
 MEMORY_NAME = "corpus"
@@ -74,11 +74,11 @@ def load_model(
     default model's 'full']; ``device``: a torch device [default: CUDA where present];
     ``quantize``: 'none' (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all].
     """
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.vectorizer import load_vectorizer
 
-    vec = load_vectorizer(
-        model, profile=profile, device=device, quantize=quantize, threads=threads, trust_remote_code=trust_remote_code
-    )
+    runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
+    vec = load_vectorizer(EncoderSpec(model=model, profile=profile, quantize=quantize, runtime=runtime))
     return Model(vec)
 
 
@@ -121,14 +121,14 @@ class Store:
 
     def _vectorizer(self, manifest: Manifest) -> Vectorizer:
         """Return the model an index needs: one this store holds under its key, else loaded and checked."""
-        from condsearch.pipeline import vectorizer_for
         from condsearch.search import vectorizer_key
+        from condsearch.spec import Runtime
+        from condsearch.vectorizer import vectorizer_for
 
         key = vectorizer_key(manifest)
         if key not in self._models:
-            self._models[key] = vectorizer_for(
-                manifest, device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code
-            )
+            runtime = Runtime(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
+            self._models[key] = vectorizer_for(manifest, runtime=runtime)
         return self._models[key]
 
     def index(
@@ -155,7 +155,7 @@ class Store:
         """
         from condsearch.corpus import scan_corpus
         from condsearch.corpus_memory import memory_corpus
-        from condsearch.pipeline import index_conditions
+        from condsearch.ingest import index_conditions
         from condsearch.search import vectorizer_key
 
         if self._store is None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import faiss
 import numpy as np
@@ -41,11 +41,12 @@ from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
 from condsearch.index import build_index
 from condsearch.progress import progress_bar
+from condsearch.search import check_condition
 from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
 from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
 
 if TYPE_CHECKING:
-    from condsearch.pipeline import Vectorizer
+    from condsearch.vectorizer import Vectorizer
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,36 @@ def build_condition_index(
             n_skipped=corpus.n_skipped,
             search_params=search_params,
             fingerprint=fingerprint,
+            spec=vectorizer.spec.to_dict(),
         )
         draft.publish(manifest, index)
         draft.discard_staging()
     return BuildReport(draft.name, n, *counts, factory, search_params)
+
+
+def index_conditions(
+    corpus: CorpusSource, conditions: Sequence[str], vectorizer: Vectorizer, store: IndexStore, **build: Any
+) -> list[BuildReport]:
+    """Index the corpus under each distinct condition (streamed, incremental, resumable); return what each did.
+
+    ``build`` takes :func:`build_condition_index`'s options (corpus_name, factory, search_params,
+    max_index_memory, full, batch_size, chunk_rows, progress).
+    """
+    conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
+    factory = build.get("factory", IndexConfig.factory)
+    if factory != AUTO:  # before FAISS sees it: some factory strings end the process inside FAISS
+        try:
+            check_factory(factory, len(corpus), vectorizer.dim)
+        except ValueError as exc:
+            raise CondsearchError(str(exc)) from exc
+    return [build_condition_index(corpus, c, vectorizer, store, **build) for c in conditions]
+
+
+def index_corpus(
+    corpus: CorpusSource, conditions: Sequence[str], vectorizer: Vectorizer, store: IndexStore, **build: Any
+) -> list[str]:
+    """Index the corpus under each condition and return the indexes' names (see :func:`index_conditions`)."""
+    return [r.name for r in index_conditions(corpus, conditions, vectorizer, store, **build)]
 
 
 def _usable(kept: KeptVectors | None, fingerprint: str) -> KeptVectors | None:

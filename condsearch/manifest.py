@@ -20,8 +20,9 @@ from condsearch.vectors import VECTORS_FILE
 # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
 # 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
 # 4: files, the sha256 and size of every file of the index
-FORMAT_VERSION = 4
-READABLE_FORMATS = (1, 2, 3, 4)
+# 5: spec, the EncoderSpec that loads the encoder again (before: read from the encoder record)
+FORMAT_VERSION = 5
+READABLE_FORMATS = (1, 2, 3, 4, 5)
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
@@ -54,6 +55,7 @@ class Manifest:
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
+    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.spec.EncoderSpec.to_dict()
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""

@@ -30,8 +30,8 @@ from condsearch.manifest import Manifest
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from condsearch.pipeline import Vectorizer
     from condsearch.store import StoredIndex
+    from condsearch.vectorizer import Vectorizer
 
 log = logging.getLogger(__name__)
 
@@ -351,3 +351,15 @@ def _each_or_alone(run: Callable[[list[P]], Sequence[A]], parts: list[P]) -> lis
         except Exception as exc:  # noqa: BLE001
             answers.append(exc)
     return answers
+
+
+def query_index(
+    stored: StoredIndex, vectorizer: Vectorizer, queries: Sequence[str], k: int, *, on_device: bool = True
+) -> SearchResult:
+    """Rank the stored rows for each query under the index's condition, as :func:`answer` does.
+
+    Returns the batched arrays: scores, ids (n_queries, min(k, rows)), ids being row numbers. A k
+    larger than the index returns every row. ``on_device``: search on the GPU where there is one;
+    False searches the index where it is (the CPU), without importing torch to ask.
+    """
+    return answer(FaissIndex.of(stored, on_device=on_device), vectorizer, queries, k).result

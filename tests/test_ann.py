@@ -24,8 +24,10 @@ from condsearch.encoders import Encoder
 from condsearch.encoders.base import Pair
 from condsearch.errors import CondsearchError
 from condsearch.index import build_index, exact_search, normalize
-from condsearch.pipeline import Vectorizer, index_corpus, query_index
+from condsearch.ingest import index_corpus
+from condsearch.search import query_index
 from condsearch.store import IndexStore, StoreError
+from condsearch.vectorizer import Vectorizer
 
 _CENTERS = np.random.default_rng(0).standard_normal((48, 24))
 
@@ -312,7 +314,8 @@ from condsearch.cli import main
 from condsearch.corpus import read_corpus
 from condsearch.errors import CondsearchError
 from condsearch.index import build_index
-from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.ingest import index_corpus
+from condsearch.vectorizer import Vectorizer
 from condsearch.store import IndexStore
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
 from tests.conftest import HashEncoder

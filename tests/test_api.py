@@ -100,18 +100,18 @@ def test_search_one_query_or_several_and_k_capped(tmp_path: Path, tiny_model: co
 
 
 def test_the_store_shares_loaded_models(tmp_path: Path, tiny_model, demo, monkeypatch: pytest.MonkeyPatch) -> None:
-    import condsearch.pipeline as pipeline
+    import condsearch.vectorizer as vectorizer
 
     _, texts = demo
     condsearch.open(tmp_path, model=tiny_model).index(texts[:12], [COLOUR, "the sport"], name="c")
     loads: list[object] = []
-    real = pipeline.vectorizer_for
+    real = vectorizer.vectorizer_for
 
     def counting(manifest, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         loads.append(manifest)
         return real(manifest, *args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "vectorizer_for", counting)
+    monkeypatch.setattr(vectorizer, "vectorizer_for", counting)
     store = condsearch.open(tmp_path)  # a fresh store: loads the model the indexes record, once for both
     first = store.search(texts[1], condition=COLOUR, k=2)
     store.search(texts[1], condition="the sport", k=2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +17,11 @@ from safetensors.torch import save_file
 from condsearch.artifacts import files
 from condsearch.artifacts.adapters import read_adapter
 from condsearch.artifacts.convert import convert_legacy_adapter
-from condsearch.artifacts.profiles import Profile, ProfileError, profile_of_index, recorded_profile, resolve_profile
+from condsearch.artifacts.profiles import Profile, ProfileError, recorded_profile, resolve_profile
 from condsearch.encoders import load_encoder
 from condsearch.head import HeadConfig, ProjectionHead, save_head
-from condsearch.pipeline import load_vectorizer
+from condsearch.spec import EncoderSpec, Runtime
+from condsearch.vectorizer import load_vectorizer
 from tests.conftest import SENTENCES
 from tests.test_bert_inference import _adapter
 from tests.test_cli import assert_clean_error, ok, run
@@ -162,13 +164,20 @@ def test_an_index_rebuilds_its_profile(tiny_bert_dir: Path, tmp_path: Path) -> N
     ad = _trained(tiny_bert_dir, tmp_path / "ad")
     head_dir = tmp_path / "head"
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=8, model_id=str(tiny_bert_dir))), head_dir)
-    vec = load_vectorizer(str(tiny_bert_dir), str(head_dir), adapter=ad, device="cpu")
+    vec = load_vectorizer(
+        EncoderSpec(str(tiny_bert_dir), head=str(head_dir), adapter=str(ad), runtime=Runtime(device="cpu"))
+    )
     described = vec.encoder.describe()
     assert described["adapter"] == str(ad.resolve()) and vec.profile_name == str(head_dir.resolve()) and vec.dim == 8
-    assert profile_of_index(str(tiny_bert_dir), vec.profile_name, described, "case") == vec.profile
+    assert EncoderSpec.recorded(described, "case", vec.profile_name).resolve_profile() == vec.profile
     # a profile folder records no separate adapter: manifests of before --adapter still match
     both = _trained(tiny_bert_dir, tmp_path / "both", head=True)
-    assert "adapter" not in load_vectorizer(str(tiny_bert_dir), profile=str(both), device="cpu").encoder.describe()
+    assert (
+        "adapter"
+        not in load_vectorizer(
+            EncoderSpec(str(tiny_bert_dir), profile=str(both), runtime=Runtime(device="cpu"))
+        ).encoder.describe()
+    )
 
 
 def test_an_index_from_when_lora_was_the_default_still_names_lora() -> None:
@@ -176,11 +185,13 @@ def test_an_index_from_when_lora_was_the_default_still_names_lora() -> None:
 
     # such manifests say head 'default'; new ones never do (the name is resolved before it is recorded)
     assert recorded_profile("default") == "lora" and recorded_profile("full") == "full"
-    old = profile_of_index(DEFAULT_MODEL, "default", {}, "case")
+    recorded = EncoderSpec.recorded({"model_id": DEFAULT_MODEL}, "case", "default")
+    old = recorded.resolve_profile()
     assert old == resolve_profile(profile="lora") and old.name == "lora"
-    assert profile_of_index(DEFAULT_MODEL, "full", {}, "case") == resolve_profile(profile="default")
-    # a --head asked for at query time names today's profiles: its 'default' is full
-    asked = profile_of_index(DEFAULT_MODEL, "default", {}, "case", asked="default")
+    full = EncoderSpec.recorded({"model_id": DEFAULT_MODEL}, "case", "full").resolve_profile()
+    assert full == resolve_profile(profile="default")
+    # a --head asked for at query time (as vectorizer_for asks it) names today's profiles: its 'default' is full
+    asked = replace(recorded, profile=None, head="default").resolve_profile()
     assert asked.name == "full"
 
 

@@ -11,12 +11,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.encoders import DecoderAttention, encoder_options, load_encoder
+from condsearch.encoders import DecoderAttention, Encoder, load_encoder
 from condsearch.encoders.bidirectional import decoder_layers, make_bidirectional
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import BELLM_PROMPT, BELLM_UNCONDITIONAL, PRESETS
 from condsearch.encoders.pooling import last_token_pool
 from condsearch.errors import ModelError
+from condsearch.spec import EncoderSpec, Runtime
 from tests.test_llm_encoders import COLOUR, PAIRS, make_decoder
 
 KINDS = ("qwen3", "llama")
@@ -39,6 +40,14 @@ def _encoder(folder: Path, **options: object) -> PromptEncoder:
     encoder = load_encoder(str(folder), device="cpu", **options)  # type: ignore[arg-type]
     assert isinstance(encoder, PromptEncoder)
     return encoder
+
+
+def _rebuilt(described: dict[str, object]) -> Encoder:
+    """Return the encoder a manifest's record loads again (as a query does)."""
+    from condsearch.vectorizer import load_vectorizer
+
+    spec = EncoderSpec.recorded(described, "case", "none").with_runtime(Runtime(device="cpu"))
+    return load_vectorizer(spec).encoder  # type: ignore[return-value]
 
 
 def _states(encoder: PromptEncoder, rows: list[list[int]]) -> tuple[torch.Tensor, ...]:
@@ -192,7 +201,7 @@ def test_a_config_with_is_causal_false_attends_both_ways_in_every_layer(decoder_
     alone = np.stack([both_ways.embed_batch([p])[0] for p in PAIRS])
     np.testing.assert_allclose(alone, both_ways.embed_batch(PAIRS), rtol=0, atol=1e-5)
     # rebuilt from its record, it is the same encoder; a partial request contradicts the config
-    again = _encoder(decoder_dirs["qwen2-bidirectional"], **encoder_options(both_ways.describe()))
+    again = _rebuilt(both_ways.describe())
     assert again.describe() == both_ways.describe()
     with pytest.raises(ModelError, match="is_causal: false in its config"):
         _encoder(decoder_dirs["qwen2-bidirectional"], bidirectional_layers=1)
@@ -226,7 +235,7 @@ def test_bellm_preset_prompt_pooling_and_layers(decoder_dirs: dict[str, Path]) -
     for row in encoder.tokenize(PAIRS):
         assert row[0] == encoder.tokenizer.bos_token_id and row[-1] == quote
     # rebuilt from the record (what a query does from a manifest): same settings, same vectors
-    again = _encoder(decoder_dirs["llama"], **encoder_options(info))
+    again = _rebuilt(info)
     assert again.describe() == info
     np.testing.assert_array_equal(again.embed_batch(PAIRS), encoder.embed_batch(PAIRS))
 
@@ -325,7 +334,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
 ) -> None:
     from condsearch.artifacts.adapters import read_adapter
     from condsearch.cli import main
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.vectorizer import load_vectorizer
 
     model = str(decoder_dirs["qwen3"])
     out = tmp_path / "bellm-lora"
@@ -346,15 +355,15 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
         "bidirectional_layers": 1,
     }
     # --head OUT alone rebuilds the encoder the adapter was trained on (prompts, pooling, bidirectional layer)
-    vec = load_vectorizer(model, str(out), device="cpu")
+    vec = load_vectorizer(EncoderSpec(model, head=str(out), runtime=Runtime(device="cpu")))
     described = vec.encoder.describe()
     assert described["bidirectional_layers"] == 1 and described["pooling"] == "mean"
     assert described["adapter_checksum"] == summary["adapter_checksum"]
-    plain = load_vectorizer(model, "none", device="cpu", preset="bellm")
+    plain = load_vectorizer(EncoderSpec(model, head="none", preset="bellm", runtime=Runtime(device="cpu")))
     assert not np.allclose(vec.vectors(["a red dress"], COLOUR), plain.vectors(["a red dress"], COLOUR), atol=1e-5)
     # another attention than the adapter was trained with is refused
     with pytest.raises(ModelError, match="bidirectional layers 1, not 0"):
-        load_vectorizer(model, str(out), device="cpu", bidirectional_layers=0)
+        load_vectorizer(EncoderSpec(model, head=str(out), bidirectional_layers=0, runtime=Runtime(device="cpu")))
     # full fine-tuning of a decoder is refused (LoRA only)
     full = ["train", "full", str(_train_csv(tmp_path)), "--out", str(tmp_path / "bellm-full"), "--model", model]
     result = runner.invoke(main, [*full, "--checkpoint-dir", str(tmp_path / "ckpt-full"), "--device", "cpu"])

@@ -79,6 +79,14 @@ def test_kgc_smoke_trains_and_ranks(tiny_bert_dir: Path, tmp_path: Path) -> None
     assert again["config"]["router_checksum"] == result["config"]["router_checksum"]
 
 
+def test_kgc_profile_times_float32_and_bf16_steps(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--profile-steps", "1"]
+    prof = _run("kgc", argv, tmp_path / "out.json")["profile"]
+    for name in ("float32", "bf16"):
+        assert prof[name]["seconds_per_step_median"] > 0 and prof[name]["examples_per_second"] > 0
+    assert prof["bf16_speedup"] > 0 and prof["steps_timed"] == 1 and prof["entity_tokens"]["mean"] > 0
+
+
 def test_latency_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     plotting = importlib.util.find_spec("matplotlib") is not None  # without it --plot exits 2 (test_latency_plot)
     argv = ["--smoke", "--model", str(tiny_bert_dir), "--dims", "8,16"]

@@ -16,9 +16,9 @@ from condsearch.cache import default_cache_dir
 from condsearch.encoders import bert_inference, load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.errors import ModelError
-from condsearch.finetune.adapter import save_adapter
-from condsearch.finetune.lora import LoraConfig, add_lora, lora_state
 from condsearch.models import resolve_model
+from condsearch.train.adapter import save_adapter
+from condsearch.train.lora import LoraConfig, add_lora, lora_state
 from tests.conftest import SENTENCES
 
 COLOUR = "color of the dress"

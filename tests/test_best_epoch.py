@@ -8,8 +8,8 @@ import pytest
 import torch
 from transformers import get_linear_schedule_with_warmup
 
-from condsearch.best_epoch import BestEpoch, best_row
-from condsearch.schedule import linear_schedule
+from condsearch.train.best_epoch import BestEpoch, best_row
+from condsearch.train.schedule import linear_schedule
 
 
 def test_keeper_keeps_the_strictly_best_epoch_and_restores_it() -> None:

@@ -14,10 +14,10 @@ from click.testing import CliRunner, Result
 from condsearch.cli import main
 from condsearch.cli.train import SUBCOMMANDS, TrainGroup, legacy_subcommand
 from condsearch.csr.router import RouterConfig
-from condsearch.csr.training import RouterTrainConfig
-from condsearch.finetune.lora import LoraConfig
-from condsearch.finetune.trainer import DEFAULT_LR, FinetuneConfig
-from condsearch.training import TrainConfig
+from condsearch.train.finetune import DEFAULT_LR, FinetuneConfig
+from condsearch.train.head import HeadTrainConfig
+from condsearch.train.lora import LoraConfig
+from condsearch.train.router import RouterTrainConfig
 
 CSV = "sentence1,sentence2,condition,label\na red dress,a blue dress,colour,2\na red hat,a red coat,colour,5\n"
 
@@ -57,10 +57,10 @@ def _shown_default(name: str, flag: str) -> str:
 @pytest.mark.parametrize(
     ("name", "flag", "value"),
     [
-        ("head", "--epochs", TrainConfig.epochs),
-        ("head", "--lr", TrainConfig.lr),
-        ("head", "--train-batch-size", TrainConfig.batch_size),
-        ("head", "--dim", TrainConfig.dim),
+        ("head", "--epochs", HeadTrainConfig.epochs),
+        ("head", "--lr", HeadTrainConfig.lr),
+        ("head", "--train-batch-size", HeadTrainConfig.batch_size),
+        ("head", "--dim", HeadTrainConfig.dim),
         ("router", "--lr", RouterTrainConfig.lr),
         ("router", "--epochs", RouterTrainConfig.epochs),
         ("router", "--train-batch-size", RouterTrainConfig.batch_size),
@@ -116,15 +116,15 @@ VALUES: dict[str, list[str]] = {
 }
 ROUTER_VALUES = {"--loss": ["wacl"], "--k": ["3"], "--train-backbone": ["top"], "--init": ["full"]}
 #: the router's flags that apply with the context variant only
-ROUTER_NEEDS = {flag: ["--router-variant", "context"] for flag in ("--k", "--train-backbone", "--init")}
+ROUTER_NEEDS = {flag: ["--router-variant", "context"] for flag in ("--k", "--init")}
 NEEDS = {"--dim": ["--head-on-top"], "--dropout": ["--head-on-top"], "--head-lr": ["--head-on-top"]}
 NEEDS |= {"--init-head": ["--head-on-top"], "--batch-size": ["--dev", "{csv}"]}
 REFUSED = {("lora", f) for f in ("--prompt-template", "--unconditional-template", "--bidirectional-layers", "--preset")}
 TARGETS = {
-    "head": "condsearch.training.train_and_save",
-    "lora": "condsearch.finetune.run.finetune_and_save",
-    "full": "condsearch.finetune.run.finetune_and_save",
-    "router": "condsearch.csr.training.train_router_and_save",
+    "head": "condsearch.train.head.fit_and_save_head",
+    "lora": "condsearch.train.finetune.fit_and_save_encoder",
+    "full": "condsearch.train.finetune.fit_and_save_encoder",
+    "router": "condsearch.train.router.fit_and_save_router",
 }
 
 

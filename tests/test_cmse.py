@@ -12,8 +12,15 @@ from torch import nn
 
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.finetune.trainer import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
-from condsearch.losses import LossSettings, cmse_loss, combined_loss, group_positions, pair_groups, parse_loss_spec
+from condsearch.train.finetune import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
+from condsearch.train.losses import (
+    LossSettings,
+    cmse_loss,
+    combined_loss,
+    group_positions,
+    pair_groups,
+    parse_loss_spec,
+)
 
 FIRST = torch.tensor([[2.0, 1.0], [1.0, 1.0], [3.0, 4.0]])
 SECOND = torch.tensor([[1.0, 2.0], [0.0, 1.0], [4.0, 3.0]])

@@ -18,10 +18,17 @@ from condsearch.cli import main
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.cache import StateCache, collate, split
 from condsearch.csr.router import EXTENDED, PAPER, Router, RouterConfig
-from condsearch.csr.training import DEFAULT_LR, RouterTrainConfig, pair_groups, train_router, wacl_loss
 from condsearch.csr.weights import load_router_weights, save_router
 from condsearch.csts import read_csts
 from condsearch.errors import ModelError
+from condsearch.train.router import (
+    DEFAULT_LR,
+    WHOLE_BACKBONE_LR,
+    RouterTrainConfig,
+    fit_router,
+    pair_groups,
+    wacl_loss,
+)
 from tests.conftest import SENTENCES, router_csts_csv
 
 CONDITION = "color of the dress"
@@ -237,12 +244,32 @@ def test_wacl_loss_matches_equation() -> None:
     assert wacl_loss(cos_pos, cos_neg, y_pos, y_neg).item() == pytest.approx(expected)
 
 
+def test_eq1_with_the_whole_backbone_trains_every_layer_and_reloads(tmp_path: Path, tiny_bert_dir: Path) -> None:
+    """The paper's own setting: eq. 1 with the whole backbone trained; its states are keyed by its weights."""
+    data = read_csts(router_csts_csv(tmp_path / "t.csv"))
+    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "cache")
+    untrained_cache = encoder.states.directory
+    before = {n: p.detach().clone() for n, p in encoder.router.model.named_parameters()}
+    config = RouterTrainConfig(epochs=1, lr=1e-3, batch_size=4, warmup=0.0, train_backbone="all")
+    fit_router(encoder, data, config)
+    moved = {n for n, p in encoder.router.model.named_parameters() if not torch.equal(p, before[n])}
+    assert "embeddings.word_embeddings.weight" in moved and any("layer.0.attention.self" in n for n in moved)
+    assert encoder.states.directory != untrained_cache  # states cached with the base weights are never read
+    save_router(encoder.router, tmp_path / "r", {})
+    again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), cache_dir=tmp_path / "cache")
+    assert again.router.trainable == "all"
+    got = again.encode_conditional(SENTENCES[:3], "color")
+    expected = encoder.encode_conditional(SENTENCES[:3], "color")
+    np.testing.assert_allclose(got, expected, atol=5e-3)  # saved as float16
+    assert again.states.directory != untrained_cache
+
+
 @pytest.mark.parametrize("loss", ["mse", "mse+wacl"])
 def test_training_keeps_the_best_dev_epoch(tmp_path: Path, tiny_bert_dir: Path, loss: str) -> None:
     data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "cache")
     frozen = {n: p.detach().clone() for n, p in encoder.router.named_parameters() if "attention.self" in n}
-    history = train_router(encoder, data, RouterTrainConfig(epochs=2, lr=1e-3, loss=loss), dev=data)
+    history = fit_router(encoder, data, RouterTrainConfig(epochs=2, lr=1e-3, loss=loss), dev=data)
     assert [r["epoch"] for r in history] == [0, 1, 2]
     assert all(np.isfinite(r["loss"]) for r in history[1:])
     for n, p in encoder.router.named_parameters():
@@ -354,7 +381,7 @@ def test_training_makes_the_extended_router_condition(tmp_path: Path, tiny_bert_
     data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=tmp_path / "c")
     config = RouterTrainConfig(epochs=4, lr=1e-2, batch_size=4, warmup=0.0)
-    history = train_router(encoder, data, config, dev=data)
+    history = fit_router(encoder, data, config, dev=data)
     start, trained = history[0], history[1:]
     assert start["dev_condition_sensitivity"] < 1e-3  # an untrained router barely conditions
     assert max(r["dev_condition_sensitivity"] for r in trained) > 10 * start["dev_condition_sensitivity"]
@@ -393,5 +420,7 @@ def test_cli_router_defaults_come_from_the_config() -> None:
     for variant, lr in DEFAULT_LR.items():
         assert defaults.resolved(variant).lr == lr
     assert defaults.resolved("context").train_backbone == "all"
+    assert defaults.resolved("paper").train_backbone == "top"
+    assert replace(defaults, train_backbone="all").resolved("paper").lr == WHOLE_BACKBONE_LR
     res = CliRunner().invoke(main, ["train", "router", "--help"], terminal_width=400)
     assert f"[default: {defaults.epochs};" in " ".join(res.output.split())

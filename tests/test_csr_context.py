@@ -19,10 +19,10 @@ from condsearch.csr import load_csr_encoder
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.csr.context_weights import backbone_delta, fitting_rank, save_context_router
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.training import RouterTrainConfig, train_router
 from condsearch.csts import read_csts, scale_labels
 from condsearch.errors import ModelError
-from condsearch.finetune.checkpoint import TrainingState
+from condsearch.train.checkpoint import TrainingState
+from condsearch.train.router import RouterTrainConfig, fit_router
 from condsearch.vectors import vector_fingerprint
 from tests.conftest import SENTENCES, router_csts_csv
 
@@ -287,7 +287,7 @@ def test_one_epoch_lowers_the_loss(tmp_path: Path, deep_bert_dir: Path, scope: s
     below = {n: p.detach().clone() for n, p in encoder.router.model.named_parameters()}
     before = _mse(encoder, data)
     config = RouterTrainConfig(epochs=1, lr=3e-3, batch_size=4, warmup=0.0, train_backbone=scope)
-    history = train_router(encoder, data, config)
+    history = fit_router(encoder, data, config)
     assert [r["epoch"] for r in history] == [1]
     assert _mse(encoder, data) < before
     top = f"encoder.layer.{N_LAYERS - 1}."
@@ -301,7 +301,7 @@ def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: 
     config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone="top")
 
     straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
-    expected = train_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1")
+    expected = fit_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1")
 
     class Stop(Exception):
         pass
@@ -311,9 +311,9 @@ def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: 
 
     cut = _encoder(deep_bert_dir, tmp_path / "c2", k=1)
     with pytest.raises(Stop):
-        train_router(cut, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", on_epoch=stop)
+        fit_router(cut, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", on_epoch=stop)
     resumed = _encoder(deep_bert_dir, tmp_path / "c3", k=1)
-    history = train_router(resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True)
+    history = fit_router(resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True)
     assert [r["epoch"] for r in history] == [0, 1, 2]
     assert history[-1]["loss"] == pytest.approx(expected[-1]["loss"], rel=1e-5)
     for (name, p), q in zip(
@@ -322,7 +322,7 @@ def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: 
         torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5, msg=name)
     with pytest.raises(ModelError, match="other settings"):
         other = replace(config, lr=2e-3)
-        train_router(
+        fit_router(
             _encoder(deep_bert_dir, tmp_path / "c4", k=1), data, other, checkpoint_dir=tmp_path / "ck2", resume=True
         )
 
@@ -331,12 +331,12 @@ def test_resume_continues_where_training_stopped(tmp_path: Path, deep_bert_dir: 
 def test_resume_continues_from_a_checkpoint_within_an_epoch(
     tmp_path: Path, deep_bert_dir: Path, scope: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.csr.training as training
+    import condsearch.train.router as training
 
     data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=4, train_backbone=scope)
     straight = _encoder(deep_bert_dir, tmp_path / "c1", k=1)
-    expected = train_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1", checkpoint_every=1)
+    expected = fit_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1", checkpoint_every=1)
 
     class Stop(Exception):
         pass
@@ -350,7 +350,7 @@ def test_resume_continues_from_a_checkpoint_within_an_epoch(
 
     monkeypatch.setattr(training, "save_checkpoint", save_then_stop)
     with pytest.raises(Stop):
-        train_router(
+        fit_router(
             _encoder(deep_bert_dir, tmp_path / "c2", k=1),
             data,
             config,
@@ -360,7 +360,7 @@ def test_resume_continues_from_a_checkpoint_within_an_epoch(
         )
     monkeypatch.setattr(training, "save_checkpoint", saved)
     resumed = _encoder(deep_bert_dir, tmp_path / "c3", k=1)
-    history = train_router(
+    history = fit_router(
         resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True, checkpoint_every=1
     )
     assert [r["epoch"] for r in history] == [0, 1, 2]
@@ -375,7 +375,7 @@ def test_other_variants_refuse_context_settings(tmp_path: Path, deep_bert_dir: P
     data = read_csts(router_csts_csv(tmp_path / "t.csv"))
     encoder = load_csr_encoder(str(deep_bert_dir), router="none", cache_dir=tmp_path)
     with pytest.raises(ValueError, match="context router"):
-        train_router(encoder, data, RouterTrainConfig(train_backbone="all"))
+        fit_router(encoder, data, RouterTrainConfig(init="full"))
 
 
 def test_cli_trains_indexes_and_queries(tmp_path: Path, deep_bert_dir: Path, corpus_file: Path) -> None:

@@ -36,8 +36,8 @@ def _untouched(folder: Path) -> bool:
 
 def test_markers_are_the_writers_own_file_names() -> None:
     from condsearch.artifacts import files
-    from condsearch.finetune import checkpoint
-    from condsearch.finetune import run as finetune_run
+    from condsearch.train import checkpoint
+    from condsearch.train import finetune as finetune_run
 
     assert ARTIFACT_MARKERS == {
         "checkpoint": checkpoint.STATE_FILE,
@@ -108,13 +108,13 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         pytest.fail("training started before --out was checked")
 
-    import condsearch.csr.training
-    import condsearch.finetune.run
-    import condsearch.training
+    import condsearch.train.finetune
+    import condsearch.train.head
+    import condsearch.train.router
 
-    monkeypatch.setattr(condsearch.training, "train_and_save", fail)
-    monkeypatch.setattr(condsearch.finetune.run, "finetune_and_save", fail)
-    monkeypatch.setattr(condsearch.csr.training, "train_router_and_save", fail)
+    monkeypatch.setattr(condsearch.train.head, "fit_and_save_head", fail)
+    monkeypatch.setattr(condsearch.train.finetune, "fit_and_save_encoder", fail)
+    monkeypatch.setattr(condsearch.train.router, "fit_and_save_router", fail)
 
 
 @pytest.mark.parametrize(

@@ -18,10 +18,12 @@ from condsearch.cli import main
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.finetune.adapter import save_adapter
-from condsearch.finetune.lora import LoraConfig, LoraLinear, add_lora, lora_state
-from condsearch.finetune.trainer import FinetuneConfig, case_forward, finetune, prepare, trainable_parameters
-from condsearch.losses import (
+from condsearch.spec import EncoderSpec, Runtime
+from condsearch.store import MANIFEST
+from condsearch.train.adapter import save_adapter
+from condsearch.train.finetune import FinetuneConfig, case_forward, fit_encoder, prepare, trainable_parameters
+from condsearch.train.lora import LoraConfig, LoraLinear, add_lora, lora_state
+from condsearch.train.losses import (
     LossSettings,
     bcl_loss,
     combined_loss,
@@ -31,8 +33,7 @@ from condsearch.losses import (
     quadruplet_loss,
     wacl_loss,
 )
-from condsearch.pipeline import load_vectorizer, resolve_head
-from condsearch.store import MANIFEST
+from condsearch.vectorizer import load_vectorizer, resolve_head
 
 COLOUR = "color of the dress"
 SPORT = "the sport being played"
@@ -172,7 +173,7 @@ def test_adapter_refused_on_another_model_and_without_loading(
         _encoder(other_bert_dir, adapter=tmp_path / "ad")
     with pytest.raises(ModelError, match="not loaded with"):
         resolve_head(str(tmp_path / "ad"), _encoder(tiny_bert_dir))
-    vec = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu")
+    vec = load_vectorizer(EncoderSpec(str(tiny_bert_dir), head=str(tmp_path / "ad"), runtime=Runtime(device="cpu")))
     assert vec.head is None and vec.dim == 32 and vec.profile_name == str((tmp_path / "ad").resolve())
 
 
@@ -246,7 +247,7 @@ def test_resume_continues_at_the_next_epoch(tiny_bert_dir: Path, tmp_path: Path)
     config = _lora(losses=(("mse", 1.0), ("wacl", 1.0), ("bcl", 0.5)), head_on_top=True, head_dim=4)
 
     straight = _encoder(tiny_bert_dir)
-    result = finetune(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a")
+    result = fit_encoder(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a")
     assert [int(r["epoch"]) for r in result.history] == [1, 2]
 
     def crash(epoch: int, row: dict[str, float]) -> None:
@@ -254,10 +255,10 @@ def test_resume_continues_at_the_next_epoch(tiny_bert_dir: Path, tmp_path: Path)
             raise _Stop
 
     with pytest.raises(_Stop):
-        finetune(_encoder(tiny_bert_dir), data, config, dev=data, checkpoint_dir=tmp_path / "b", on_epoch=crash)
+        fit_encoder(_encoder(tiny_bert_dir), data, config, dev=data, checkpoint_dir=tmp_path / "b", on_epoch=crash)
     seen: list[int] = []
     resumed_enc = _encoder(tiny_bert_dir)
-    resumed = finetune(
+    resumed = fit_encoder(
         resumed_enc,
         data,
         config,
@@ -274,10 +275,10 @@ def test_resume_continues_at_the_next_epoch(tiny_bert_dir: Path, tmp_path: Path)
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=1e-6, msg=name)
     # another config is refused rather than mixed in
     with pytest.raises(ModelError, match="other settings"):
-        finetune(_encoder(tiny_bert_dir), data, _lora(lr=1e-3), checkpoint_dir=tmp_path / "b", resume=True)
+        fit_encoder(_encoder(tiny_bert_dir), data, _lora(lr=1e-3), checkpoint_dir=tmp_path / "b", resume=True)
     # and so are other training rows under the same settings
     with pytest.raises(ModelError, match="other settings"):
-        finetune(_encoder(tiny_bert_dir), data.head(6), config, checkpoint_dir=tmp_path / "b", resume=True)
+        fit_encoder(_encoder(tiny_bert_dir), data.head(6), config, checkpoint_dir=tmp_path / "b", resume=True)
 
 
 def test_quad_alone_skips_a_batch_without_both_conditions(tiny_bert_dir: Path) -> None:
@@ -285,7 +286,7 @@ def test_quad_alone_skips_a_batch_without_both_conditions(tiny_bert_dir: Path) -
     single = CstsData(
         ["a girl in red", "two men"], ["a woman in red", "a boy"], [COLOUR, SPORT], np.array([5, 4], np.float32)
     )
-    result = finetune(_encoder(tiny_bert_dir), single, _lora(losses=(("quad", 1.0),), epochs=1))
+    result = fit_encoder(_encoder(tiny_bert_dir), single, _lora(losses=(("quad", 1.0),), epochs=1))
     assert [int(r["epoch"]) for r in result.history] == [1] and result.history[0]["loss"] == 0
 
 
@@ -351,7 +352,7 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
             4,
         )
     )  # noqa: E501
-    vec = load_vectorizer(str(out), str(out), device="cpu")
+    vec = load_vectorizer(EncoderSpec(str(out), head=str(out), runtime=Runtime(device="cpu")))
     assert vec.encoder.model_id == str(out.resolve()) and vec.dim == 4
     assert vec.vectors(TEXTS, COLOUR).shape == (2, 4)
 

@@ -11,8 +11,8 @@ import torch
 
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.finetune import trainer
-from condsearch.finetune.trainer import FinetuneConfig, finetune, trainable_parameters
+from condsearch.train import finetune as trainer
+from condsearch.train.finetune import FinetuneConfig, fit_encoder, trainable_parameters
 
 ROWS = [
     ("a girl in a red dress", "a woman in a red dress", "the colour", 5),
@@ -41,7 +41,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     config = FinetuneConfig(kind=kind, epochs=2, batch_size=2, lr=1e-2, head_on_top=True, head_dim=4)
     data = _data()
     straight = load_encoder(str(tiny_bert_dir), device="cpu")
-    expected = finetune(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a", checkpoint_every=1)
+    expected = fit_encoder(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a", checkpoint_every=1)
 
     real, calls = trainer.batch_loss, []
 
@@ -53,7 +53,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
 
     monkeypatch.setattr(trainer, "batch_loss", crash_at_step_5)
     with pytest.raises(_Stop):
-        finetune(
+        fit_encoder(
             load_encoder(str(tiny_bert_dir), device="cpu"),
             data,
             config,
@@ -66,7 +66,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     assert (info["epoch"], info["epoch_step"], info["step"]) == (1, 1, 4)
 
     resumed_enc = load_encoder(str(tiny_bert_dir), device="cpu")
-    resumed = finetune(resumed_enc, data, config, dev=data, checkpoint_dir=tmp_path / "b", resume=True)
+    resumed = fit_encoder(resumed_enc, data, config, dev=data, checkpoint_dir=tmp_path / "b", resume=True)
     assert resumed.resumed_from == 1 and resumed.best_epoch == expected.best_epoch
     for a, b in zip(expected.history, resumed.history, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5) and a["dev_spearman"] == pytest.approx(b["dev_spearman"])
@@ -97,7 +97,7 @@ def test_layer_decay_trains_lower_layers_less(tiny_bert_dir: Path) -> None:
     for decay in (1.0, 0.1):
         encoder = load_encoder(str(tiny_bert_dir), device="cpu")
         before = {n: p.detach().clone() for n, p in encoder.model.named_parameters()}
-        finetune(encoder, data, FinetuneConfig(kind="full", epochs=1, batch_size=2, lr=1e-2, layer_decay=decay))
+        fit_encoder(encoder, data, FinetuneConfig(kind="full", epochs=1, batch_size=2, lr=1e-2, layer_decay=decay))
         after = dict(encoder.model.named_parameters())
         moved[decay] = {n: float((after[n] - before[n]).abs().max()) for n in before}
     emb, top = "embeddings.word_embeddings.weight", "encoder.layer.1.output.dense.weight"
@@ -122,7 +122,7 @@ def test_keep_epochs_keeps_each_epoch_through_later_saves_and_a_resume(
     monkeypatch.setattr(trainer, "batch_loss", crash_at_step_5)
     ckpt = tmp_path / "ckpt"
     with pytest.raises(_Stop):
-        finetune(
+        fit_encoder(
             load_encoder(str(tiny_bert_dir), device="cpu"),
             _data(),
             config,
@@ -133,7 +133,7 @@ def test_keep_epochs_keeps_each_epoch_through_later_saves_and_a_resume(
     monkeypatch.setattr(trainer, "batch_loss", real)
     assert sorted(f.name for f in ckpt.glob("epoch-*")) == ["epoch-1.safetensors"]  # kept through a mid-epoch save
     first = load_file(str(ckpt / "epoch-1.safetensors"))
-    finetune(
+    fit_encoder(
         load_encoder(str(tiny_bert_dir), device="cpu"),
         _data(),
         config,

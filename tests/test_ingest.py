@@ -12,8 +12,10 @@ import pytest
 
 from condsearch.corpus import read_corpus, scan_corpus
 from condsearch.errors import CorpusError
-from condsearch.pipeline import Vectorizer, index_conditions, query_index
+from condsearch.ingest import index_conditions
+from condsearch.search import query_index
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer
 from condsearch.vectors import VectorFile
 from tests.conftest import HashEncoder, WriteCorpus
 

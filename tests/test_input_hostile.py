@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 
 from condsearch.cli import main
 from condsearch.corpus import read_corpus
-from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.ingest import index_corpus
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer
 from tests.conftest import SENTENCES, HashEncoder
 
 CONDITION = "color of the dress"
@@ -50,10 +51,9 @@ def hashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     pq.write_table(pa.table({"id": IDS, "text": SENTENCES}), path)
     index_corpus(read_corpus(path), [CONDITION], _hash_vectorizer(), IndexStore(root / "indexes"), corpus_name="c")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("condsearch.pipeline.load_vectorizer", _hash_vectorizer)
-        patch.setattr("condsearch.pipeline.vectorizer_for", _hash_vectorizer)
-        patch.setattr("condsearch.pipeline.onnx_vectorizer_for", lambda *_, **__: None)
-        patch.setattr("condsearch.pipeline.cache_onnx_export", lambda *_: None)
+        patch.setattr("condsearch.vectorizer.load_vectorizer", _hash_vectorizer)
+        patch.setattr("condsearch.vectorizer.vectorizer_for", _hash_vectorizer)
+        patch.setattr("condsearch.one_shot.cache_onnx_export", lambda *_: None)
         yield root / "indexes"
 
 

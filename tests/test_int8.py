@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from condsearch.encoders import encoder_options, load_encoder, onnx_export, onnx_files
+from condsearch.encoders import load_encoder, onnx_export, onnx_files
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.errors import ModelError
 from condsearch.models import resolve_model
+from condsearch.spec import EncoderSpec
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_cli import assert_clean_error, ok, query, run
 
@@ -56,7 +57,7 @@ def test_describe_records_int8_and_rebuilds_it(tiny_bert_dir: Path, int8_dir: Pa
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
     described = load_encoder(str(tiny_bert_dir), quantize="int8").describe()
     assert described["quantize"] == "int8" and str(described["quantize_runtime"]).startswith("onnxruntime ")
-    assert encoder_options(described)["quantize"] == "int8"
+    assert EncoderSpec.recorded(described, "case", "none").quantize == "int8"
     assert "quantize" not in load_encoder(str(tiny_bert_dir), inference=True).describe()
 
 

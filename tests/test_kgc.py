@@ -275,3 +275,82 @@ def test_an_interrupted_run_resumes_to_the_same_weights(csr, kg, tmp_path: Path)
     train_kgc(csr, states, kg, config, checkpoint_dir=tmp_path / "ckpt", resume=True)
     for k, p in csr.router.trainable_parameters().items():
         torch.testing.assert_close(p, expected[k], atol=1e-6, rtol=1e-5)
+
+
+# -- whole-backbone training (the context router, entities as token ids) ------------------------
+
+
+@pytest.fixture
+def context_csr(tiny_bert_dir: Path, tmp_path: Path):
+    from condsearch.csr import load_csr_encoder
+    from condsearch.csr.context import ContextConfig
+
+    return load_csr_encoder(
+        str(tiny_bert_dir),
+        router="none",
+        variant=ContextConfig(k=1),
+        device="cpu",
+        cache_dir=tmp_path / "cache",
+        state_dtype=torch.float32,  # cached states as exact as token ids, so the two forms can be compared closely
+    )
+
+
+def test_token_ids_and_cached_states_give_the_same_vectors(context_csr, kg) -> None:
+    from kgclib.encoding import entity_tokens, entity_vectors, load_entity_states, query_vectors
+
+    tokens, states = entity_tokens(context_csr, kg.entity_texts), load_entity_states(context_csr, kg.entity_texts)
+    assert len(tokens) == len(states) == kg.n_entities
+    np.testing.assert_array_equal(tokens.lengths(), states.lengths())
+    np.testing.assert_allclose(
+        entity_vectors(context_csr, tokens, chunk=2), entity_vectors(context_csr, states), atol=1e-5
+    )
+    heads, rels = np.array([0, 3, 5]), np.array([0, 1, 3])
+    np.testing.assert_allclose(
+        query_vectors(context_csr, tokens, heads, rels, kg.conditions),
+        query_vectors(context_csr, states, heads, rels, kg.conditions),
+        atol=1e-5,
+    )
+
+
+def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, kg) -> None:
+    from kgclib.encoding import entity_tokens, load_entity_states, tail_tower
+
+    router = context_csr.router
+    tail = tail_tower(router)
+    before = [{n: p.detach().clone() for n, p in t.model.named_parameters()} for t in (router, tail)]
+    config = KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1)
+    with pytest.raises(ValueError, match="token ids"):  # cached states would go stale as the lower layers move
+        train_kgc(context_csr, load_entity_states(context_csr, kg.entity_texts), kg, config, tail=tail)
+    history = train_kgc(context_csr, entity_tokens(context_csr, kg.entity_texts), kg, config, tail=tail)
+    assert math.isfinite(history[-1]["loss"])
+    for t, start in zip((router, tail), before, strict=True):
+        moved = {
+            n.split(".")[0] + "." + n.split(".")[1]
+            for n, p in t.model.named_parameters()
+            if not torch.equal(p, start[n])
+        }
+        assert {"embeddings.word_embeddings", "encoder.layer"} <= moved  # the bottom moved as well as the top
+
+
+def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr, kg, tmp_path: Path) -> None:
+    import kgc
+    from kgclib.encoding import entity_tokens, entity_vectors, load_tail_tower, query_vectors, tail_tower
+
+    from condsearch.csr import load_csr_encoder
+    from condsearch.csr.context_weights import base_weights
+
+    tokens = entity_tokens(context_csr, kg.entity_texts)
+    tail = tail_tower(context_csr.router)
+    train_kgc(context_csr, tokens, kg, KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1), tail=tail)
+    base = base_weights(context_csr.source.location)
+    kgc._save_towers(context_csr, tail, base, tmp_path / "r", {"model_id": context_csr.model_id})
+    heads, rels = np.array([0, 3]), np.array([0, 3])
+    saved_q = query_vectors(context_csr, tokens, heads, rels, kg.conditions)  # the towers now hold what was saved
+    saved_c = entity_vectors(context_csr, tokens, tail=tail)
+    again = load_csr_encoder(context_csr.source.location, router=str(tmp_path / "r"), device="cpu")
+    again_tail = load_tail_tower(again.router, tmp_path / "r", base)
+    assert again_tail is not None
+    np.testing.assert_allclose(query_vectors(again, tokens, heads, rels, kg.conditions), saved_q, atol=2e-3)
+    np.testing.assert_allclose(entity_vectors(again, tokens, tail=again_tail), saved_c, atol=2e-3)
+    size = sum(f.stat().st_size for f in (tmp_path / "r").rglob("*.safetensors"))
+    assert size <= 10_000_000

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.encoders import encoder_options, load_encoder, model_config
+from condsearch.encoders import load_encoder, model_config
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import (
     CASE_PROMPT,
@@ -28,7 +28,9 @@ from condsearch.encoders.runtime import OomBackoff, resolve_dtype
 from condsearch.errors import ModelError
 from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.index import build_index, exact_search, normalize, search, torch_flat_index
-from condsearch.training import PairFeatures, TrainConfig, evaluate_head, train_head
+from condsearch.spec import EncoderSpec, Runtime
+from condsearch.train.head import HeadTrainConfig, PairFeatures, evaluate_head, fit_head
+from condsearch.vectorizer import load_vectorizer
 
 COLOUR = "color of the dress"
 SENTENCE = "A girl in an orange dress serves the ball on a tennis court."
@@ -331,7 +333,8 @@ def test_describe_records_settings_and_rebuilds(model_dirs: dict[str, Path]) -> 
     assert info["family"] == "decoder" and info["pooling"] == "last" and info["dtype"] == "float32"
     assert info["prompt_template"] == template and info["unconditional_template"] == CASE_UNCONDITIONAL
     assert info["max_length"] == 40 and info["dim"] == 32
-    again = load_encoder(info["model_id"], device="cpu", **encoder_options(info))  # type: ignore[arg-type]
+    spec = EncoderSpec.recorded(info, "case", "none").with_runtime(Runtime(device="cpu"))
+    again = load_vectorizer(spec).encoder  # what a query loads from the manifest
     assert again.describe() == info
     np.testing.assert_allclose(again.embed_batch(PAIRS), encoder.embed_batch(PAIRS), atol=1e-6)
 
@@ -340,7 +343,13 @@ def test_bert_describe_is_unchanged(tiny_bert_dir: Path) -> None:
     encoder = load_encoder(str(tiny_bert_dir), device="cpu")
     assert set(encoder.describe()) == {"model_id", "revision", "dim", "pooling", "max_length"}
     assert encoder.describe()["pooling"] == "condition-mean"
-    assert encoder_options(encoder.describe()) == {"pooling": "condition-mean", "max_length": encoder.max_length}
+    spec = EncoderSpec.recorded(encoder.describe(), "case", "none")
+    assert (spec.pooling, spec.max_length, spec.dtype, spec.quantize) == (
+        "condition-mean",
+        encoder.max_length,
+        "auto",
+        "none",
+    )
 
 
 def test_bfloat16_on_cpu_is_close_to_float32(model_dirs: dict[str, Path], qwen3: PromptEncoder) -> None:
@@ -509,7 +518,7 @@ def test_head_trains_on_4096_d_features() -> None:
     x2 = (signal + 0.3 * rng.standard_normal((n, 8)).astype(np.float32)) @ mix
     labels = np.clip(1 + 4 * rng.random(n), 1, 5).astype(np.float32)
     features = PairFeatures(x1, x2, labels)
-    head, history = train_head(features, TrainConfig(dim=512, epochs=3, batch_size=128), dev=features)
+    head, history = fit_head(features, HeadTrainConfig(dim=512, epochs=3, batch_size=128), dev=features)
     assert head.config.input_dim == 4096 and head.config.dim == 512
     assert head.project(x1[:3]).shape == (3, 512)
     assert len(history) == 3 and history[-1]["loss"] < history[0]["loss"]
@@ -603,7 +612,7 @@ def test_cli_train_records_the_prompted_encoder(model_dirs: dict[str, Path], tmp
 
 
 def test_head_trained_on_other_pooling_is_refused(tiny_encoder: object, tmp_path: Path) -> None:
-    from condsearch.pipeline import resolve_head
+    from condsearch.vectorizer import resolve_head
 
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=4, encoder_pooling="last")), tmp_path / "head")
     with pytest.raises(ModelError, match="trained on last pooling, not condition-mean"):

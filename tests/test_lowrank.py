@@ -13,9 +13,9 @@ from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.finetune.adapter import save_delta_adapter
-from condsearch.finetune.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
-from condsearch.finetune.trainer import FinetuneConfig, finetune
+from condsearch.train.adapter import save_delta_adapter
+from condsearch.train.finetune import FinetuneConfig, fit_encoder
+from condsearch.train.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
 
 TEXTS = ["a girl in an orange dress serves the ball", "two men play soccer on a grass field"]
 COND = "color of the dress"
@@ -56,7 +56,7 @@ def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, t
     # two steps: the linear schedule's first step warms up from a rate of 0
     config = FinetuneConfig(kind="full", epochs=2, batch_size=4, lr=1e-2)
     tuned = _encoder(tiny_bert_dir)
-    finetune(tuned, _data(), config, checkpoint_dir=tmp_path / "ckpt")
+    fit_encoder(tuned, _data(), config, checkpoint_dir=tmp_path / "ckpt")
     expected = tuned.encode_case(TEXTS, COND)
     base = _encoder(tiny_bert_dir)
     assert not np.allclose(base.encode_case(TEXTS, COND), expected, atol=1e-3)  # training moved it
@@ -120,16 +120,24 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
 
 
 def test_delta_adapter_loads_through_the_pipeline_and_the_inference_copy(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.vectorizer import load_vectorizer
 
     base = _encoder(tiny_bert_dir)
     torch.manual_seed(0)
     tuned = {n: p.detach() + 0.05 * torch.randn_like(p) for n, p in base.model.named_parameters()}
     save_delta_adapter(base, weight_deltas(_base_state(tiny_bert_dir), tuned, rank=4), tmp_path / "ad", rank=4)
-    vec = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu")
+    vec = load_vectorizer(EncoderSpec(str(tiny_bert_dir), head=str(tmp_path / "ad"), runtime=Runtime(device="cpu")))
     assert vec.head is None and vec.dim == 32
     want = vec.vectors(TEXTS, COND)
-    assert not np.allclose(want, load_vectorizer(str(tiny_bert_dir), "none", device="cpu").vectors(TEXTS, COND))
-    fast = load_vectorizer(str(tiny_bert_dir), str(tmp_path / "ad"), device="cpu", inference=True)
+    assert not np.allclose(
+        want,
+        load_vectorizer(EncoderSpec(str(tiny_bert_dir), head="none", runtime=Runtime(device="cpu"))).vectors(
+            TEXTS, COND
+        ),
+    )
+    fast = load_vectorizer(
+        EncoderSpec(str(tiny_bert_dir), head=str(tmp_path / "ad"), runtime=Runtime(device="cpu", inference=True))
+    )
     assert fast.encoder.describe() == vec.encoder.describe()
     np.testing.assert_allclose(fast.vectors(TEXTS, COND), want, rtol=1e-5, atol=1e-5)

@@ -358,11 +358,12 @@ def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
 
     from condsearch.corpus import read_corpus
     from condsearch.demo import write_demo_corpus
-    from condsearch.pipeline import Vectorizer, index_corpus
+    from condsearch.ingest import index_corpus
     from condsearch.serve.config import ServeConfig
     from condsearch.serve.engine import Resident
     from condsearch.serve.server import BackgroundServer, build_app, open_source
     from condsearch.store import IndexStore
+    from condsearch.vectorizer import Vectorizer
     from tests.conftest import HashEncoder
 
     corpus, where, db = tmp_path / "demo.parquet", tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"

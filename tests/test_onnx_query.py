@@ -30,8 +30,10 @@ from condsearch.encoders.onnx_files import (
 from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.head_files import load_numpy_head
 from condsearch.models import resolve_model
-from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
+from condsearch.one_shot import cache_onnx_export, load_one_shot
+from condsearch.spec import Runtime
 from condsearch.store import IndexStore
+from condsearch.vectorizer import vectorizer_for
 from tests.conftest import SENTENCES
 from tests.test_bert_inference import _adapter
 
@@ -108,10 +110,10 @@ def test_onnx_vectorizer_only_for_the_index_own_model_and_head(
     _index(tiny_bert_dir, corpus_file, index_dir, str(head_dir))
     store = IndexStore(index_dir)
     manifest = store.read_manifest(store.find(COLOUR))
-    reference = vectorizer_for(manifest, device="cpu")  # the torch path
-    assert onnx_vectorizer_for(manifest) is None  # no export yet
+    reference = vectorizer_for(manifest, runtime=Runtime(device="cpu"))  # the torch path
+    assert load_one_shot(manifest) is None  # no export yet
     cache_onnx_export(manifest, reference)
-    light = onnx_vectorizer_for(manifest)
+    light = load_one_shot(manifest)
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder)
     assert (light.profile_name, light.head_checksum, light.dim) == (manifest.head, manifest.head_checksum, 16)
     np.testing.assert_allclose(
@@ -120,7 +122,7 @@ def test_onnx_vectorizer_only_for_the_index_own_model_and_head(
     # a head changed since indexing: not this path (vectorizer_for says why the index cannot be used)
     torch.manual_seed(2)
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=16, model_id=str(tiny_bert_dir))), head_dir)
-    assert onnx_vectorizer_for(manifest) is None
+    assert load_one_shot(manifest) is None
 
 
 def test_a_repeated_one_shot_query_imports_no_torch_and_answers_alike(
@@ -158,7 +160,7 @@ def test_an_int8_index_one_shot_query_runs_its_int8_export(
     assert result.exit_code == 0, result.output
     store = IndexStore(index_dir)
     manifest = store.read_manifest(store.find(COLOUR))
-    light = onnx_vectorizer_for(manifest)
+    light = load_one_shot(manifest)
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder) and light.encoder.precision == "int8"
     want = vectorizer_for(manifest).vectors(SENTENCES, COLOUR)
     np.testing.assert_allclose(light.vectors(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)

@@ -12,9 +12,11 @@ import torch
 from condsearch.corpus import read_corpus
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.head import HeadConfig, ProjectionHead, save_head
+from condsearch.ingest import index_corpus
 from condsearch.models import DEFAULT_MODEL, resolve_model
-from condsearch.pipeline import Vectorizer, check_condition, index_corpus, query_index, resolve_head
+from condsearch.search import check_condition, query_index
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer, resolve_head
 from tests.conftest import SENTENCES, HashEncoder
 
 

@@ -14,10 +14,11 @@ from condsearch.corpus import read_corpus
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition
 from condsearch.hits import Hit, Hits
 from condsearch.index import exact_search
+from condsearch.ingest import index_corpus
 from condsearch.manifest import Manifest
-from condsearch.pipeline import Vectorizer, index_corpus
 from condsearch.search import FaissIndex, Request, answer, answer_batch, capped_k, find_index
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

@@ -12,10 +12,11 @@ import pytest
 
 from condsearch.corpus import read_corpus
 from condsearch.index import exact_search
-from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.ingest import index_corpus
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, vectorizer_key
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

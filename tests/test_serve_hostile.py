@@ -26,13 +26,14 @@ from hypothesis import strategies as st
 from condsearch.corpus import read_corpus
 from condsearch.encoders.base import Pair
 from condsearch.index import SearchResult
-from condsearch.pipeline import Vectorizer, index_corpus
+from condsearch.ingest import index_corpus
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import QueryJob, Resident
 from condsearch.serve.server import BackgroundServer
 from condsearch.store import IndexStore
+from condsearch.vectorizer import Vectorizer
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus
 
 COLOUR = "color of the dress"

@@ -110,9 +110,13 @@ def test_sport_condition_ranks_a_serve_first_and_sports_only(default_indexes: Pa
 def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path) -> None:
     from condsearch.artifacts.adapters import adapter_checksum
     from condsearch.artifacts.files import LORA_PROFILE_DIR
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.vectorizer import load_vectorizer
 
-    tuned, frozen = load_vectorizer(None, "lora", device="cpu"), load_vectorizer(None, "frozen", device="cpu")
+    tuned, frozen = (
+        load_vectorizer(EncoderSpec(profile="lora", runtime=Runtime(device="cpu"))),
+        load_vectorizer(EncoderSpec(profile="frozen", runtime=Runtime(device="cpu"))),
+    )
     assert tuned.profile_name == "lora" and frozen.profile_name == "frozen" and tuned.dim == frozen.dim == 256
     assert tuned.encoder.describe()["adapter_checksum"] == adapter_checksum(LORA_PROFILE_DIR)
     assert "adapter_checksum" not in frozen.encoder.describe()
@@ -127,9 +131,13 @@ def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path
 def test_full_profile_merges_the_shipped_delta_and_keeps_the_model_width() -> None:
     from condsearch.artifacts.adapters import adapter_checksum
     from condsearch.artifacts.files import FULL_PROFILE_DIR
-    from condsearch.pipeline import load_vectorizer
+    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.vectorizer import load_vectorizer
 
-    full, base = load_vectorizer(None, profile="full", device="cpu"), load_vectorizer(None, "none", device="cpu")
+    full, base = (
+        load_vectorizer(EncoderSpec(profile="full", runtime=Runtime(device="cpu"))),
+        load_vectorizer(EncoderSpec(profile="none", runtime=Runtime(device="cpu"))),
+    )
     assert full.dim == base.dim == 384
     assert full.encoder.describe()["adapter_checksum"] == adapter_checksum(FULL_PROFILE_DIR)
     texts = ORANGE[:2] + TENNIS[:2]

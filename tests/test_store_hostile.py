@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 import condsearch.store
 from condsearch.corpus import scan_corpus
 from condsearch.errors import StoreError
-from condsearch.pipeline import index_conditions
+from condsearch.ingest import index_conditions
 from condsearch.store import INDEX_FILE, MANIFEST, ROWS_FILE, IndexStore, Manifest
 from condsearch.vectors import VECTORS_FILE, text_hash
 from tests.test_cli import assert_clean_error, run
@@ -396,6 +396,7 @@ BAD_FIELDS: list[tuple[str, object]] = [
     ("files", {ROWS_FILE: {"sha256": "0" * 64, "size": -1}}),
     ("files", {ROWS_FILE: {"sha256": "0" * 64}}),
     ("files", {"../../etc/passwd": {"sha256": "0" * 64, "size": 1}}),
+    ("spec", 5),
 ]
 
 

@@ -247,9 +247,9 @@ def _nan_head(input_dim: int = 3, dim: int = 2):  # -> ProjectionHead
 def test_a_diverged_head_is_not_saved_and_the_previous_one_stays(
     genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.training
+    import condsearch.train.head
 
-    real = condsearch.training.train_head
+    real = condsearch.train.head.fit_head
 
     def diverge(*args: object, **kwargs: object) -> object:
         head, history = real(*args, **kwargs)  # type: ignore[arg-type]
@@ -257,7 +257,7 @@ def test_a_diverged_head_is_not_saved_and_the_previous_one_stays(
             head.linear.weight.fill_(math.inf)
         return head, history
 
-    monkeypatch.setattr(condsearch.training, "train_head", diverge)
+    monkeypatch.setattr(condsearch.train.head, "fit_head", diverge)
     csv = _csv(tmp_path / "t.csv")
     out = _copy(genuine, "head", tmp_path)
     before = _snapshot(out)
@@ -297,8 +297,8 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
 def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
-    from condsearch.finetune.adapter import save_adapter
-    from condsearch.finetune.lora import LoraConfig, add_lora, lora_state
+    from condsearch.train.adapter import save_adapter
+    from condsearch.train.lora import LoraConfig, add_lora, lora_state
 
     out = _copy(genuine, "lora", tmp_path)
     before = _snapshot(out)
@@ -317,8 +317,7 @@ def test_save_full_model_refuses_non_finite_weights(
 ) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
-    from condsearch.finetune.run import _save_full
-    from condsearch.finetune.trainer import FinetuneResult
+    from condsearch.train.finetune import FinetuneResult, _save_full
 
     out = _copy(genuine, "full", tmp_path)
     before = _snapshot(out)
@@ -332,7 +331,7 @@ def test_save_full_model_refuses_non_finite_weights(
 
 def test_save_checkpoint_refuses_non_finite_weights(tmp_path: Path) -> None:
     from condsearch.errors import ModelError
-    from condsearch.finetune.checkpoint import TrainingState, save_checkpoint
+    from condsearch.train.checkpoint import TrainingState, save_checkpoint
 
     weight = torch.nn.Parameter(torch.ones(2, 2))
     params = {"w": weight}

@@ -9,7 +9,7 @@ import pytest
 
 from condsearch.csts import CstsData
 from condsearch.metrics import correlations, cosine_rows
-from condsearch.training import PairFeatures, TrainConfig, case_features, evaluate_head, train_head
+from condsearch.train.head import HeadTrainConfig, PairFeatures, case_features, evaluate_head, fit_head
 from tests.conftest import HashEncoder
 from tests.test_benchmarks import load_script
 
@@ -60,11 +60,11 @@ def _synthetic(n: int, seed: int, d_signal: int = 4, d_noise: int = 12) -> PairF
 
 def test_train_head_learns_and_keeps_best_epoch() -> None:
     train, dev = _synthetic(600, 0), _synthetic(300, 1)
-    config = TrainConfig(dim=8, epochs=20, batch_size=64, lr=3e-2, dropout=0.0, seed=0)
-    untrained, _ = train_head(train, TrainConfig(dim=8, epochs=1, lr=1e-12, seed=0), dev=dev)
+    config = HeadTrainConfig(dim=8, epochs=20, batch_size=64, lr=3e-2, dropout=0.0, seed=0)
+    untrained, _ = fit_head(train, HeadTrainConfig(dim=8, epochs=1, lr=1e-12, seed=0), dev=dev)
     before = evaluate_head(untrained, dev)["spearman"]
     epochs_seen = []
-    head, history = train_head(train, config, dev=dev, on_epoch=lambda e, loss, d: epochs_seen.append((e, d)))
+    head, history = fit_head(train, config, dev=dev, on_epoch=lambda e, loss, d: epochs_seen.append((e, d)))
     after = evaluate_head(head, dev)["spearman"]
     assert len(history) == 20 and [e for e, _ in epochs_seen] == list(range(1, 21))
     assert all(d is not None and "spearman" in d for _, d in epochs_seen)
@@ -79,14 +79,14 @@ def test_train_head_learns_and_keeps_best_epoch() -> None:
 
 def test_train_head_is_reproducible() -> None:
     train = _synthetic(200, 2)
-    config = TrainConfig(dim=4, epochs=3, batch_size=32, seed=7)
-    a, _ = train_head(train, config)
-    b, _ = train_head(train, config)
+    config = HeadTrainConfig(dim=4, epochs=3, batch_size=32, seed=7)
+    a, _ = fit_head(train, config)
+    b, _ = fit_head(train, config)
     np.testing.assert_array_equal(a.linear.weight.detach().numpy(), b.linear.weight.detach().numpy())
 
 
 def test_train_head_without_dev_has_loss_only_history() -> None:
-    _, history = train_head(_synthetic(100, 3), TrainConfig(dim=4, epochs=2, batch_size=50))
+    _, history = fit_head(_synthetic(100, 3), HeadTrainConfig(dim=4, epochs=2, batch_size=50))
     assert [set(r) for r in history] == [{"epoch", "loss"}] * 2
 
 
@@ -110,8 +110,8 @@ def test_train_head_returns_best_dev_epoch_not_last() -> None:
     train = _synthetic(600, 0)
     flipped = _synthetic(300, 1)
     dev = PairFeatures(flipped.x1, flipped.x2, 6 - flipped.labels)  # dev rewards the opposite of train
-    config = TrainConfig(dim=8, epochs=12, batch_size=64, lr=3e-2, dropout=0.0, seed=0)
-    head, history = train_head(train, config, dev=dev)
+    config = HeadTrainConfig(dim=8, epochs=12, batch_size=64, lr=3e-2, dropout=0.0, seed=0)
+    head, history = fit_head(train, config, dev=dev)
     scores = [row["dev_spearman"] for row in history]
     best_epoch = int(np.argmax(scores))
     assert best_epoch < len(scores) - 1 and scores[-1] < max(scores) - 10  # training made dev worse

@@ -2,25 +2,33 @@
 
 A query is the head entity's text routed under the relation's text (the condition); a
 candidate is the entity's plain forward pass (routing off). Candidates go either through
-the same router layers (one tower) or through their own copy of the layers from the
-router layer up (two towers, like SimKGC's separate query and tail encoders); both towers
-share the frozen layers below, so both start from the entity's cached layer-t states and
-after training only the layers above the cache are recomputed for all candidates.
+the same router (one tower) or through their own copy (two towers, like SimKGC's separate
+query and tail encoders).
+
+Entities reach a tower in one of two forms (:data:`EntitySource`):
+
+- :class:`CachedStates`: each entity's states below the routed layers, computed once and read
+  from the state cache. Valid only while those layers stay frozen (the frozen-lower-layers
+  option: training then recomputes only the layers above the cache).
+- :class:`EntityTokens`: each entity's token ids; every batch runs the tower's own lower
+  layers, with gradients when training. This is what whole-backbone training uses, and what
+  evaluates its result with the trained weights.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from condsearch.csr.cache import Tensors, collate
+from condsearch.csr.context import ContextCode, ContextRouter
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import PAPER, ConditionCode, Router
+from condsearch.csr.router import PAPER, ConditionCode, Router, SentenceStates
 from condsearch.csr.weights import load_router_weights
 from condsearch.index import DEFAULT_FACTORY, build_index, normalize, to_search_device
 from condsearch.metrics import condition_sensitivity
@@ -33,59 +41,138 @@ RERANK_BONUS = 0.05
 TAIL_FOLDER = "tail"  # a two-tower router folder keeps the candidate tower here
 
 
-def tail_tower(router: Router) -> Router:
-    """Return a candidate tower: a copy of the router's backbone whose layers from the router
-    layer up train on their own (the layers below stay shared in value and frozen)."""
+Tower = Router | ContextRouter
+
+
+def tail_tower(router: Tower) -> Tower:
+    """Return a candidate tower: a copy of the router's backbone that trains on its own.
+
+    For the paper/extended router only its layers from the router layer up train (the layers
+    below stay shared in value and frozen); a context router's copy trains what the router
+    trains (the whole backbone, or its top k layers).
+    """
+    if isinstance(router, ContextRouter):
+        return ContextRouter(copy.deepcopy(router.model), router.config, trainable=router.trainable)
     return Router(copy.deepcopy(router.model), replace(PAPER, layer=router.layer))
 
 
-def load_tail_tower(router: Router, folder: Path) -> Router | None:
-    """Return the candidate tower saved in ``folder/tail``, or None for a one-tower router."""
+def load_tail_tower(router: Tower, folder: Path, base: dict[str, torch.Tensor] | None = None) -> Tower | None:
+    """Return the candidate tower saved in ``folder/tail``, or None for a one-tower router.
+
+    A context router's tower is saved as its own change from the base model: ``base`` holds the
+    base model's weights (:func:`condsearch.csr.context_weights.base_weights`).
+    """
     sub = Path(folder) / TAIL_FOLDER
     if not sub.is_dir():
         return None
     tail = tail_tower(router)
-    load_router_weights(tail, sub)
+    if isinstance(tail, ContextRouter):
+        from condsearch.csr.context_weights import load_context_weights
+
+        if base is None:
+            raise ValueError("a context router's candidate tower needs the base model's weights")
+        with torch.no_grad():
+            for name, p in tail.model.named_parameters():
+                p.copy_(base[name].to(p.device, p.dtype))
+        load_context_weights(tail, sub)
+    else:
+        load_router_weights(tail, sub)
     return tail.to(next(router.parameters()).device).eval()
+
+
+@dataclass(frozen=True)
+class CachedStates:
+    """Every entity's cached states below the routed layers (valid while those layers are frozen)."""
+
+    states: Sequence[Tensors]
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def __getitem__(self, row: int) -> Tensors:
+        return self.states[row]
+
+    def lengths(self) -> np.ndarray:
+        return np.array([s[0].shape[0] for s in self.states], dtype=np.int64)
+
+    def batch(self, tower: Tower, rows: Sequence[int], device: torch.device | None) -> SentenceStates:
+        del tower  # the cache stands for the layers every tower shares
+        return collate([self.states[r] for r in rows], device=device)
+
+
+class EntityTokens:
+    """Every entity's token ids; each batch runs the tower's own layers below the routed ones."""
+
+    def __init__(self, tokenizer: object, texts: Sequence[str], max_length: int) -> None:
+        encoded = tokenizer(list(texts), truncation=True, max_length=max_length)  # type: ignore[operator]
+        self.ids = [np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]]
+        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
+        self._lengths = np.array([len(ids) for ids in self.ids], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def lengths(self) -> np.ndarray:
+        return self._lengths
+
+    def batch(self, tower: Tower, rows: Sequence[int], device: torch.device | None) -> SentenceStates:
+        n = int(max(self._lengths[r] for r in rows))
+        ids = torch.full((len(rows), n), self.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), n, dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : self._lengths[r]] = torch.from_numpy(self.ids[r])
+            mask[i, : self._lengths[r]] = 1
+        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        return tower.sentence_states({k: v.to(device) for k, v in inputs.items()})
+
+
+#: how entities reach a tower: cached lower-layer states, or token ids run through the tower
+EntitySource = CachedStates | EntityTokens
 
 
 def load_entity_states(
     encoder: CsrEncoder, texts: Sequence[str], *, batch_size: int = 128, progress: bool = False
-) -> list[Tensors]:
+) -> CachedStates:
     """Cache (once) and read the layer-t states of every entity text, in order."""
     keys = encoder.cache_sentences(texts, batch_size=batch_size, progress=progress)
-    return encoder.states.get(keys)
+    return CachedStates(encoder.states.get(keys))
+
+
+def entity_tokens(encoder: CsrEncoder, texts: Sequence[str]) -> EntityTokens:
+    """Return the token ids of every entity text at the encoder's max length."""
+    return EntityTokens(encoder.tokenizer, texts, encoder.max_length)
 
 
 def encode_states(
-    router: Router,
-    states: Sequence[Tensors],
+    router: Tower,
+    source: EntitySource,
     rows: np.ndarray,
-    codes: ConditionCode | None = None,
+    codes: object | None = None,
     *,
     device: torch.device | None = None,
     chunk: int = 256,
 ) -> torch.Tensor:
     """Return pooled vectors (len(rows), hidden) of the entities at ``rows``.
 
-    codes: one condition code per row, or None for the plain forward pass. Rows are run in
-    length-sorted chunks to keep padding small; gradients flow when the caller is not in
-    inference mode.
+    codes: one condition code per row (the router's own kind), or None for the plain forward
+    pass. Rows are run in length-sorted chunks to keep padding small; gradients flow when the
+    caller is not in inference mode.
     """
     rows = np.asarray(rows, dtype=np.int64)
-    order = np.argsort([states[r][0].shape[0] for r in rows.tolist()], kind="stable")
+    device = device or next(router.parameters()).device
+    order = np.argsort(source.lengths()[rows], kind="stable")
     outs = []
     for start in range(0, len(order), chunk):
         part = order[start : start + chunk]
-        batch = collate([states[r] for r in rows[part].tolist()], device=device)
-        code = None if codes is None else codes.select(torch.from_numpy(part).to(codes.q.device))
-        outs.append(router.route(batch, code))
+        batch = source.batch(router, rows[part].tolist(), device)
+        code = None if codes is None else codes.select(torch.from_numpy(part).to(device))  # type: ignore[attr-defined]
+        outs.append(router.route(batch, code))  # type: ignore[arg-type]  # each router makes its own codes
     out = torch.cat(outs)
     inverse = torch.from_numpy(np.argsort(order, kind="stable")).to(out.device)
     return out[inverse]
 
 
-def relation_codes(encoder: CsrEncoder, conditions: Sequence[str]) -> ConditionCode:
+def relation_codes(encoder: CsrEncoder, conditions: Sequence[str]) -> ConditionCode | ContextCode:
     """Return the code of each condition text (a batch of len(conditions))."""
     inputs = encoder.tokenizer(
         list(conditions), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt"
@@ -95,7 +182,7 @@ def relation_codes(encoder: CsrEncoder, conditions: Sequence[str]) -> ConditionC
 
 @torch.inference_mode()
 def entity_vectors(
-    encoder: CsrEncoder, states: Sequence[Tensors], *, tail: Router | None = None, chunk: int = 512
+    encoder: CsrEncoder, states: EntitySource, *, tail: Tower | None = None, chunk: int = 512
 ) -> np.ndarray:
     """Return every entity's candidate vector, unit length: (n_entities, hidden) float32.
 
@@ -113,17 +200,17 @@ def entity_vectors(
 
 @torch.inference_mode()
 def query_vectors(
-    encoder: CsrEncoder, states: Sequence[Tensors], heads: np.ndarray, relations: np.ndarray, conditions: Sequence[str]
+    encoder: CsrEncoder, states: EntitySource, heads: np.ndarray, relations: np.ndarray, conditions: Sequence[str]
 ) -> np.ndarray:
     """Return the routed vector of each (head, relation) query, unit length: (n, hidden) float32."""
     encoder.router.eval()
     codes = relation_codes(encoder, conditions)
-    codes = codes.select(torch.from_numpy(np.asarray(relations, dtype=np.int64)).to(codes.q.device))
+    codes = codes.select(torch.from_numpy(np.asarray(relations, dtype=np.int64)).to(encoder.device))
     vecs = encode_states(encoder.router, states, heads, codes, device=encoder.device)
     return normalize(vecs.float().cpu().numpy())
 
 
-def relation_sensitivity(encoder: CsrEncoder, states: Sequence[Tensors], data: KgData, triples: np.ndarray) -> float:
+def relation_sensitivity(encoder: CsrEncoder, states: EntitySource, data: KgData, triples: np.ndarray) -> float:
     """Condition sensitivity on a KG: each triple's head routed under its relation and under
     the inverse of that relation (mean of 1 − cos)."""
     heads, rels = triples[:, 0], triples[:, 1]
@@ -141,7 +228,7 @@ def direction_queries(triples: np.ndarray, n_relations: int, forward: bool) -> t
 
 def evaluate_link_prediction(
     encoder: CsrEncoder,
-    states: Sequence[Tensors],
+    states: EntitySource,
     data: KgData,
     triples: np.ndarray,
     answers: Answers,
@@ -149,7 +236,7 @@ def evaluate_link_prediction(
     rerank_graph: list[np.ndarray] | None = None,
     factory: str = DEFAULT_FACTORY,
     k: int = 100,
-    tail: Router | None = None,
+    tail: Tower | None = None,
 ) -> dict[str, object]:
     """Rank every entity for each triple in both directions (filtered setting).
 

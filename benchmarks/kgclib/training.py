@@ -5,8 +5,13 @@ Each example (h, r, t) — training triples and their inverses — scores the ro
 additive margin on the positive, times a learnable inverse temperature; the head's own plain
 vector is one more negative (self-negative). Negatives that are known answers are masked.
 Tails and heads-as-negatives are plain passes through the candidate tower (the router
-itself, or a separate tail tower). Only parameters at and above the router layer move, so
-the cached entity states stay valid throughout.
+itself, or a separate tail tower).
+
+What moves is what the router names trainable. Given entity token ids (:class:`EntityTokens`),
+a context router trains its whole backbone, as SimKGC trains every layer: each batch runs every
+layer, and the entities are encoded afresh with the trained weights for evaluation. Given
+cached states (:class:`CachedStates`), only the layers above the cache train (the frozen
+lower layers option, and the only one for the paper/extended router), so the cache stays valid.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,13 +27,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.csr.cache import Tensors
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import Router
-from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.train.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.train.schedule import linear_schedule
 
 from .data import Answers, KgData, known_answers, with_inverse
-from .encoding import encode_states, relation_codes
+from .encoding import EntitySource, EntityTokens, Tower, encode_states, relation_codes
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +115,13 @@ def _unit(x: torch.Tensor) -> torch.Tensor:
 
 def batch_loss(
     encoder: CsrEncoder,
-    states: Sequence[Tensors],
+    states: EntitySource,
     batch: np.ndarray,
     conditions: Sequence[str],
     train_answers: Answers,
     log_inv_t: torch.Tensor,
     config: KgcTrainConfig,
-    tail: Router | None = None,
+    tail: Tower | None = None,
 ) -> torch.Tensor:
     """Return the loss of one batch of (h, r, t) rows, with gradients."""
     device = encoder.device
@@ -149,27 +152,35 @@ Evaluate = Callable[[], dict[str, float]]
 
 def train_kgc(
     encoder: CsrEncoder,
-    states: Sequence[Tensors],
+    states: EntitySource,
     data: KgData,
     config: KgcTrainConfig,
     *,
     evaluate: Evaluate | None = None,
     eval_every: int = 0,
-    tail: Router | None = None,
+    tail: Tower | None = None,
     on_step: Callable[[int, int, float], None] | None = None,
     checkpoint_dir: Path | None = None,
     resume: bool = False,
+    on_best: Callable[[dict[str, float]], None] | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tune the router (and the candidate tower ``tail``, if any) in place.
+
+    ``states`` are the entities as token ids (every layer the router names trainable moves) or
+    as cached states (valid only when the layers below the routed ones do not train).
 
     ``evaluate`` returns dev metrics with an "mrr" (maximised) and a "condition_sensitivity";
     it runs before training, every ``eval_every`` steps and after each epoch, and the
     best-scoring weights are kept — the start included, so the result never scores below it.
     With ``checkpoint_dir``, the run is checkpointed every ``config.checkpoint_every`` steps
-    and ``resume`` continues it (same config) from the last checkpoint. Returns one history
-    row per evaluation.
+    and ``resume`` continues it (same config) from the last checkpoint. ``on_best`` is called
+    with the history row each time dev improves, the weights in place being the best so far (to
+    save them as the run goes). Returns one history row per evaluation.
     """
     router = encoder.router
+    whole = getattr(router, "trainable", "top") == "all"
+    if whole and not isinstance(states, EntityTokens):
+        raise ValueError("training the whole backbone needs the entities as token ids, not cached states")
     router.freeze_backbone()
     trainable = dict(router.trainable_parameters())
     if tail is not None:
@@ -194,20 +205,21 @@ def train_kgc(
     n_epoch = min(len(examples), config.max_examples or len(examples))
     steps_per_epoch = math.ceil(n_epoch / config.batch_size)
     total = max(1, config.epochs * steps_per_epoch)
-    from transformers import get_linear_schedule_with_warmup
-
-    sched = get_linear_schedule_with_warmup(optim, max(1, min(config.warmup_steps, total // 10)), total)
     params = [p for g in groups for p in g["params"]]
-    run_config = {**asdict(config), "router": router.config.to_dict(), "towers": 2 if tail is not None else 1}
+    run_config = {
+        **asdict(config),
+        "router": router.config.to_dict(),
+        "towers": 2 if tail is not None else 1,
+        "backbone": "whole" if whole else "frozen below the routed layers",
+        "max_length": encoder.max_length,
+    }
     state = TrainingState(config=run_config)
     best_state: dict[str, torch.Tensor] | None = None
     if checkpoint_dir is not None and resume and has_checkpoint(checkpoint_dir):
         state, best_state = load_checkpoint(checkpoint_dir, run_config, trainable, optim)
-        with warnings.catch_warnings():  # fast-forwarding the schedule, not skipping a step
-            warnings.simplefilter("ignore", UserWarning)
-            for _ in range(state.step):
-                sched.step()
         log.info("resumed at step %d of %d", state.step, total)
+    # SimKGC's warm-up: 400 steps, here at most a tenth of the run
+    sched = linear_schedule(optim, total, min(config.warmup_steps, total // 10) / total, done_steps=state.step)
     done = float(state.history[-1].get("seconds", 0.0)) if state.history else 0.0
     started = time.perf_counter() - done
 
@@ -221,12 +233,15 @@ def train_kgc(
         row["dev"] = float(scores["mrr"])
         row["seconds"] = round(time.perf_counter() - started, 1)
         row["temperature"] = float(1.0 / log_inv_t.exp().item())
-        row["gain"] = router.gains()[0]
+        if gains := router.gains():
+            row["gain"] = gains[0]
         state.history.append(row)
         log.info("step %d: dev MRR %.2f, sensitivity %.4f", step, row["dev"], row.get("dev_condition_sensitivity", 0))
         if row["dev"] > state.best_score:
             state.best_score, state.best_epoch = row["dev"], step
             best_state = {k: v.detach().clone() for k, v in trainable.items()}
+            if on_best is not None and step > 0:
+                on_best(row)
 
     def save(step: int) -> None:
         state.step = step

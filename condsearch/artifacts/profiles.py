@@ -17,7 +17,6 @@ LoRA profile was the default record it as 'default' (:data:`LEGACY_DEFAULT`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -155,18 +154,3 @@ def resolve_profile(
 def recorded_profile(head: str) -> str:
     """Return the profile name a manifest's ``head`` means ('default' in an index older than the ``full`` default)."""
     return LEGACY_DEFAULT if head == PROFILE_DEFAULT else head
-
-
-def profile_of_index(
-    model_id: str, head: str, encoder: Mapping[str, object], mode: str, *, asked: str | None = None
-) -> Profile:
-    """Return the profile an index was built with, from its manifest's head and encoder record.
-
-    ``asked`` is a --head given at query time in place of the recorded one (its 'default' is today's).
-    """
-    if mode == MODE_CSR:
-        recorded = encoder.get("router")
-        return resolve_profile(model_id, router=str(recorded or PROFILE_NONE), mode=MODE_CSR)
-    adapter = encoder.get(ADAPTER_KEY)
-    name = recorded_profile(head) if asked is None else asked  # resolve_profile reads 'default' as today's
-    return resolve_profile(model_id, head=name, adapter=str(adapter) if isinstance(adapter, str) else None)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from condsearch.ann import IndexConfig, check_index_options
-from condsearch.artifacts.profiles import MODE_CSR
+from condsearch.artifacts.profiles import MODE_CSR, Mode
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     device_option,
@@ -27,6 +27,7 @@ from condsearch.cli.options import (
 )
 from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.encoders.cpu import Quantize
 from condsearch.errors import CondsearchError
 
 
@@ -184,16 +185,18 @@ def index_cmd(
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus import scan_corpus
-    from condsearch.pipeline import check_condition, index_conditions, load_mode_vectorizer
+    from condsearch.ingest import index_conditions
+    from condsearch.search import check_condition
+    from condsearch.spec import EncoderSpec, Runtime
 
     off_default = {
-        "--pooling": pooling != "auto",
+        "--pooling": pooling != EncoderSpec.pooling,
         "--prompt-template": bool(prompt_template),
         "--unconditional-template": bool(unconditional_template),
-        "--dtype": dtype != "auto",
+        "--dtype": dtype != EncoderSpec.dtype,
         "--bidirectional-layers": bidirectional_layers is not None,
         "--preset": preset is not None,
-        "--quantize": quantize != "none",
+        "--quantize": quantize != EncoderSpec.quantize,
         "--router": router != "auto",
         "--router-layer": router_layer is not None,
         "--router-variant": router_variant is not None,
@@ -201,29 +204,27 @@ def index_cmd(
         "--ray-work-dir": ray_work_dir is not None,
     }
     _check_flags(mode, {flag for flag, off in off_default.items() if off}, ray=ray_address is not None)
-    # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error)
-    options: dict[str, Any] = dict(
+    # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error);
+    # the case-only flags are refused above, so under csr they hold their defaults
+    spec = EncoderSpec(
         model=model,
-        head=head,
-        adapter=adapter,
+        mode=cast(Mode, mode),
         profile=profile,
-        device=device,
+        head=head,
+        adapter=str(adapter) if adapter is not None else None,
+        pooling=pooling,
+        prompt_template=prompt_template,
+        unconditional_template=unconditional_template,
         max_length=max_length,
-        trust_remote_code=trust_remote_code,
+        dtype=dtype,
+        bidirectional_layers=bidirectional_layers,
+        preset=preset,
+        quantize=cast(Quantize, quantize),
+        router=router,
+        router_layer=router_layer,
+        router_variant=router_variant,
+        runtime=Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code),
     )
-    if mode == MODE_CSR:
-        options.update(router=router, router_layer=router_layer, router_variant=router_variant)
-    else:
-        options.update(
-            pooling=pooling,
-            prompt_template=prompt_template,
-            unconditional_template=unconditional_template,
-            dtype=dtype,
-            bidirectional_layers=bidirectional_layers,
-            preset=preset,
-            quantize=quantize,
-            threads=threads,
-        )
     build: dict[str, Any] = dict(
         corpus_name=corpus_name or corpus.stem,
         factory=index_factory,
@@ -238,22 +239,20 @@ def index_cmd(
         data = scan_corpus(corpus, text_column, id_column, format=corpus_format)
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        if mode == MODE_CSR:
-            from condsearch.encoders.cpu import apply_threads
-
-            apply_threads(threads)
         store = open_store(index_dir)
         start = time.perf_counter()
         if ray_address is None:
-            vectorizer = load_mode_vectorizer(mode, **options)
-            reports = index_conditions(data, conditions, vectorizer, store, full=full, progress=True, **build)
+            from condsearch.vectorizer import load_vectorizer
+
+            reports = index_conditions(
+                data, conditions, load_vectorizer(spec), store, full=full, progress=True, **build
+            )
         else:  # Ray encodes every row: --full is what it does anyway
             from condsearch.scale.config import RayConfig
-            from condsearch.scale.ray_encode import VectorizerRecipe, ray_index_conditions
+            from condsearch.scale.ray_encode import ray_index_conditions
 
             ray = RayConfig(address=ray_address, actors=ray_actors, work_dir=ray_work_dir)
-            recipe = VectorizerRecipe.of(mode, **options)
-            reports = ray_index_conditions(data, conditions, recipe, store, config=ray, **build)
+            reports = ray_index_conditions(data, conditions, spec, store, config=ray, **build)
         elapsed = time.perf_counter() - start
         if store_spec is not None:
             from condsearch.scale.export import export_indexes

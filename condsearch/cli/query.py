@@ -6,6 +6,7 @@ import atexit
 import gc
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -61,15 +62,6 @@ def _quick_exit() -> None:
 _FEW_QUERIES = 16
 
 
-def _one_thread() -> None:
-    # Waking torch's thread pool for a few short inputs costs more than the work, and on a busy
-    # machine far more (1.9 s instead of 0.05 s for one query here). An explicit setting wins.
-    if not os.environ.get("OMP_NUM_THREADS"):
-        import torch
-
-        torch.set_num_threads(1)
-
-
 @click.command("query", context_settings=CONTEXT)
 @click.argument("texts", nargs=-1)
 @click.option("-c", "--condition", required=True, help="Condition whose index to search.")
@@ -110,24 +102,20 @@ def query_cmd(
     store_spec: str | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
-    from condsearch.pipeline import cache_onnx_export, onnx_vectorizer_for, vectorizer_for
     from condsearch.search import FaissIndex, answer
+    from condsearch.spec import Runtime
+    from condsearch.vectorizer import vectorizer_for
 
     refuse_index_dir_beside_store(store_spec, "query")
     queries = _read_queries(texts, query_file)
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")
     few = len(queries) <= _FEW_QUERIES
+    runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
 
-    def checked(manifest: Any) -> Any:  # the model, head, adapter and router checks, for either store
+    def checked(manifest: Any, *, one_shot: bool = False) -> Any:  # the model, head, adapter and router checks
         return vectorizer_for(
-            manifest,
-            model,
-            profile,
-            device=device,
-            trust_remote_code=trust_remote_code,
-            quantize=quantize,
-            threads=threads,
+            manifest, model=model, profile=profile, quantize=quantize, runtime=runtime, one_shot=one_shot
         )
 
     if store_spec is not None:
@@ -146,17 +134,20 @@ def query_cmd(
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
-        vec = onnx_vectorizer_for(stored.manifest, threads=threads) if light else None
-        on_device = vec is None  # the onnxruntime path searches on the CPU too, without importing torch to ask
-        if vec is None:
-            if few and threads is None:
-                _one_thread()
-            vec = checked(stored.manifest)
+        if few and threads is None and not os.environ.get("OMP_NUM_THREADS"):
+            # Waking torch's thread pool for a few short inputs costs more than the work, and on a busy
+            # machine far more (1.9 s instead of 0.05 s for one query here). An explicit setting wins.
+            runtime = replace(runtime, threads=1)
+        vec = checked(stored.manifest, one_shot=light)
+        # the onnxruntime path searches on the CPU too, without importing torch to ask
+        on_device = vec.backend == "torch"
         found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k)
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_answers(found, as_json)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
+        from condsearch.one_shot import cache_onnx_export
+
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
 

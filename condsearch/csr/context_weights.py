@@ -2,7 +2,7 @@
 
 A context router's folder is a router folder (``router.json`` + ``router.safetensors``, see
 :mod:`condsearch.artifacts.routers`). What trains is the backbone itself, so the weights file holds
-``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.finetune.lowrank`'s
+``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.train.lowrank`'s
 delta adapters are (``<parameter>.delta`` whole, or ``.delta_b`` / ``.delta_a`` factors) and merged
 with :func:`condsearch.encoders.lora.apply_deltas`. The change is stored whole when that fits in
 :data:`MAX_DELTA_BYTES` (the top 2 layers of MiniLM-L6 at float16 take 7.1 MB); otherwise each matrix
@@ -36,7 +36,7 @@ from condsearch.atomic import replacing_dir
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.encoders.lora import apply_deltas
 from condsearch.errors import ModelError
-from condsearch.finetune.lowrank import delta_bytes, weight_deltas
+from condsearch.train.lowrank import delta_bytes, weight_deltas
 
 #: the largest backbone change kept whole (bytes at float16); a larger one is stored at DELTA_RANK
 MAX_DELTA_BYTES = 10_000_000

@@ -117,6 +117,8 @@ class CsrEncoder:
         weights = self.router_checksum or f"params:{weights_digest(self.router)}"
         if isinstance(self.router, ContextRouter):
             backbone += f"|{CONTEXT}|weights={weights}"
+        elif self.router.trainable == "all":  # eq. 1 with its whole backbone trained: the states move with it
+            backbone += f"|backbone=trained|weights={weights}"
         self._state_ident = backbone
         digest = hashlib.sha256(backbone.encode()).hexdigest()[:16]
         self.states = StateCache(

@@ -164,14 +164,19 @@ class ConditionProjection(nn.Module):
 class Router(nn.Module):
     """A backbone split at router layer t, routing every layer from t up.
 
-    Trainable: the rest of layer t after its self-attention, the layers above, and whatever
-    the config adds (query copies, gains, the condition projection). Frozen: the embeddings,
-    the layers below t and layer t's query/key/value, so that cached sentence states stay valid.
+    Trainable (``trainable="top"``, the default): the rest of layer t after its self-attention,
+    the layers above, and whatever the config adds (query copies, gains, the condition
+    projection). Frozen: the embeddings, the layers below t and layer t's query/key/value, so
+    that cached sentence states stay valid. ``trainable="all"`` trains the whole backbone as the
+    paper does (its sentence states then depend on the trained weights).
     """
 
-    def __init__(self, model: nn.Module, config: RouterConfig = PAPER, w_scale: float = 1.0) -> None:
+    def __init__(
+        self, model: nn.Module, config: RouterConfig = PAPER, w_scale: float = 1.0, trainable: str = "top"
+    ) -> None:
         super().__init__()
         self.model = model
+        self.trainable = trainable
         layers = _layers(model)
         n = len(layers)
         layer = config.layer
@@ -205,7 +210,11 @@ class Router(nn.Module):
 
     # -- which parameters train -------------------------------------------------------------
     def trainable_parameters(self) -> dict[str, nn.Parameter]:
-        """Return the parameters that training updates, by their state-dict names."""
+        """Return the parameters that training updates, by their state-dict names.
+
+        With ``trainable="all"`` the backbone's own parameters (``backbone.`` and the backbone's
+        names, its unused pooler left out) take the place of the routed layers'.
+        """
         layers = _layers(self.model)
         t = layers[self.layer]
         modules: dict[str, nn.Module] = {
@@ -215,11 +224,16 @@ class Router(nn.Module):
         }
         for j in self.routed[1:]:
             modules[f"layer{j}"] = layers[j]
+        if self.trainable == "all":
+            modules = {}
         if self.router_queries is not None:
             modules["router_query"] = self.router_queries
         if self.projection is not None:
             modules["projection"] = self.projection
         params = {f"{prefix}.{name}": p for prefix, m in modules.items() for name, p in m.named_parameters()}
+        if self.trainable == "all":
+            backbone = self.model.named_parameters()
+            params.update({f"backbone.{n}": p for n, p in backbone if not n.startswith("pooler.")})
         if self.log_gain is not None:
             params["router_log_gain"] = self.log_gain
         return params

@@ -36,6 +36,7 @@ def save_router(router: Router, directory: Path, meta: dict[str, object], dtype:
             "format_version": ROUTER_FORMAT_VERSION,
             "layer": router.layer,
             "router_config": router.config.to_dict(),
+            "train_backbone": router.trainable,
             **meta,
         }
         write_json(tmp / ROUTER_CONFIG, info)
@@ -57,6 +58,7 @@ def load_router_weights(router: Router, directory: Path) -> None:
     if meta.get("layer") != router.layer:
         raise ModelError(f"{directory}: router trained at layer {meta.get('layer')}, not {router.layer}")
     state = load_weights(Path(directory) / ROUTER_WEIGHTS, "router weights")
+    router.trainable = str(meta.get("train_backbone", "top"))  # routers saved before the option trained the top
     params = router.trainable_parameters()
     if set(state) != set(params):
         raise ModelError(f"{directory}: router weights do not fit this backbone and router config")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
-from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig, apply_threads, check_quantize
+from condsearch.encoders.cpu import CpuConfig, apply_threads, check_quantize
 from condsearch.encoders.family import (
     DTYPES,
     POOLINGS,
@@ -60,27 +60,6 @@ def model_family(model: str | None) -> str | None:
         return detect_family(model_config(resolve_model(model)))
     except CondsearchError:
         return None
-
-
-def encoder_options(described: Mapping[str, object]) -> dict[str, Any]:
-    """Return the :func:`load_encoder` keywords that rebuild an encoder from its ``describe()`` record."""
-    options: dict[str, Any] = {}
-    if isinstance(described.get("max_length"), int):
-        options["max_length"] = described["max_length"]
-    if described.get("pooling") in POOLINGS:  # e.g. NV-Embed's "latent-attention" is its auto
-        options["pooling"] = described["pooling"]
-    for key in ("prompt_template", "unconditional_template"):
-        if isinstance(described.get(key), str):
-            options[key] = described[key]
-    if described.get("dtype") in DTYPES:
-        options["dtype"] = described["dtype"]
-    if described.get("quantize") in QUANTIZE_CHOICES:  # absent: float32, as every record before int8
-        options["quantize"] = described["quantize"]
-    # absent from records of causal decoders (and of everything before it existed): 0
-    layers = described.get("bidirectional_layers", DecoderAttention.bidirectional_layers)
-    if described.get("family") == "decoder" and isinstance(layers, int):
-        options["bidirectional_layers"] = layers
-    return options
 
 
 def _adapter_settings(folder: Path) -> dict[str, Any]:
@@ -263,7 +242,6 @@ __all__ = [
     "Encoder",
     "Pair",
     "PromptTemplates",
-    "encoder_options",
     "load_encoder",
     "model_config",
 ]

@@ -9,9 +9,9 @@ index through the store exactly as a local build does (vectors and text hashes k
 so a later local re-index reuses them). The work folder must be one path that the driver and
 every worker see (the index folder on one machine; a shared file system on a cluster).
 
-The actors build their vectorizer from a :class:`VectorizerRecipe`: the same loader and options
-the local path uses, so the vectors are the local path's (up to float rounding from other batch
-compositions; the tests check both modes).
+The actors load their vectorizer from the :class:`~condsearch.spec.EncoderSpec` the driver ships:
+the same loader and spec the local path uses, so the vectors are the local path's (up to float
+rounding from other batch compositions; the tests check both modes).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,34 +35,15 @@ from condsearch.errors import CondsearchError, first_line
 from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, index_staged_vectors, plan_index
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
+from condsearch.search import check_condition
+from condsearch.spec import EncoderSpec
 from condsearch.store import ROWS_FILE, IndexStore, Manifest
 from condsearch.vectors import VECTORS_FILE, VectorWriter, text_hash, vector_fingerprint
-
-if TYPE_CHECKING:
-    from condsearch.pipeline import Vectorizer
 
 log = logging.getLogger(__name__)
 
 #: environment passed to the workers of a local instance (models offline, the same caches)
 _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_CACHE_DIR", "TOKENIZERS_PARALLELISM")
-
-
-@dataclass(frozen=True)
-class VectorizerRecipe:
-    """How to load a vectorizer: the mode and the keyword arguments of its loader (sent to each actor)."""
-
-    mode: str
-    options: tuple[tuple[str, Any], ...]
-
-    @classmethod
-    def of(cls, mode: str, **options: Any) -> VectorizerRecipe:
-        return cls(mode, tuple(sorted(options.items())))
-
-    def load(self) -> Vectorizer:
-        """Load the vectorizer this recipe names (in an actor, or anywhere)."""
-        from condsearch.pipeline import load_mode_vectorizer
-
-        return load_mode_vectorizer(self.mode, **dict(self.options))
 
 
 @dataclass(frozen=True)
@@ -76,26 +57,38 @@ class VectorizerInfo:
     profile_name: str
     head_checksum: str
     dim: int
+    spec: dict[str, object]  # EncoderSpec.to_dict() of what was loaded
 
     @property
     def fingerprint(self) -> str:
         return vector_fingerprint(self.described, mode=self.mode, head_checksum=self.head_checksum, dim=self.dim)
 
 
-def describe_vectorizer(recipe: VectorizerRecipe) -> VectorizerInfo:
-    """Load the recipe's vectorizer and return what its manifest needs."""
-    vec = recipe.load()
+def describe_vectorizer(spec: EncoderSpec) -> VectorizerInfo:
+    """Load the spec's vectorizer and return what its manifest needs."""
+    from condsearch.vectorizer import load_vectorizer
+
+    vec = load_vectorizer(spec)
     enc = vec.encoder
     return VectorizerInfo(
-        enc.model_id, enc.revision, enc.describe(), vec.mode, vec.profile_name, vec.head_checksum, vec.dim
+        enc.model_id,
+        enc.revision,
+        enc.describe(),
+        vec.mode,
+        vec.profile_name,
+        vec.head_checksum,
+        vec.dim,
+        vec.spec.to_dict(),
     )
 
 
 class EncodeActor:
     """One encoder replica: a batch of (pos, text) rows in, (pos, condition number, vector) rows out."""
 
-    def __init__(self, recipe: VectorizerRecipe, conditions: Sequence[str], batch_size: int) -> None:
-        self.vectorizer = recipe.load()
+    def __init__(self, spec: EncoderSpec, conditions: Sequence[str], batch_size: int) -> None:
+        from condsearch.vectorizer import load_vectorizer
+
+        self.vectorizer = load_vectorizer(spec)
         self.conditions = list(conditions)
         self.batch_size = batch_size
 
@@ -159,7 +152,7 @@ def _pool(ray: Any, config: RayConfig) -> tuple[int, dict[str, float]]:
 def ray_index_conditions(
     corpus: CorpusSource,
     conditions: Sequence[str],
-    recipe: VectorizerRecipe,
+    spec: EncoderSpec,
     store: IndexStore,
     *,
     corpus_name: str,
@@ -173,8 +166,6 @@ def ray_index_conditions(
 
     Every row is encoded (the local path's reuse of unchanged rows does not apply).
     """
-    from condsearch.pipeline import check_condition
-
     conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
     ray = _ray()
     started = _connect(ray, config)
@@ -182,14 +173,14 @@ def ray_index_conditions(
     try:
         actors, resources = _pool(ray, config)
         remote = ray.remote(**resources)(describe_vectorizer)
-        info: VectorizerInfo = ray.get(remote.remote(recipe))
+        info: VectorizerInfo = ray.get(remote.remote(spec))
         plans = [plan_index(len(corpus), info.dim, factory, search_params, max_index_memory) for _ in conditions]
         n_shards = _write_input(corpus, work / "input", actors, config.batch_rows)
         log.info("ray: %d shard(s), %d actor(s) with %s", n_shards, actors, resources)
         dataset = ray.data.read_parquet(str(work / "input"))
         encoded = dataset.map_batches(
             EncodeActor,
-            fn_constructor_args=(recipe, conditions, batch_size),
+            fn_constructor_args=(spec, conditions, batch_size),
             batch_size=config.batch_rows,
             batch_format="pyarrow",
             compute=ray.data.ActorPoolStrategy(size=actors),
@@ -270,6 +261,7 @@ def _publish(
             n_skipped=corpus.n_skipped,
             search_params=search_params,
             fingerprint=info.fingerprint,
+            spec=info.spec,
         )
         draft.publish(manifest, index)
         draft.discard_staging()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.pipeline import Vectorizer, vectorizer_for
 from condsearch.search import (
     Answer,
     Found,
@@ -32,7 +31,9 @@ from condsearch.search import (
     vectorizer_key,
 )
 from condsearch.serve.config import ServeConfig
+from condsearch.spec import Runtime
 from condsearch.store import Manifest
+from condsearch.vectorizer import Vectorizer, vectorizer_for
 
 __all__ = [  # the errors and the model key live in condsearch.errors and condsearch.search; named here as before
     "AmbiguousCondition",
@@ -93,7 +94,9 @@ class Resident:
         self.corpus_option = corpus_option  # how errors tell the caller to name a corpus
         self._load_vectorizer = load_vectorizer or (
             lambda m: vectorizer_for(
-                m, device=device, trust_remote_code=trust_remote_code, quantize=quantize, threads=threads
+                m,
+                quantize=quantize,
+                runtime=Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code),
             )
         )
         self.reload_interval_s = reload_interval_s

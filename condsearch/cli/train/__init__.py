@@ -95,7 +95,7 @@ def train_cmd() -> None:
 def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
     """Add what every subcommand takes: TRAIN_CSV, --out, --dev, the model, and the config's epochs, lr, batch, seed.
 
-    defaults: the subcommand's config at its defaults (TrainConfig(), FinetuneConfig(kind=...), ...).
+    defaults: the subcommand's config at its defaults (HeadTrainConfig(), FinetuneConfig(kind=...), ...).
     """
     decorators = [
         click.argument("train_csv", type=click.Path(path_type=Path)),

@@ -1,4 +1,4 @@
-"""`condsearch train lora` and `condsearch train full`: their options and the thin shell over condsearch.finetune."""
+"""`condsearch train lora` and `condsearch train full`: their options, a thin shell over condsearch.train.finetune."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from condsearch.cli.train import check_out, common_options, dev_note, encode_bat
 from condsearch.encoders import model_family
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
-from condsearch.finetune.lora import LoraConfig
-from condsearch.finetune.trainer import FinetuneConfig
-from condsearch.losses import format_loss_spec
+from condsearch.train.finetune import FinetuneConfig
+from condsearch.train.lora import LoraConfig
+from condsearch.train.losses import format_loss_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 _HEAD_FLAGS = ("head_dim", "head_dropout", "head_lr", "init_head")
@@ -193,7 +193,7 @@ def full_cmd(ctx: click.Context, **params: Any) -> None:
 
 def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) -> None:
     """Check the flags against each other, build the config, fine-tune, save, report."""
-    from condsearch.finetune.run import finetune_and_save
+    from condsearch.train.finetune import fit_and_save_encoder
 
     losses = _parse_losses(params["loss"])
     if not params["head_on_top"] and (flags := given(ctx, *_HEAD_FLAGS)):
@@ -224,7 +224,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
     head = f" --profile {out}" if config.head_on_top else ""
     use = f"--profile {out}" if kind == "lora" else f"--model {out}{head}"
     run_training(
-        lambda: finetune_and_save(
+        lambda: fit_and_save_encoder(
             params["train_csv"],
             out,
             config,
@@ -248,7 +248,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
 
 def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
     """Return --loss as (name, weight) pairs, or raise UsageError."""
-    from condsearch.losses import parse_loss_spec
+    from condsearch.train.losses import parse_loss_spec
 
     try:
         return tuple(parse_loss_spec(spec).items())
@@ -258,7 +258,7 @@ def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
 
 def _init_head(spec: str | None, model: str | None) -> str | None:
     """Resolve --init-head (a folder or a shipped head's name) to a folder path, or raise UsageError."""
-    from condsearch.finetune.run import resolve_init_head
+    from condsearch.train.finetune import resolve_init_head
 
     try:
         return resolve_init_head(spec, model)

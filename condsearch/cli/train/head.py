@@ -10,9 +10,9 @@ import click
 from condsearch.cli.options import config_from, config_option, encoder_options
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.training import TrainConfig
+from condsearch.train.head import HeadTrainConfig
 
-_DEFAULTS = TrainConfig()
+_DEFAULTS = HeadTrainConfig()
 _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bidirectional_layers", "preset")
 
 
@@ -35,12 +35,12 @@ def head_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **
     The encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.
     The head trains by MSE between the cosine and the scaled label (Adam at a constant rate).
     """
-    from condsearch.training import train_and_save
+    from condsearch.train.head import fit_and_save_head
 
     check_out(out, "head")
-    config = config_from(TrainConfig, params)
+    config = config_from(HeadTrainConfig, params)
     run_training(
-        lambda: train_and_save(
+        lambda: fit_and_save_head(
             train_csv,
             out,
             config,

@@ -12,11 +12,11 @@ from condsearch.cli.options import config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
 from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
-from condsearch.csr.training import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig
+from condsearch.train.router import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig
 
 _DEFAULTS = RouterTrainConfig()
 #: flags that only the context router takes
-_CONTEXT_FLAGS = ("k", "train_backbone", "init")
+_CONTEXT_FLAGS = ("k", "init")
 
 
 @click.command("router")
@@ -60,8 +60,9 @@ _CONTEXT_FLAGS = ("k", "train_backbone", "init")
     "--train-backbone",
     type=click.Choice(TRAIN_SCOPES),
     help=(
-        "context: train the whole backbone, or only the top --k layers (over cached sentence states) "
-        f"[default: {DEFAULT_SCOPE}]."
+        "Train the whole backbone, or only the routed layers over cached sentence states: the top --k "
+        f"for context [default: {DEFAULT_SCOPE}], layers from --router-layer up for paper/extended "
+        "[default: top; all is the paper's own setting, at lr 3e-5 unless --lr]."
     ),
 )
 @config_option(
@@ -92,12 +93,13 @@ def router_cmd(
     """Train a CSR router: the paper, extended or context variant.
 
     paper/extended: fine-tunes the router query and the layers from the router layer up, leaving
-    lower layers frozen so sentence caches stay valid. context (ours): trains the backbone, whole
+    lower layers frozen so sentence caches stay valid (--train-backbone all: the whole backbone, as
+    the paper does, saved whole: about 45 MB for MiniLM). context (ours): trains the backbone, whole
     or its top --k layers, and saves its change from the base model (checksummed: caches and
     indexes made with other weights are never reused). AdamW, linear warm-up then decay; a
     checkpoint after each epoch, which --resume continues from.
     """
-    from condsearch.csr.training import train_router_and_save
+    from condsearch.train.router import fit_and_save_router
 
     variant = params["variant"]
     if variant == CONTEXT:
@@ -111,7 +113,7 @@ def router_cmd(
     check_out(out, "router", params["checkpoint_dir"])
     config = config_from(RouterTrainConfig, params)
     run_training(
-        lambda: train_router_and_save(
+        lambda: fit_and_save_router(
             train_csv,
             out,
             config,

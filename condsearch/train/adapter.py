@@ -32,8 +32,8 @@ from condsearch.artifacts.files import (
 )
 from condsearch.artifacts.weights import check_finite, save_weights
 from condsearch.atomic import replacing_dir
-from condsearch.finetune.lora import LoraConfig, lora_state
 from condsearch.head import ProjectionHead, write_head_files
+from condsearch.train.lora import LoraConfig, lora_state
 
 if TYPE_CHECKING:
     from condsearch.encoders.bert import BertStyleEncoder

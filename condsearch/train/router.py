@@ -1,19 +1,21 @@
 """Training a router on C-STS: MSE on the scaled label (the paper), optionally W-ACL (ours).
 
 The paper/extended router trains layers t..T-1 after layer t's self-attention, with whatever its
-config adds (query copies, gains, the condition projection), over cached sentence states. The
+config adds (query copies, gains, the condition projection), over cached sentence states; with
+``train_backbone="all"`` it trains its whole backbone instead, as the paper does. The
 context router (ours) trains its backbone: all of it (sentences then run the full forward pass
 every step) or the top k layers (over cached states of the layers below), from the base model
 or from the shipped ``full`` CASE profile's weights.
 Rows are batched as (high, low) groups: the two rows of one sentence pair under its two
 conditions, which W-ACL and the condition sensitivity need. Each epoch ends with a checkpoint
-(:mod:`condsearch.finetune.checkpoint`) that ``resume`` continues from.
+(:mod:`condsearch.train.checkpoint`) that ``resume`` continues from.
+
+:func:`fit_router` trains a loaded router in place; :func:`fit_and_save_router` reads the C-STS
+files, loads the backbone, fits and writes the router folder.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import random
 from collections.abc import Callable
@@ -24,18 +26,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.csr.cache import collate
 from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import PAPER, RouterConfig, SentenceStates
 from condsearch.csts import CstsData, scale_labels
 from condsearch.errors import ModelError
-from condsearch.finetune.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
-from condsearch.losses import group_positions, pair_groups, wacl_loss
 from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.progress import progress_bar
-from condsearch.schedule import linear_schedule
+from condsearch.train.best_epoch import BestEpoch, best_row
+from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.train.losses import group_positions, pair_groups, wacl_loss
+from condsearch.train.schedule import linear_schedule
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,10 @@ INITS = ("base", "full")
 #: the learning rate each variant trains at unless told: only the top layer trains for paper/extended
 #: (ours: the paper's 1e-5–5e-5 barely moves it); the context router's 1e-4 is the issue-22 prototype's
 DEFAULT_LR = {"paper": 3e-4, "extended": 3e-4, CONTEXT: 1e-4}
-#: the context router's default train_backbone
+#: the context router's default train_backbone (paper/extended: top)
 DEFAULT_SCOPE = "all"
+#: paper/extended with the whole backbone training: within the paper's 1e-5–5e-5
+WHOLE_BACKBONE_LR = 3e-5
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,9 @@ class RouterTrainConfig:
     """Hyper-parameters of router training; the single source of the CLI's csr defaults.
 
     epochs, batch size and loss follow the CSR paper on C-STS (3 epochs, batch 32, MSE).
-    lr None is :data:`DEFAULT_LR` of the variant. train_backbone and init apply to the context
-    router only: all or top (None: :data:`DEFAULT_SCOPE`), base or full.
+    lr None is :data:`DEFAULT_LR` of the variant (:data:`WHOLE_BACKBONE_LR` for paper/extended
+    with the whole backbone). train_backbone: all or top (None: :data:`DEFAULT_SCOPE` for the
+    context router, top for paper/extended). init, base or full, applies to the context router only.
     """
 
     epochs: int = 3
@@ -76,9 +81,14 @@ class RouterTrainConfig:
             raise ValueError(f"loss must be one of {', '.join(LOSSES)}")
         lr = self.lr if self.lr is not None else DEFAULT_LR[variant]
         if variant != CONTEXT:
-            if self.train_backbone is not None or self.init != "base":
-                raise ValueError("train_backbone and init apply to the context router")
-            return replace(self, lr=lr)
+            scope = self.train_backbone or "top"
+            if self.init != "base":
+                raise ValueError("init applies to the context router")
+            if scope not in TRAIN_SCOPES:
+                raise ValueError(f"train_backbone must be one of {', '.join(TRAIN_SCOPES)}")
+            if scope == "all" and self.lr is None:
+                lr = WHOLE_BACKBONE_LR
+            return replace(self, lr=lr, train_backbone=scope)
         scope = self.train_backbone or DEFAULT_SCOPE
         if scope not in TRAIN_SCOPES or self.init not in INITS:
             raise ValueError(f"train_backbone must be one of {', '.join(TRAIN_SCOPES)}, init one of {', '.join(INITS)}")
@@ -148,16 +158,6 @@ def evaluate_router(encoder: CsrEncoder, feats: _Featurizer, batch_size: int = 1
     return out
 
 
-def _digest(data: CstsData | None) -> str | None:
-    """Return a short fingerprint of a C-STS set's rows (what a resumed run must share)."""
-    if data is None:
-        return None
-    h = hashlib.sha256()
-    for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
-        h.update(json.dumps(row).encode("utf-8"))
-    return h.hexdigest()[:16]
-
-
 def merge_full_profile(encoder: CsrEncoder) -> None:
     """Merge the shipped full CASE profile's weight change into the context router's backbone, in place."""
     from condsearch.artifacts.adapters import read_adapter
@@ -172,7 +172,7 @@ def merge_full_profile(encoder: CsrEncoder) -> None:
     encoder.refresh_identity()
 
 
-def train_router(
+def fit_router(
     encoder: CsrEncoder,
     train: CstsData,
     config: RouterTrainConfig,
@@ -197,11 +197,9 @@ def train_router(
     config = config.resolved(encoder.variant)
     assert config.lr is not None
     router = encoder.router
-    context = isinstance(router, ContextRouter)
-    if isinstance(router, ContextRouter):
-        router.trainable = "top" if config.train_backbone == "top" else "all"
-        if config.init == "full":
-            merge_full_profile(encoder)
+    router.trainable = "top" if config.train_backbone == "top" else "all"
+    if isinstance(router, ContextRouter) and config.init == "full":
+        merge_full_profile(encoder)
     router.freeze_backbone()
     named = router.trainable_parameters()
     params = [p for name, p in named.items() if name != "router_log_gain"]
@@ -210,7 +208,7 @@ def train_router(
         groups_.append({"params": [named["router_log_gain"]], "lr": config.gain_lr, "weight_decay": 0.0})
     optim = torch.optim.AdamW(groups_, lr=config.lr, weight_decay=config.weight_decay)  # type: ignore[arg-type]
     # sentence states are cached unless the layers below the routed ones train
-    cached = not context or config.train_backbone == "top"
+    cached = config.train_backbone == "top"
     train_f = _Featurizer(encoder, train, cached=cached)
     dev_f = _Featurizer(encoder, dev, cached=cached) if dev is not None else None
     groups = pair_groups(train)
@@ -221,8 +219,8 @@ def train_router(
         "router_config": router.config.to_dict(),
         "model": f"{encoder.model_id}@{encoder.revision}",
         "max_length": encoder.max_length,
-        "train": _digest(train),
-        "dev": _digest(dev),
+        "train": data_digest(train),
+        "dev": data_digest(dev),
     }
     state, kept = TrainingState(config=record), None
     if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
@@ -307,7 +305,7 @@ def train_router(
     return best.history
 
 
-def train_router_and_save(
+def fit_and_save_router(
     train_csv: Path,
     out: Path,
     config: RouterTrainConfig,
@@ -329,7 +327,7 @@ def train_router_and_save(
     """
     from condsearch.csr.encoder import load_csr_encoder
     from condsearch.csts import read_csts
-    from condsearch.finetune.run import default_checkpoint_dir
+    from condsearch.train.checkpoint import default_checkpoint_dir
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
@@ -346,7 +344,7 @@ def train_router_and_save(
     except ValueError as exc:
         raise ModelError(str(exc)) from exc
     checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
-    history = train_router(
+    history = fit_router(
         encoder,
         train,
         config,

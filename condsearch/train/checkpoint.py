@@ -8,17 +8,20 @@ step, history, the config and AdamW's per-parameter step counts). A save within 
 records how many of that epoch's batches are done and the running loss sums, so that a resumed
 run skips them. With ``keep_epoch``, a save at an epoch's end also writes that epoch's parameters
 as ``epoch-N.safetensors``, and every later save carries them over (hard links): the weights a
-soup averages. Each save replaces the folder atomically.
+soup averages. Each save replaces the folder atomically. A run's checkpoints go under the cache
+folder, named after its output (:func:`default_checkpoint_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -34,6 +37,9 @@ from condsearch.artifacts.files import (
 from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import recover_dir, replacing_dir
 from condsearch.errors import ModelError
+
+if TYPE_CHECKING:
+    from condsearch.csts import CstsData
 
 STATE_FILE = CHECKPOINT_STATE
 TRAINABLE_FILE = CHECKPOINT_TRAINABLE
@@ -168,3 +174,22 @@ def load_checkpoint(
         rng=moments.get(_RNG_KEY),
     )
     return state, best
+
+
+def default_checkpoint_dir(out: Path) -> Path:
+    """Return the checkpoint folder for an output folder: under the cache, never beside the output."""
+    from condsearch.cache import default_cache_dir
+
+    out = Path(out).expanduser().resolve()
+    digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:10]
+    return default_cache_dir() / "checkpoints" / f"{out.name}-{digest}"
+
+
+def data_digest(data: CstsData | None) -> str | None:
+    """Return a short fingerprint of a C-STS set's rows (what a resumed run must share; None for None)."""
+    if data is None:
+        return None
+    h = hashlib.sha256()
+    for row in zip(data.sentence1, data.sentence2, data.condition, data.labels.tolist(), strict=True):
+        h.update(json.dumps(row).encode("utf-8"))
+    return h.hexdigest()[:16]

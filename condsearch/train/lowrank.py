@@ -56,7 +56,7 @@ def read_tuned(path: Path) -> dict[str, torch.Tensor]:
     A checkpoint's tensors are keyed ``encoder.<name>`` (and ``head.``/``contrastive.``, dropped here);
     a model folder's ``model.safetensors`` by the names themselves.
     """
-    from condsearch.finetune.checkpoint import STATE_FILE, TRAINABLE_FILE
+    from condsearch.train.checkpoint import STATE_FILE, TRAINABLE_FILE
 
     path = Path(path)
     checkpoint = not path.is_dir() or (path / STATE_FILE).is_file()

@@ -1,4 +1,8 @@
-"""Training the CASE projection head on cached, frozen encoder outputs."""
+"""Training the CASE projection head on cached, frozen encoder outputs.
+
+:func:`fit_head` trains a head on encoded pairs; :func:`fit_and_save_head` reads the C-STS files,
+encodes them (through the cache), fits and writes the head folder.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +16,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.best_epoch import BestEpoch, best_row
 from condsearch.cache import EmbeddingCache
 from condsearch.csts import CstsData, scale_labels
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.head import HeadConfig, ProjectionHead
 from condsearch.metrics import correlations
+from condsearch.train.best_epoch import BestEpoch, best_row
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class TrainConfig:
+class HeadTrainConfig:
     """Hyper-parameters of the head (SPEC §2.1 reference values as defaults)."""
 
     dim: int = 256
@@ -72,9 +76,9 @@ def evaluate_head(head: ProjectionHead | None, features: PairFeatures) -> dict[s
     return correlations(cos.numpy(), features.labels)
 
 
-def train_head(
+def fit_head(
     train: PairFeatures,
-    config: TrainConfig,
+    config: HeadTrainConfig,
     *,
     dev: PairFeatures | None = None,
     head_config: HeadConfig | None = None,
@@ -118,10 +122,10 @@ def train_head(
     return head.eval(), best.history
 
 
-def train_and_save(
+def fit_and_save_head(
     train_csv: Path,
     out: Path,
-    config: TrainConfig,
+    config: HeadTrainConfig,
     *,
     dev_csv: Path | None = None,
     model: str | None = None,
@@ -156,7 +160,7 @@ def train_and_save(
         model_revision=encoder.revision,
         encoder_pooling=str(encoder.describe().get("pooling", "")),
     )
-    head, history = train_head(train_f, config, dev=dev_f, head_config=hc, on_epoch=on_epoch)
+    head, history = fit_head(train_f, config, dev=dev_f, head_config=hc, on_epoch=on_epoch)
     summary: dict[str, object] = {
         "out": str(out),
         "dim": config.dim,

@@ -1,0 +1,127 @@
+"""One-shot queries without torch: the model an index was built with, run by onnxruntime from its checked export.
+
+For a few texts on the CPU, ``import torch`` alone costs more than their forward pass. This
+applies to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
+earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
+int8 export), and only when the model revision, adapter and head are those the index records.
+:func:`condsearch.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
+torch otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from condsearch.artifacts.heads import head_checksum
+from condsearch.artifacts.profiles import MODE_CASE, Profile
+from condsearch.errors import CondsearchError, first_line
+from condsearch.head_files import load_numpy_head
+from condsearch.models import ModelSource, resolve_model
+from condsearch.spec import EncoderSpec
+from condsearch.vectorizer import Vectorizer, record_adapter
+
+if TYPE_CHECKING:
+    from condsearch.encoders.onnx_files import Precision
+    from condsearch.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+#: onnxruntime's threads for a one-shot query: waking more for a few short inputs costs more than they save
+ONE_SHOT_THREADS = 1
+
+
+@dataclass(frozen=True)
+class _OneShot:
+    """What a torch-free one-shot query of an index runs: its model and profile (adapter, head), as recorded."""
+
+    source: ModelSource
+    precision: Precision
+    profile: Profile
+    max_length: int | None
+
+    @property
+    def adapter(self) -> Path | None:
+        return self.profile.adapter
+
+
+def _one_shot(manifest: Manifest) -> _OneShot | None:
+    described = manifest.encoder
+    if manifest.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
+        return None
+    source = resolve_model(manifest.model_id)
+    if source.revision != manifest.model_revision:
+        return None
+    profile = EncoderSpec.of_manifest(manifest).resolve_profile()
+    max_length = described.get("max_length")
+    precision: Precision = "int8" if described.get("quantize") == "int8" else "float32"
+    return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
+
+
+def load_one_shot(manifest: Manifest, *, threads: int | None = None) -> Vectorizer | None:
+    """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
+
+    ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more].
+    """
+    from condsearch.encoders.onnx_files import load_cached_export
+
+    try:
+        target = _one_shot(manifest)
+        if target is None:
+            return None
+        encoder = load_cached_export(
+            target.source,
+            target.precision,
+            max_length=target.max_length,
+            adapter=target.adapter,
+            threads=threads or ONE_SHOT_THREADS,
+        )
+        if encoder is None:
+            return None
+        record_adapter(encoder, target.profile.separate_adapter)
+        if encoder.describe() != manifest.encoder:  # the same model, adapter and token limit
+            return None
+        head, checksum = None, ""
+        if target.profile.head is not None:
+            head, checksum = load_numpy_head(target.profile.head), head_checksum(target.profile.head)
+            if head.config.input_dim != encoder.dim:
+                return None
+    except (CondsearchError, OSError):
+        return None
+    if checksum != manifest.head_checksum:
+        return None
+    return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile, backend="onnxruntime")
+
+
+def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:
+    """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
+
+    Checked against that encoder before it is marked usable (see :mod:`condsearch.encoders.onnx_export`);
+    nothing is written where :func:`load_one_shot` would not use it, where it is cached
+    already, or where it was refused before. A failure is a warning: the query has its answers.
+    """
+    from condsearch.encoders.bert import BertStyleEncoder
+
+    encoder = vectorizer.encoder
+    try:
+        target = _one_shot(manifest)
+        if target is None or target.precision != "float32" or not isinstance(encoder, BertStyleEncoder):
+            return
+        from condsearch.encoders.onnx_export import write_export
+        from condsearch.encoders.onnx_files import export_folder, read_export, refusal
+
+        folder = export_folder(target.source, target.adapter, "float32")
+        if folder is None or refusal(folder) is not None:
+            return
+        if read_export(folder, target.source, max_length=target.max_length, threads=ONE_SHOT_THREADS) is not None:
+            return
+        _, refused = write_export(
+            encoder, target.source, folder, "float32", max_length=target.max_length, threads=ONE_SHOT_THREADS
+        )
+    except (CondsearchError, OSError) as exc:
+        log.warning("one-shot queries of this index will load torch: %s", first_line(exc))
+        return
+    if refused is not None:
+        log.warning("one-shot queries of this index will load torch: its ONNX export differs (%s)", refused)

@@ -1,0 +1,243 @@
+"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.spec.EncoderSpec` or an index.
+
+:func:`load_vectorizer` loads a spec (the CLI's flags, the Python API's arguments, Ray's actors);
+:func:`vectorizer_for` loads what an index was built with and refuses anything else (another
+model, revision, quantisation, adapter, head or router). They are the only two ways to one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from condsearch.artifacts.adapters import adapter_checksum
+from condsearch.artifacts.heads import check_head, head_checksum
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, recorded_profile, resolve_profile
+from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder
+from condsearch.errors import ModelError, StoreError
+from condsearch.index import normalize
+from condsearch.models import resolve_model
+from condsearch.spec import EncoderSpec, Runtime
+
+if TYPE_CHECKING:
+    from condsearch.encoders import Encoder
+    from condsearch.head import ProjectionHead
+    from condsearch.head_files import NumpyHead
+    from condsearch.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Vectorizer:
+    """An encoder and an optional head: text under a condition -> unit vector."""
+
+    encoder: ConditionalEncoder
+    head: ProjectionHead | NumpyHead | None
+    #: the profile, as the manifest records it (its ``head`` field): "none", a shipped profile's name or a
+    #: folder's absolute path
+    profile_name: str
+    head_checksum: str
+    mode: str = MODE_CASE
+    profile: Profile | None = None  # the adapter, head or router folders it was loaded from
+    #: what runs the encoder: torch, or onnxruntime for a one-shot query (see :mod:`condsearch.one_shot`)
+    backend: Literal["torch", "onnxruntime"] = "torch"
+
+    @property
+    def dim(self) -> int:
+        return self.head.config.dim if self.head is not None else self.encoder.dim
+
+    @property
+    def spec(self) -> EncoderSpec:
+        """Return the spec that loads this vectorizer again (every ``auto`` resolved): what a manifest stores."""
+        return EncoderSpec.recorded(self.encoder.describe(), self.mode, self.profile_name)
+
+    def vectors(
+        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
+    ) -> np.ndarray:
+        """Return condition-aware vectors of texts: (n, dim) float32, unit length."""
+        raw = self.encoder.encode_conditional(texts, condition, batch_size=batch_size, progress=progress)
+        notice = self.encoder.report_truncation()
+        if notice:
+            log.warning(notice)
+        projected = self.head.project(raw) if self.head is not None else raw
+        return normalize(projected)
+
+
+def head_folder(spec: str | None, model_id: str) -> Path | None:
+    """Return the folder a --head value names for a model (None for 'none'), as before --profile."""
+    profile = resolve_profile(model_id, head=spec)
+    return profile.head or profile.adapter
+
+
+def record_adapter(encoder: Encoder, path: str | None) -> None:
+    """Record an adapter named apart from the profile in the encoder's describe(), so the manifest holds it."""
+    for e in (encoder, *getattr(encoder, "replicas", ())):
+        e.adapter_path = path or ""
+
+
+def load_profile_head(profile: Profile, encoder: Encoder) -> tuple[ProjectionHead | None, str]:
+    """Return (head, checksum) of a profile after checking that it fits the encoder and the encoder its adapter.
+
+    The encoder must have been loaded with the profile's adapter (:func:`load_vectorizer` does so).
+    A profile without a head gives none: the (adapted) encoder's raw CASE vectors are used.
+    """
+    head, checksum, described = None, "", encoder.describe()
+    if profile.head is not None:
+        from condsearch.head import load_head
+
+        head, checksum = load_head(profile.head), head_checksum(profile.head)
+        check_head(head.config, profile.name, described)
+    carried = described.get("adapter_checksum")
+    if profile.adapter is not None and carried != adapter_checksum(profile.adapter):
+        raise ModelError(f"head {profile.name!r} carries an adapter that the encoder was not loaded with")
+    if carried and profile.adapter is None:
+        raise ModelError(f"head {profile.name!r} was trained without the adapter this encoder carries")
+    return head, checksum
+
+
+def resolve_head(spec: str | None, encoder: Encoder) -> tuple[ProjectionHead | None, str, str]:
+    """Return (head, name, checksum) for a --head value, checked against the encoder (:func:`load_profile_head`)."""
+    profile = resolve_profile(encoder.model_id, head=spec)
+    head, checksum = load_profile_head(profile, encoder)
+    return head, profile.name, checksum
+
+
+def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
+    """Load the spec's encoder with its profile's adapter and head (case), or its router (csr)."""
+    spec = spec or EncoderSpec()
+    chosen = spec.resolve_profile()  # before any model loads: conflicting flags are refused first
+    if spec.revision is not None and resolve_model(spec.model).revision != spec.revision:
+        raise ModelError(f"{spec.model} no longer resolves to revision {spec.revision}")
+    run = spec.runtime
+    if spec.mode == MODE_CSR:
+        from condsearch.csr import load_csr_encoder
+        from condsearch.encoders.cpu import apply_threads
+
+        apply_threads(run.threads)
+        router = load_csr_encoder(
+            spec.model,
+            router=str(chosen.router) if chosen.router is not None else "none",
+            layer=spec.router_layer,
+            variant=spec.router_variant,
+            device=run.device,
+            max_length=spec.max_length,
+            trust_remote_code=run.trust_remote_code,
+        )
+        return Vectorizer(router, None, chosen.name, "", mode=MODE_CSR, profile=chosen)
+    from condsearch.encoders import load_encoder
+
+    encoder = load_encoder(
+        spec.model,
+        device=run.device,
+        max_length=spec.max_length,
+        trust_remote_code=run.trust_remote_code,
+        pooling=spec.pooling,
+        prompt_template=spec.prompt_template,
+        unconditional_template=spec.unconditional_template,
+        dtype=spec.dtype,
+        adapter=chosen.adapter,
+        bidirectional_layers=spec.bidirectional_layers,
+        preset=spec.preset,
+        inference=run.inference,
+        quantize=spec.quantize,
+        threads=run.threads,
+    )
+    record_adapter(encoder, chosen.separate_adapter)
+    head, checksum = load_profile_head(chosen, encoder)
+    return Vectorizer(encoder, head, chosen.name, checksum, profile=chosen)
+
+
+def vectorizer_for(
+    manifest: Manifest,
+    *,
+    model: str | None = None,
+    profile: str | None = None,
+    quantize: str | None = None,
+    runtime: Runtime = Runtime(),  # noqa: B008 - frozen
+    one_shot: bool = False,
+) -> Vectorizer:
+    """Load the model and profile an index was built with, refusing any other.
+
+    ``model`` and ``profile`` (its --head spelling too), given, must be those the index records;
+    ``quantize``: None loads the quantisation the index records, another value than the recorded
+    one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
+    ``one_shot``: a few queries on the CPU run the index's model by onnxruntime where its checked
+    export allows it (:mod:`condsearch.one_shot`), without importing torch.
+    """
+    if one_shot:
+        from condsearch.one_shot import load_one_shot
+
+        light = load_one_shot(manifest, threads=runtime.threads)
+        if light is not None:
+            return light
+    _check_model(manifest, model, quantize)
+    spec = EncoderSpec.of_manifest(manifest, runtime=replace(runtime, inference=True))
+    if model:
+        spec = replace(spec, model=model)
+    if profile is not None:  # the adapter named apart stays, as the index recorded it
+        spec = replace(spec, profile=None, head=profile)
+    vec = load_vectorizer(spec)
+    _check_loaded(manifest, vec)
+    return vec
+
+
+def _check_model(manifest: Manifest, model: str | None, quantize: str | None) -> None:
+    """Refuse, before loading, another quantisation, model or revision than the index's."""
+    built_with = str(manifest.encoder.get("quantize", "none"))  # absent: float32, as before int8 existed
+    if quantize is not None and quantize != built_with:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with --quantize {built_with}, not {quantize}; "
+            "re-index or drop --quantize"
+        )
+    wanted = resolve_model(model or manifest.model_id)
+    if wanted.model_id != manifest.model_id:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with model {manifest.model_id}, "
+            f"not {wanted.model_id}; re-index or drop --model"
+        )
+    if wanted.revision != manifest.model_revision:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {manifest.model_id} at "
+            f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
+        )
+    if manifest.mode not in (MODE_CASE, MODE_CSR):
+        raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
+
+
+def _check_loaded(manifest: Manifest, vec: Vectorizer) -> None:
+    """Refuse a loaded vectorizer whose router, bidirectional layers, adapter or head differ from the index's."""
+    recorded, described = manifest.encoder, vec.encoder.describe()
+    if manifest.mode == MODE_CSR:
+        if described.get("router_checksum") != recorded.get("router_checksum"):
+            raise StoreError(
+                f"index for {manifest.condition!r} was built with router {recorded.get('router')} "
+                f"(sha256 {str(recorded.get('router_checksum'))[:12] or '-'}), which has changed since; re-index"
+            )
+        return
+    # An is_causal: false config attends both ways whatever is asked, so an index built before that
+    # was honoured (recording no bidirectional layers) cannot be rebuilt: refuse, never mix spaces.
+    built, rebuilt = recorded.get("bidirectional_layers", 0), described.get("bidirectional_layers", 0)
+    if built != rebuilt:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {built} bidirectional top layer(s), but "
+            f"{manifest.model_id} now loads with {rebuilt}; re-index"
+        )
+    recorded_adapter, loaded = recorded.get("adapter_checksum"), described.get("adapter_checksum")
+    if recorded_adapter != loaded:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with adapter sha256 {str(recorded_adapter or '-')[:12]}, "
+            f"but head {vec.profile_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
+        )
+    built_with = recorded_profile(manifest.head)
+    if vec.profile_name != built_with or vec.head_checksum != manifest.head_checksum:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with head {built_with} "
+            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.profile_name} "
+            f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
+        )
