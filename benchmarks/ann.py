@@ -67,7 +67,7 @@ def case_vectors(texts: list[str], condition: str, cache: Path, model: str | Non
     quiet_transformers()
     vec = load_vectorizer(EncoderSpec(model))
     log("ann", f"encoding {len(texts)} texts under {condition!r} with {vec.encoder.model_id} ({vec.dim}-d)")
-    out = vec.vectors(texts, condition, batch_size=64, progress=True)
+    out = vec.encode(texts, condition, batch_size=64, progress=True)
     cache.mkdir(parents=True, exist_ok=True)
     np.save(path, out, allow_pickle=False)
     return out

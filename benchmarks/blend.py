@@ -38,10 +38,13 @@ def cosines(data: CstsData, profile: str, model: str | None, batch_size: int) ->
     for i, c in enumerate(data.condition):
         rows_of.setdefault(c, []).append(i)
     for condition, rows in rows_of.items():  # one condition at a time: its f(c; I(∅)) once
-        a = vec.vectors([data.sentence1[i] for i in rows], condition, batch_size=batch_size)
-        b = vec.vectors([data.sentence2[i] for i in rows], condition, batch_size=batch_size)
+        a = vec.encode([data.sentence1[i] for i in rows], condition, batch_size=batch_size)
+        b = vec.encode([data.sentence2[i] for i in rows], condition, batch_size=batch_size)
         case[rows] = (a * b).sum(axis=1)
-    plain = normalize(load_encoder(model).encode_plain(data.sentence1 + data.sentence2, batch_size=batch_size))
+    texts = data.sentence1 + data.sentence2
+    plain = normalize(
+        load_encoder(EncoderSpec(model, profile="none")).encode_pairs([(t, None) for t in texts], batch_size=batch_size)
+    )
     return case, (plain[:n] * plain[n:]).sum(axis=1)
 
 

@@ -27,6 +27,7 @@ import torch
 from condsearch import __version__
 from condsearch.csr import load_csr_encoder
 from condsearch.encoders import load_encoder
+from condsearch.spec import EncoderSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
 from common import run_info  # noqa: E402
@@ -49,7 +50,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
     n = 64 if args.smoke else args.n
     repeats = 1 if args.smoke else args.repeats
     texts = distinct_sentences(args.csv, n)
-    case = load_encoder(args.model)
+    case = load_encoder(EncoderSpec(args.model, profile="none"))
     with tempfile.TemporaryDirectory() as tmp:
         cache_dir = Path(args.cache_dir) if args.cache_dir else Path(tmp)
         csr = load_csr_encoder(args.model, cache_dir=cache_dir, **_router_options(args))
@@ -65,12 +66,12 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
         for r in range(repeats):
             condition = CONDITIONS[r % len(CONDITIONS)] + f" #{r}"
             start = time.perf_counter()
-            case.encode_case(texts, condition, batch_size=args.batch_size)
+            case.encode(texts, condition, batch_size=args.batch_size)
             case_s.append(time.perf_counter() - start)
             # a fresh encoder object: shard index read from disk, no in-memory state carried over
             warm = load_csr_encoder(args.model, cache_dir=cache_dir, **_router_options(args))
             start = time.perf_counter()
-            warm.encode_conditional(texts, condition, batch_size=args.batch_size)
+            warm.encode(texts, condition, batch_size=args.batch_size)
             csr_s.append(time.perf_counter() - start)
             _log(f"repeat {r + 1}: CASE {case_s[-1]:.2f}s, CSR {csr_s[-1]:.2f}s")
     speedup = statistics.median(case_s) / statistics.median(csr_s)

@@ -38,11 +38,13 @@ from condsearch import __version__  # noqa: E402
 from condsearch.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noqa: E402
 from condsearch.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
 from condsearch.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
+from condsearch.artifacts.profiles import Profile  # noqa: E402
 from condsearch.cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
+from condsearch.spec import EncoderSpec, Runtime  # noqa: E402
 from condsearch.train.head import (  # noqa: E402
     HeadTrainConfig,
     PairFeatures,
@@ -135,7 +137,7 @@ def csr_features(
 
     with torch.inference_mode():
         v1, v2 = (
-            encoder.encode_rows(side, data.condition, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
+            encoder.encode(side, data.condition, batch_size=batch_size, progress=progress)  # type: ignore[attr-defined]
             for side in (data.sentence1, data.sentence2)
         )
     return PairFeatures(v1, v2, data.labels), pair_sensitivity(data, v1, v2)
@@ -171,7 +173,10 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         epochs = 2
     if args.mode == "csr":
         return _run_csr(args, splits)
-    encoder = load_encoder(args.model, adapter=_adapter_folder(args), quantize=args.quantize, threads=args.threads)
+    encoder = load_encoder(
+        EncoderSpec(args.model, quantize=args.quantize, runtime=Runtime(threads=args.threads)),
+        profile=Profile(adapter=_adapter_folder(args)),
+    )
     cache = None if args.no_cache or args.smoke else EmbeddingCache(default_cache_dir() / "features")
     featurize = case_features if args.mode == "case" else plain_features
     head_choice = args.head
@@ -240,7 +245,9 @@ def _float32_beside(
 ) -> dict[str, object]:
     """Score dev in float32 with the same head (and adapter), to set beside the int8 score."""
     _log("encoding dev in float32 to compare")
-    reference = load_encoder(args.model, adapter=_adapter_folder(args), inference=True, device="cpu")
+    reference = load_encoder(
+        EncoderSpec(args.model, runtime=Runtime(device="cpu")), profile=Profile(adapter=_adapter_folder(args))
+    )
     feats = featurize(reference, dev, batch_size=args.batch_size, cache=cache, progress=True)  # type: ignore[operator]
     return {"dev": evaluate_head(head, feats), "encoder": reference.describe()}  # type: ignore[arg-type]
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CASE encode throughput (pairs/s, tokens/s) against the device's matrix-multiply bound.
 
-Encodes N (sentence, condition) pairs from a C-STS CSV with ``Encoder.encode_case`` — the
+Encodes N (sentence, condition) pairs from a C-STS CSV with ``Encoder.encode`` — the
 path ``condsearch index`` takes — after a warm-up, and reports pairs/s and real (unpadded)
 tokens/s, median of --repeats. The bound is measured in the same run: the device's dense
 matrix-multiply rate in the encoder's dtype (a square product of --peak-size), divided by
@@ -47,6 +47,7 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_outp
 from condsearch.csts import read_csts  # noqa: E402
 from condsearch.encoders import load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
+from condsearch.spec import EncoderSpec, Runtime
 
 #: Qwen3-Embedding-0.6B's published shape (its vocabulary is replaced by the BPE trained here)
 QWEN3_06B = {
@@ -136,7 +137,11 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
             shape = TINY_QWEN3 if args.smoke else QWEN3_06B
             model = str(build_random_qwen3(Path(tmp), texts + conditions, shape, 512 if args.smoke else 16000))
             log("throughput", f"built a random {args.arch} in {tmp}")
-        encoder = load_encoder(model, device=args.device, dtype=args.dtype, threads=args.threads)
+        encoder = load_encoder(
+            EncoderSpec(
+                model, profile="none", dtype=args.dtype, runtime=Runtime(device=args.device, threads=args.threads)
+            )
+        )
         net = encoder.model  # type: ignore[attr-defined]
         device = next(net.parameters()).device
         dtype = next(net.parameters()).dtype
@@ -144,7 +149,7 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
         n_tokens = count_tokens(encoder, pairs)
         flops_per_token, params = model_flops_per_token(net, n_tokens / len(pairs))
         warm = texts[: min(len(texts), 2 * args.batch_size)]
-        encoder.encode_case(warm, "warm-up condition", batch_size=args.batch_size)
+        encoder.encode(warm, "warm-up condition", batch_size=args.batch_size)
         seconds = []
         for r in range(args.repeats):
             # a new condition suffix per repeat so nothing is reused between repeats
@@ -154,7 +159,7 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            encoder.encode_case([s for _, s in reps], conds, batch_size=args.batch_size)
+            encoder.encode([s for _, s in reps], conds, batch_size=args.batch_size)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             seconds.append(time.perf_counter() - start)
@@ -190,15 +195,15 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     from condsearch.models import resolve_model
 
     load_before = os.getloadavg()
-    int8 = load_encoder(args.model, quantize="int8", threads=args.threads)
-    float32 = load_encoder(args.model, inference=True, device="cpu", threads=args.threads)
+    int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))
+    float32 = load_encoder(EncoderSpec(args.model, profile="none", runtime=Runtime(device="cpu", threads=args.threads)))
     peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
     pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
     n_tokens = count_tokens(float32, pairs)
 
     def case(encoder: object, r: int) -> object:
         conds = [f"{c} ({r})" for c, _ in pairs]  # a new suffix per repeat: nothing reused between repeats
-        return encoder.encode_case([s for _, s in pairs], conds, batch_size=args.batch_size)  # type: ignore[attr-defined]
+        return encoder.encode([s for _, s in pairs], conds, batch_size=args.batch_size)  # type: ignore[attr-defined]
 
     runs = {
         "int8": lambda r: case(int8, r),
@@ -208,8 +213,8 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         ),
     }
     warm = min(len(pairs), 2 * args.batch_size)
-    int8.encode_case(texts[:warm], "warm-up condition", batch_size=args.batch_size)
-    float32.encode_case(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    int8.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    float32.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     peer.encode(texts[:warm], batch_size=args.batch_size)
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     outputs: dict[str, object] = {}

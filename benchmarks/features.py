@@ -15,5 +15,5 @@ def plain_features(encoder: Encoder, data: CstsData, **encode: Any) -> PairFeatu
     encode: batch_size, cache, progress, as for :func:`condsearch.train.head.case_features`.
     """
     n = len(data)
-    both = encoder.encode_plain(data.sentence1 + data.sentence2, **encode)
+    both = encoder.encode_pairs([(t, None) for t in data.sentence1 + data.sentence2], **encode)
     return PairFeatures(both[:n], both[n:], data.labels)

@@ -40,7 +40,7 @@ class HashEncoder(Encoder):
         super().__init__()
         self.dim = dim
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         out = np.empty((len(pairs), self.dim), dtype=np.float32)
         for row, (condition, sentence) in enumerate(pairs):
             digest = hashlib.sha256(f"{condition}\x01{sentence}".encode()).digest()
@@ -118,7 +118,7 @@ def incremental(args: argparse.Namespace) -> int:
         if args.save_vectors is not None:  # real CASE vectors and held-out queries for ann.py --vectors case
             args.save_vectors.mkdir(parents=True, exist_ok=True)
             np.save(args.save_vectors / "case_vectors.npy", vb, allow_pickle=False)
-            np.save(args.save_vectors / "case_queries.npy", vec.vectors(queries, condition), allow_pickle=False)
+            np.save(args.save_vectors / "case_queries.npy", vec.encode(queries, condition), allow_pickle=False)
     median = statistics.median(steps)
     result = {
         "rows": n,

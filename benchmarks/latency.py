@@ -155,13 +155,14 @@ def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, 
     from condsearch.cache import EmbeddingCache, default_cache_dir
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
+    from condsearch.spec import EncoderSpec
     from condsearch.train.head import HeadTrainConfig, case_features, evaluate_head, fit_head
 
     if args.train is not None:
         train, dev = read_csts(args.train), read_csts(args.dev)
     else:
         train, dev = synthetic_csts(48, seed=0), synthetic_csts(32, seed=1)
-    encoder = load_encoder(args.model)
+    encoder = load_encoder(EncoderSpec(args.model, profile="none"))
     cache = None if args.smoke else EmbeddingCache(default_cache_dir() / "features")
     _log(f"CASE features of train ({len(train)}) and dev ({len(dev)}), through the encoder-output cache")
     train_f = case_features(encoder, train, cache=cache)
@@ -188,7 +189,7 @@ def encode_throughput(encoder, heads: dict, texts: list[str], args: argparse.Nam
     from condsearch.models import resolve_model
 
     condition = "the color of the clothing"
-    encoder.encode_case(texts[:8], condition)  # warm-up
+    encoder.encode(texts[:8], condition)  # warm-up
     case_s, plain_s, peer_s = [], [], []
     peer = None
     if not args.no_peer:
@@ -197,11 +198,11 @@ def encode_throughput(encoder, heads: dict, texts: list[str], args: argparse.Nam
         peer = SentenceTransformer(resolve_model(args.model).location, device=str(getattr(encoder, "device", "cpu")))
         peer.encode(texts[:8], batch_size=64)
     for _ in range(max(1, args.repeats)):  # interleaved, so that load changes hit all alike
-        case_s.append(_timed(lambda: encoder.encode_case(texts, condition, batch_size=64)))
-        plain_s.append(_timed(lambda: encoder.encode_plain(texts, batch_size=64)))
+        case_s.append(_timed(lambda: encoder.encode(texts, condition, batch_size=64)))
+        plain_s.append(_timed(lambda: encoder.encode_pairs([(t, None) for t in texts], batch_size=64)))
         if peer is not None:
             peer_s.append(_timed(lambda: peer.encode(texts, batch_size=64)))
-    raw = encoder.encode_case(texts, condition)
+    raw = encoder.encode(texts, condition)
     project_s = {}
     for dim, head in heads.items():
         project_s[dim] = min(_timed(lambda head=head: normalize(head.project(raw))) for _ in range(3))

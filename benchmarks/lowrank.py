@@ -23,6 +23,7 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_outp
 from condsearch.csts import CstsData, read_csts
 from condsearch.encoders import load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder
 from condsearch.train.lowrank import (
@@ -36,7 +37,9 @@ from condsearch.train.lowrank import (
 
 
 def _base(model: str | None, device: str | None) -> BertStyleEncoder:
-    encoder = load_encoder(model, device=device, dtype="float32", pooling="auto")
+    encoder = load_encoder(
+        EncoderSpec(model, profile="none", dtype="float32", pooling="auto", runtime=Runtime(device=device))
+    )
     if not isinstance(encoder, BertStyleEncoder):
         raise SystemExit("lowrank: needs a BERT-style encoder")
     return encoder

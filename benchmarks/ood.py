@@ -186,12 +186,12 @@ def load_system(
     if spec in ("plain", "prefix"):
         from condsearch.encoders import load_encoder
 
-        encoder = load_encoder(model)
+        encoder = load_encoder(EncoderSpec(model, profile="none"))
 
         def plain(texts: Sequence[str], condition: str) -> np.ndarray:
             if spec == "prefix":
                 texts = [f"{condition}: {t}" for t in texts]
-            return normalize(encoder.encode_plain(list(texts), batch_size=batch_size, progress=True))
+            return normalize(encoder.encode_pairs([(t, None) for t in texts], batch_size=batch_size, progress=True))
 
         key = f"{spec}:{model or ''}"
         return cached(plain, key, cache_dir) if spec == "prefix" else _plain_cached(
@@ -205,7 +205,7 @@ def load_system(
         raise SystemExit(f"unknown system {spec!r}: plain, prefix, case:PROFILE, csr or csr:ROUTER")
 
     def conditional(texts: Sequence[str], condition: str) -> np.ndarray:
-        return vec.vectors(list(texts), condition, batch_size=batch_size, progress=True)
+        return vec.encode(list(texts), condition, batch_size=batch_size, progress=True)
 
     # keyed by what the vectors depend on (model, adapter and router checksums, head), not by the
     # spec alone: "csr" or "case:full" name other weights once a default changes

@@ -106,7 +106,7 @@ def milvus_vs_faiss(work: Path, n_queries: int, model: str | None, head: str, re
     [report] = index_conditions(scan_corpus(path), [CONDITION], vec, store, corpus_name="demo")
     stored = store.load(report.name)
     queries = stored.texts[:n_queries]
-    qv = vec.vectors(queries, CONDITION)
+    qv = vec.encode(queries, CONDITION)
     target = parse_store(f"milvus-lite:{work / 'milvus.db'}")
     assert target is not None
     milvus = MilvusStore(target)

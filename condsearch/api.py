@@ -55,7 +55,7 @@ class Model:
 
         if isinstance(texts, str):
             raise CondsearchError("encode takes a list of texts; wrap one text in a list")
-        return self.vectorizer.vectors(list(texts), check_condition(condition))
+        return self.vectorizer.encode(list(texts), check_condition(condition))
 
 
 def load_model(

@@ -320,7 +320,7 @@ def _chunk_vectors(
     if reuse_at and kept is not None:
         out[reuse_at] = kept.vectors.take(reuse_from)
     if encode_at:
-        out[encode_at] = vectorizer.vectors([texts[j] for j in encode_at], condition, batch_size=batch_size)
+        out[encode_at] = vectorizer.encode([texts[j] for j in encode_at], condition, batch_size=batch_size)
     return out, len(encode_at)
 
 

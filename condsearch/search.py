@@ -314,9 +314,9 @@ def _encode(
     """Return each request's query vectors, encoded together."""
     texts = [q for qs in queries for q in qs]
     if one_pass:
-        vecs = vectorizer.vectors(texts, condition, batch_size=max(1, len(texts)))
+        vecs = vectorizer.encode(texts, condition, batch_size=max(1, len(texts)))
     else:
-        vecs = vectorizer.vectors(texts, condition)
+        vecs = vectorizer.encode(texts, condition)
     return np.split(vecs, np.cumsum([len(qs) for qs in queries])[:-1])
 
 

@@ -38,8 +38,6 @@ class Runtime:
     threads: int | None = CpuConfig.threads
     #: let the model folder's own Python code run
     trust_remote_code: bool = False
-    #: the encoder only encodes: a plain BERT loads from its cached inference copy (see encoders.bert_inference)
-    inference: bool = False
 
 
 @dataclass(frozen=True)

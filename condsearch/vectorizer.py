@@ -57,11 +57,11 @@ class Vectorizer:
         """Return the spec that loads this vectorizer again (every ``auto`` resolved): what a manifest stores."""
         return EncoderSpec.recorded(self.encoder.describe(), self.mode, self.profile_name)
 
-    def vectors(
+    def encode(
         self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
     ) -> np.ndarray:
         """Return condition-aware vectors of texts: (n, dim) float32, unit length."""
-        raw = self.encoder.encode_conditional(texts, condition, batch_size=batch_size, progress=progress)
+        raw = self.encoder.encode(texts, condition, batch_size=batch_size, progress=progress)
         notice = self.encoder.report_truncation()
         if notice:
             log.warning(notice)
@@ -132,22 +132,7 @@ def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
         return Vectorizer(router, None, chosen.name, "", mode=MODE_CSR, profile=chosen)
     from condsearch.encoders import load_encoder
 
-    encoder = load_encoder(
-        spec.model,
-        device=run.device,
-        max_length=spec.max_length,
-        trust_remote_code=run.trust_remote_code,
-        pooling=spec.pooling,
-        prompt_template=spec.prompt_template,
-        unconditional_template=spec.unconditional_template,
-        dtype=spec.dtype,
-        adapter=chosen.adapter,
-        bidirectional_layers=spec.bidirectional_layers,
-        preset=spec.preset,
-        inference=run.inference,
-        quantize=spec.quantize,
-        threads=run.threads,
-    )
+    encoder = load_encoder(spec, profile=chosen)
     record_adapter(encoder, chosen.separate_adapter)
     head, checksum = load_profile_head(chosen, encoder)
     return Vectorizer(encoder, head, chosen.name, checksum, profile=chosen)
@@ -177,7 +162,7 @@ def vectorizer_for(
         if light is not None:
             return light
     _check_model(manifest, model, quantize)
-    spec = EncoderSpec.of_manifest(manifest, runtime=replace(runtime, inference=True))
+    spec = EncoderSpec.of_manifest(manifest, runtime=runtime)
     if model:
         spec = replace(spec, model=model)
     if profile is not None:  # the adapter named apart stays, as the index recorded it

@@ -89,14 +89,15 @@ def other_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_encoder(tiny_bert_dir: Path):
     """The tiny BERT loaded once on the CPU (tests that read its stats load their own)."""
     from condsearch.encoders import load_encoder
+    from condsearch.spec import EncoderSpec, Runtime
 
-    return load_encoder(str(tiny_bert_dir), device="cpu")
+    return load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
 
 
 class HashEncoder(Encoder):
     """A deterministic encoder: each (condition, sentence) maps to a sha256-seeded vector.
 
-    It records every batch ``embed_batch`` receives, so tests can check de-duplication,
+    It records every batch ``encode_batch`` receives, so tests can check de-duplication,
     length sorting and batching.
     """
 
@@ -114,7 +115,7 @@ class HashEncoder(Encoder):
         seed = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
         return np.random.default_rng(seed).standard_normal(dim).astype(np.float32)
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         self.batches.append(list(pairs))
         return np.stack([self.vector(p, self.dim) for p in pairs]).astype(np.float32)
 

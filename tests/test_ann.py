@@ -37,7 +37,7 @@ class ClusterEncoder(Encoder):
 
     model_id, revision, dim = "test/clusters", "1", 24
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         out = []
         for _, sentence in pairs:
             seed = int.from_bytes(hashlib.sha256((sentence or "").encode()).digest()[:8], "little")
@@ -45,7 +45,7 @@ class ClusterEncoder(Encoder):
             out.append(_CENTERS[rng.integers(len(_CENTERS))] + 0.6 * rng.standard_normal(self.dim))
         return np.asarray(out, dtype=np.float32)
 
-    def encode_conditional(self, texts, condition, *, batch_size=64, progress=False):  # noqa: ANN001, ANN201
+    def encode(self, texts, condition, *, batch_size=64, progress=False):  # noqa: ANN001, ANN201
         # plain f(c; I(s)): the CASE difference would subtract one constant vector from every row
         return self.encode_pairs([(condition, t) for t in texts], batch_size=batch_size)
 
@@ -83,7 +83,7 @@ def test_recall_through_the_store_against_exact_search(
     inner = faiss.downcast_index(stored.index)
     expected = int(params.split("=")[1])
     assert (inner.hnsw.efSearch if "HNSW" in factory else faiss.extract_index_ivf(stored.index).nprobe) == expected
-    exact = exact_search(np.load(tmp_path / name / "vectors.npy", allow_pickle=False), vec.vectors(queries, "c"), 10)
+    exact = exact_search(np.load(tmp_path / name / "vectors.npy", allow_pickle=False), vec.encode(queries, "c"), 10)
     tuned = _recall(query_index(stored, vec, queries, 10).ids, exact.ids)
     assert tuned >= floor
     if factory.endswith(",Flat"):

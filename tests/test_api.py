@@ -21,7 +21,7 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 
 def readme_python() -> str:
     """Return the code block of README's "From Python" section."""
-    section = README.read_text(encoding="utf-8").split("### From Python", 1)[1]
+    section = README.read_text(encoding="utf-8").split("## From Python", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S)
     assert block, "README's From Python section lacks its code block"
     return block.group(1)
@@ -137,17 +137,17 @@ def test_reindexing_the_same_rows_in_memory_encodes_nothing(tmp_path: Path, tiny
     vectors = np.load(tmp_path / name / "vectors.npy")
     encoded = []
     vec = tiny_model.vectorizer
-    real = vec.encoder.encode_conditional
+    real = vec.encoder.encode
 
     def counting(texts, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         encoded.extend(texts)
         return real(texts, *args, **kwargs)
 
-    object.__setattr__(vec.encoder, "encode_conditional", counting)
+    object.__setattr__(vec.encoder, "encode", counting)
     try:
         store.index(pa.table({"id": ids[:30], "text": texts[:30]}), COLOUR)
     finally:
-        object.__delattr__(vec.encoder, "encode_conditional")
+        object.__delattr__(vec.encoder, "encode")
     assert encoded == []
     np.testing.assert_array_equal(np.load(tmp_path / name / "vectors.npy"), vectors)
 

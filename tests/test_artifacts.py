@@ -23,8 +23,8 @@ from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.spec import EncoderSpec, Runtime
 from condsearch.vectorizer import load_vectorizer
 from tests.conftest import SENTENCES
-from tests.test_bert_inference import _adapter
 from tests.test_cli import assert_clean_error, ok, run
+from tests.test_onnx_trace import _adapter
 
 COLOUR = "color of the dress"
 
@@ -84,7 +84,9 @@ def test_peft_loads_our_adapter_with_our_outputs(tiny_bert_dir: Path, tmp_path: 
     from transformers import AutoModel, AutoTokenizer
 
     out = _trained(tiny_bert_dir, tmp_path / "ad")
-    ours = load_encoder(str(tiny_bert_dir), device="cpu", adapter=out)  # merged into the weights
+    ours = load_encoder(
+        EncoderSpec(str(tiny_bert_dir), adapter=out, runtime=Runtime(device="cpu"))
+    )  # merged into the weights
     theirs = peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(tiny_bert_dir)), str(out)).eval()
     batch = AutoTokenizer.from_pretrained(str(tiny_bert_dir))(SENTENCES[:3], padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -99,21 +101,27 @@ def test_the_old_format_still_loads_with_the_same_vectors(tiny_bert_dir: Path, t
     new = _trained(tiny_bert_dir, tmp_path / "new")
     old = _legacy(new, tmp_path / "old")
     assert read_adapter(old).format_version == 1 and files.artifact_kind(old) == "adapter"
-    got = load_encoder(str(tiny_bert_dir), device="cpu", adapter=old).encode_case(SENTENCES, COLOUR)
-    want = load_encoder(str(tiny_bert_dir), device="cpu", adapter=new).encode_case(SENTENCES, COLOUR)
+    got = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=old, runtime=Runtime(device="cpu"))).encode(
+        SENTENCES, COLOUR
+    )
+    want = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=new, runtime=Runtime(device="cpu"))).encode(
+        SENTENCES, COLOUR
+    )
     np.testing.assert_array_equal(got, want)
-    fast = load_encoder(str(tiny_bert_dir), device="cpu", adapter=old, inference=True)
-    np.testing.assert_allclose(fast.encode_case(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-6)
+    fast = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=old, runtime=Runtime(device="cpu")))
+    np.testing.assert_allclose(fast.encode(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-6)
 
 
 def test_conversion_keeps_tensors_identity_and_vectors(tiny_bert_dir: Path, tmp_path: Path) -> None:
     old = _legacy(_trained(tiny_bert_dir, tmp_path / "new"), tmp_path / "old")
     old_checksum = hashlib.sha256((old / files.NATIVE_ADAPTER_WEIGHTS).read_bytes()).hexdigest()
-    want = load_encoder(str(tiny_bert_dir), device="cpu", adapter=old)
+    want = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=old, runtime=Runtime(device="cpu")))
     assert convert_legacy_adapter(old, tmp_path / "converted") == old_checksum
-    converted = load_encoder(str(tiny_bert_dir), device="cpu", adapter=tmp_path / "converted")
+    converted = load_encoder(
+        EncoderSpec(str(tiny_bert_dir), adapter=tmp_path / "converted", runtime=Runtime(device="cpu"))
+    )
     assert converted.describe() == want.describe()  # the same adapter_checksum: indexes built with old still load
-    np.testing.assert_array_equal(converted.encode_case(SENTENCES, COLOUR), want.encode_case(SENTENCES, COLOUR))
+    np.testing.assert_array_equal(converted.encode(SENTENCES, COLOUR), want.encode(SENTENCES, COLOUR))
     # in place, as the shipped asset was converted
     assert convert_legacy_adapter(old) == old_checksum and read_adapter(old).format_version == 2
     with pytest.raises(Exception, match="first format"):

@@ -37,7 +37,7 @@ def decoder_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _encoder(folder: Path, **options: object) -> PromptEncoder:
-    encoder = load_encoder(str(folder), device="cpu", **options)  # type: ignore[arg-type]
+    encoder = load_encoder(EncoderSpec(str(folder), **options, runtime=Runtime(device="cpu")))  # type: ignore[arg-type]
     assert isinstance(encoder, PromptEncoder)
     return encoder
 
@@ -82,13 +82,13 @@ def test_zero_bidirectional_layers_is_the_causal_encoder(decoder_dirs: dict[str,
     with torch.inference_mode():
         hidden = zero.model(**batch, use_cache=False).last_hidden_state
     reference = last_token_pool(hidden, batch["attention_mask"]).numpy()
-    np.testing.assert_array_equal(zero.embed_batch(PAIRS), reference)
-    np.testing.assert_array_equal(zero.embed_batch(PAIRS), default.embed_batch(PAIRS))
+    np.testing.assert_array_equal(zero.encode_batch(PAIRS), reference)
+    np.testing.assert_array_equal(zero.encode_batch(PAIRS), default.encode_batch(PAIRS))
     # switching the top layers to bidirectional and back leaves the causal model exactly as it was
     undo = make_bidirectional(zero.model, 2)
-    assert not np.allclose(zero.embed_batch(PAIRS), reference, atol=1e-4)
+    assert not np.allclose(zero.encode_batch(PAIRS), reference, atol=1e-4)
     undo()
-    np.testing.assert_array_equal(zero.embed_batch(PAIRS), reference)
+    np.testing.assert_array_equal(zero.encode_batch(PAIRS), reference)
 
 
 # ----------------------------------------------------------------- N = 1: only the top layer sees later tokens
@@ -125,10 +125,10 @@ def test_the_last_token_cannot_tell_a_bidirectional_top_layer(
     # every token already, and the layers below are untouched. So the bellm preset pools the mean.
     causal = _encoder(decoder_dirs[kind], pooling=pooling)
     top = _encoder(decoder_dirs[kind], pooling=pooling, bidirectional_layers=1)
-    np.testing.assert_allclose(top.embed_batch(PAIRS), causal.embed_batch(PAIRS), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(top.encode_batch(PAIRS), causal.encode_batch(PAIRS), rtol=0, atol=1e-6)
     mean_causal = _encoder(decoder_dirs[kind], pooling="mean")
     mean_top = _encoder(decoder_dirs[kind], pooling="mean", bidirectional_layers=1)
-    assert not np.allclose(mean_top.embed_batch(PAIRS), mean_causal.embed_batch(PAIRS), atol=1e-4)
+    assert not np.allclose(mean_top.encode_batch(PAIRS), mean_causal.encode_batch(PAIRS), atol=1e-4)
 
 
 def test_bidirectional_layers_out_of_range_are_refused(decoder_dirs: dict[str, Path]) -> None:
@@ -158,13 +158,13 @@ def test_text_alone_equals_text_in_a_left_padded_batch(
     assert encoder.padding_side == "left"
     rows = encoder.tokenize(PAIRS)
     assert len({len(r) for r in rows}) > 1  # the batch is really padded
-    batch = encoder.embed_batch(PAIRS)
-    alone = np.stack([encoder.embed_batch([p])[0] for p in PAIRS])
+    batch = encoder.encode_batch(PAIRS)
+    alone = np.stack([encoder.encode_batch([p])[0] for p in PAIRS])
     assert np.isfinite(batch).all()
     np.testing.assert_allclose(batch, alone, rtol=0, atol=1e-5)
     # and the vectors really are other than the causal encoder's
     causal = _encoder(decoder_dirs[kind], **{**options, "bidirectional_layers": 0})
-    assert not np.allclose(batch, causal.embed_batch(PAIRS), atol=1e-4)
+    assert not np.allclose(batch, causal.encode_batch(PAIRS), atol=1e-4)
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
@@ -178,7 +178,7 @@ def test_attention_implementations_agree(decoder_dirs: dict[str, Path], impl: st
     with torch.inference_mode():
         hidden = model(**batch, use_cache=False).last_hidden_state
     got = last_token_pool(hidden, batch["attention_mask"]).numpy()
-    np.testing.assert_allclose(got, reference.embed_batch(PAIRS), rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got, reference.encode_batch(PAIRS), rtol=0, atol=1e-5)
 
 
 # ----------------------------------------------------------------- is_causal: false (gte-Qwen2)
@@ -191,15 +191,15 @@ def test_a_config_with_is_causal_false_attends_both_ways_in_every_layer(decoder_
     causal_config = _encoder(decoder_dirs["qwen2"])
     assert causal_config.bidirectional_layers == 0
     all_layers = _encoder(decoder_dirs["qwen2"], bidirectional_layers=2)
-    np.testing.assert_allclose(both_ways.embed_batch(PAIRS), all_layers.embed_batch(PAIRS), rtol=0, atol=1e-5)
-    assert not np.allclose(both_ways.embed_batch(PAIRS), causal_config.embed_batch(PAIRS), atol=1e-4)
+    np.testing.assert_allclose(both_ways.encode_batch(PAIRS), all_layers.encode_batch(PAIRS), rtol=0, atol=1e-5)
+    assert not np.allclose(both_ways.encode_batch(PAIRS), causal_config.encode_batch(PAIRS), atol=1e-4)
     # even the first layer's earlier states see a later token
     rows, at = _with_a_later_token_changed(both_ways)
     first_layer = _states(both_ways, rows)[1]
     assert (first_layer[0, :at] - first_layer[1, :at]).abs().max().item() > 1e-3
     # a single text (no padding, no mask) is not silently causal
-    alone = np.stack([both_ways.embed_batch([p])[0] for p in PAIRS])
-    np.testing.assert_allclose(alone, both_ways.embed_batch(PAIRS), rtol=0, atol=1e-5)
+    alone = np.stack([both_ways.encode_batch([p])[0] for p in PAIRS])
+    np.testing.assert_allclose(alone, both_ways.encode_batch(PAIRS), rtol=0, atol=1e-5)
     # rebuilt from its record, it is the same encoder; a partial request contradicts the config
     again = _rebuilt(both_ways.describe())
     assert again.describe() == both_ways.describe()
@@ -209,11 +209,13 @@ def test_a_config_with_is_causal_false_attends_both_ways_in_every_layer(decoder_
 
 def test_bidirectional_layers_are_refused_for_encoders_that_attend_both_ways(tiny_bert_dir: Path) -> None:
     with pytest.raises(ModelError, match="applies to decoder embedders"):
-        load_encoder(str(tiny_bert_dir), device="cpu", bidirectional_layers=1)
+        load_encoder(EncoderSpec(str(tiny_bert_dir), bidirectional_layers=1, runtime=Runtime(device="cpu")))
     with pytest.raises(ModelError, match="applies to decoder embedders"):
-        load_encoder(str(tiny_bert_dir), device="cpu", pooling="mean", bidirectional_layers=1)
+        load_encoder(
+            EncoderSpec(str(tiny_bert_dir), pooling="mean", bidirectional_layers=1, runtime=Runtime(device="cpu"))
+        )
     with pytest.raises(ModelError, match="applies to decoder embedders"):
-        load_encoder(str(tiny_bert_dir), device="cpu", preset="bellm")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), preset="bellm", runtime=Runtime(device="cpu")))
 
 
 # ----------------------------------------------------------------- the bellm preset
@@ -237,7 +239,7 @@ def test_bellm_preset_prompt_pooling_and_layers(decoder_dirs: dict[str, Path]) -
     # rebuilt from the record (what a query does from a manifest): same settings, same vectors
     again = _rebuilt(info)
     assert again.describe() == info
-    np.testing.assert_array_equal(again.embed_batch(PAIRS), encoder.embed_batch(PAIRS))
+    np.testing.assert_array_equal(again.encode_batch(PAIRS), encoder.encode_batch(PAIRS))
 
 
 def test_prompt_last_strips_qwen3s_end_token_and_the_preset_yields_to_explicit_flags(
@@ -360,7 +362,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
     assert described["bidirectional_layers"] == 1 and described["pooling"] == "mean"
     assert described["adapter_checksum"] == summary["adapter_checksum"]
     plain = load_vectorizer(EncoderSpec(model, head="none", preset="bellm", runtime=Runtime(device="cpu")))
-    assert not np.allclose(vec.vectors(["a red dress"], COLOUR), plain.vectors(["a red dress"], COLOUR), atol=1e-5)
+    assert not np.allclose(vec.encode(["a red dress"], COLOUR), plain.encode(["a red dress"], COLOUR), atol=1e-5)
     # another attention than the adapter was trained with is refused
     with pytest.raises(ModelError, match="bidirectional layers 1, not 0"):
         load_vectorizer(EncoderSpec(model, head=str(out), bidirectional_layers=0, runtime=Runtime(device="cpu")))
@@ -430,17 +432,24 @@ def test_bidirectional_layers_on_cuda_equal_cpu(
     decoder_dirs: dict[str, Path], kind: str, dtype: str, options: dict[str, object]
 ) -> None:
     cpu = _encoder(decoder_dirs[kind], **options)
-    gpu = load_encoder(str(decoder_dirs[kind]), device="cuda", dtype=dtype, **options)  # type: ignore[arg-type]
+    gpu = load_encoder(EncoderSpec(str(decoder_dirs[kind]), dtype=dtype, **options, runtime=Runtime(device="cuda")))  # type: ignore[arg-type]
     assert isinstance(gpu, PromptEncoder) and next(gpu.model.parameters()).device.type == "cuda"
-    batch, reference = gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS)
+    batch, reference = gpu.encode_batch(PAIRS), cpu.encode_batch(PAIRS)
     cos = (batch * reference).sum(1) / np.linalg.norm(batch, axis=1) / np.linalg.norm(reference, axis=1)
     assert (cos > (0.9999 if dtype == "float32" else 0.99)).all(), cos
     # left padding stays right with the GPU's attention kernels too
-    alone = np.stack([gpu.embed_batch([p])[0] for p in PAIRS])
+    alone = np.stack([gpu.encode_batch([p])[0] for p in PAIRS])
     tol = 1e-4 if dtype == "float32" else 5e-2
     np.testing.assert_allclose(batch, alone, rtol=0, atol=tol)
-    causal = load_encoder(str(decoder_dirs[kind]), device="cuda", dtype=dtype, **{**options, "bidirectional_layers": 0})  # type: ignore[arg-type]
-    assert not np.allclose(batch, causal.embed_batch(PAIRS), atol=tol)
+    causal = load_encoder(
+        EncoderSpec(
+            str(decoder_dirs[kind]),
+            dtype=dtype,
+            **{**options, "bidirectional_layers": 0},
+            runtime=Runtime(device="cuda"),
+        )
+    )  # type: ignore[arg-type]
+    assert not np.allclose(batch, causal.encode_batch(PAIRS), atol=tol)
 
 
 @pytest.mark.gpu

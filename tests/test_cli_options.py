@@ -13,6 +13,8 @@ import inspect
 import re
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import click
 import pytest
@@ -91,8 +93,9 @@ def _read_names(function: object) -> tuple[set[str], set[str]]:
 
 
 #: commands that take their options as **params; each has a test that every option changes the library call
-#: or is refused (tests/test_cli_train.py::test_every_option_changes_the_call_or_is_refused)
-PARAMS_COMMANDS = {("train", "head"), ("train", "lora"), ("train", "full"), ("train", "router")}
+#: or is refused (tests/test_cli_train.py::test_every_option_changes_the_call_or_is_refused;
+#: index: test_every_index_option_changes_the_call below)
+PARAMS_COMMANDS = {("train", "head"), ("train", "lora"), ("train", "full"), ("train", "router"), ("index",)}
 
 
 @pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
@@ -218,3 +221,121 @@ def test_a_flag_that_applies_is_not_refused(corpus_file: Path, tiny_bert_dir: Pa
 def test_query_profile_and_its_older_spelling_head_are_one_option(tmp_path: Path) -> None:
     [option] = [o for o in _options(main.commands["query"]) if "--profile" in o.opts]
     assert option.name == "profile" and option.opts == ["--profile", "--head"]
+
+
+# ----------------------------------------------------------------- index: every option changes the call
+
+#: a value off the default for each of index's options (flags take none; --ray alone is a local instance)
+INDEX_VALUES: dict[str, list[str]] = {
+    "--condition": ["another condition"],
+    "--format": ["csv"],
+    "--text-column": ["body"],
+    "--id-column": ["key"],
+    "--name": ["other"],
+    "--model": ["some/model"],
+    "--profile": ["lora"],
+    "--adapter": ["{folder}"],
+    "--head": ["none"],
+    "--index-factory": ["HNSW32"],
+    "--search-params": ["efSearch=16"],
+    "--max-index-memory": ["1G"],
+    "--batch-size": ["9"],
+    "--max-length": ["64"],
+    "--mode": ["csr"],
+    "--router": ["none"],
+    "--router-layer": ["2"],
+    "--router-variant": ["context"],
+    "--pooling": ["mean"],
+    "--prompt-template": ["{{condition}}: {{sentence}}"],
+    "--unconditional-template": ["{{condition}}:"],
+    "--dtype": ["float32"],
+    "--bidirectional-layers": ["1"],
+    "--preset": ["bellm"],
+    "--quantize": ["int8"],
+    "--threads": ["1"],
+    "--index-dir": ["{folder}/indexes"],
+    "--device": ["cpu"],
+    "--ray": [],
+    "--ray-actors": ["2"],
+    "--ray-work-dir": ["{folder}/work"],
+    "--store": ["milvus://localhost:1"],
+}
+#: what a flag needs beside it to apply (compared with a run of that companion alone)
+INDEX_NEEDS = {flag: CSR for flag in INDEX_CSR_ONLY} | {flag: ["--ray"] for flag in INDEX_RAY_ONLY}
+INDEX_NEEDS["--search-params"] = ["--index-factory", "HNSW32"]
+
+
+@pytest.fixture
+def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[Any, ...]]:
+    """Replace every library call of index by one that records its arguments (the spec's runtime included)."""
+    calls: list[tuple[Any, ...]] = []
+
+    def reports(conditions: tuple[str, ...]) -> list[SimpleNamespace]:
+        return [SimpleNamespace(name=f"index-{c}", n_encoded=2, n_reused=0, n_resumed=0) for c in conditions]
+
+    class Corpus(list[str]):
+        n_skipped = 0
+
+    def scan_corpus(*args: object, **kwargs: object) -> Corpus:
+        calls.append(("scan", args, kwargs))
+        return Corpus(["a red dress", "a blue hat"])
+
+    manifest = SimpleNamespace(
+        condition="c", n_vectors=2, dim=4, model_id="m", head="h", factory="Flat", search_params="", spec={}
+    )
+    store = SimpleNamespace(root=tmp_path, read_manifest=lambda name: manifest)
+
+    def open_store(index_dir: Path | None) -> SimpleNamespace:
+        calls.append(("store", index_dir))
+        return store
+
+    def load_vectorizer(spec: Any) -> str:
+        calls.append(("load", spec, spec.runtime))
+        return "vectorizer"
+
+    def index_conditions(data: object, conditions: tuple[str, ...], *args: object, **build: object) -> list[Any]:
+        calls.append(("index", conditions, args, build))
+        return reports(conditions)
+
+    def ray_index_conditions(data: object, conditions: tuple[str, ...], spec: Any, *args: object, **kw: Any) -> Any:
+        calls.append(("ray", conditions, spec, spec.runtime, kw))
+        return reports(conditions)
+
+    def export_indexes(store: object, names: list[str], store_spec: str) -> list[Any]:
+        calls.append(("export", names, store_spec))
+        return []
+
+    monkeypatch.setattr("condsearch.corpus.scan_corpus", scan_corpus)
+    monkeypatch.setattr("condsearch.cli.index.open_store", open_store)
+    monkeypatch.setattr("condsearch.vectorizer.load_vectorizer", load_vectorizer)
+    monkeypatch.setattr("condsearch.ingest.index_conditions", index_conditions)
+    monkeypatch.setattr("condsearch.scale.ray_encode.ray_index_conditions", ray_index_conditions)
+    monkeypatch.setattr("condsearch.scale.export.export_indexes", export_indexes)
+    return calls
+
+
+def test_every_index_option_changes_the_call(
+    index_calls: list[tuple[Any, ...]], corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # index takes its options as **params: each one must reach a library call (or what it prints)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "folder").mkdir()
+    fill = {"folder": str(tmp_path / "folder")}
+    base = ["index", str(corpus_file), "-c", "colour"]
+
+    def call(*args: str) -> tuple[list[tuple[Any, ...]], str]:
+        index_calls.clear()
+        result = _invoke([*base, *args])
+        assert result.exit_code == 0, (args, result.output)
+        return list(index_calls), result.stdout
+
+    reference = call()
+    assert [c[0] for c in reference[0]] == ["scan", "store", "load", "index"]
+    for option in _options(main.commands["index"]):
+        if option.name == "help":
+            continue
+        flag = option.opts[-1]
+        given = [] if option.is_flag else [v.format(**fill) for v in INDEX_VALUES[flag]]
+        needs = INDEX_NEEDS.get(flag, [])
+        reference_now = call(*needs) if needs else reference
+        assert call(*needs, flag, *given) != reference_now, f"index {flag} changed nothing"

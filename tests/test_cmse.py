@@ -12,6 +12,7 @@ from torch import nn
 
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train.finetune import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
 from condsearch.train.losses import (
     LossSettings,
@@ -84,7 +85,7 @@ def test_cmse_alone_trains_the_adapters_the_head_and_g(tiny_bert_dir: Path) -> N
         ["color of the dress", "the sport", "the sport", "color of the dress"],
         np.array([5, 2, 5, 1], np.float32),
     )
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     config = FinetuneConfig(kind="lora", losses=(("cmse", 1.0),), head_on_top=True, head_dim=4)
     head = prepare(encoder, config)  # type: ignore[arg-type]
     assert head is not None

@@ -155,7 +155,7 @@ def test_state_cache_round_trip(tmp_path: Path, backbone) -> None:
 
 def test_cached_path_equals_uncached(tmp_path: Path, tiny_bert_dir: Path) -> None:
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path, state_dtype=torch.float32)
-    cached = encoder.encode_conditional(SENTENCES, CONDITION, batch_size=3)
+    cached = encoder.encode(SENTENCES, CONDITION, batch_size=3)
     tok = encoder.tokenizer
     with torch.inference_mode():
         inputs = tok(SENTENCES, padding=True, return_tensors="pt")
@@ -167,8 +167,8 @@ def test_cached_path_equals_uncached(tmp_path: Path, tiny_bert_dir: Path) -> Non
 def test_half_precision_cache_is_close(tmp_path: Path, tiny_bert_dir: Path) -> None:
     full = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "a", state_dtype=torch.float32)
     half = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "b")
-    a = full.encode_conditional(SENTENCES, CONDITION)
-    b = half.encode_conditional(SENTENCES, CONDITION)
+    a = full.encode(SENTENCES, CONDITION)
+    b = half.encode(SENTENCES, CONDITION)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.999
 
@@ -191,14 +191,14 @@ def test_a_model_saved_in_float16_runs_in_float32(tmp_path: Path, tiny_bert_dir:
     encoder = load_csr_encoder(str(half_dir), router="none", cache_dir=tmp_path / "c")
     assert next(encoder.router.parameters()).dtype == torch.float32  # as CASE loads it: no Half/Float mix
     full = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path / "d")
-    a, b = encoder.encode_conditional(SENTENCES, CONDITION), full.encode_conditional(SENTENCES, CONDITION)
+    a, b = encoder.encode(SENTENCES, CONDITION), full.encode(SENTENCES, CONDITION)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.999  # only the weights' rounding differs
 
 
 def test_cache_is_reused_across_runs(tmp_path: Path, tiny_bert_dir: Path, monkeypatch) -> None:
     first = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path)
-    a = first.encode_conditional(SENTENCES, CONDITION)
+    a = first.encode(SENTENCES, CONDITION)
     second = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path)
     calls: list[int] = []
     original = second.router.sentence_states
@@ -207,9 +207,9 @@ def test_cache_is_reused_across_runs(tmp_path: Path, tiny_bert_dir: Path, monkey
         "sentence_states",
         lambda inputs: calls.append(1) or original(inputs),  # type: ignore[func-returns-value]
     )
-    b = second.encode_conditional(SENTENCES + [SENTENCES[0]], "a new condition")
+    b = second.encode(SENTENCES + [SENTENCES[0]], "a new condition")
     assert calls == []  # nothing recomputed: every sentence came from the disk cache
-    c = second.encode_conditional(SENTENCES, CONDITION)
+    c = second.encode(SENTENCES, CONDITION)
     np.testing.assert_allclose(a, c, atol=1e-6)
     assert b.shape == (len(SENTENCES) + 1, a.shape[1])
     np.testing.assert_array_equal(b[0], b[-1])
@@ -220,10 +220,10 @@ def test_router_weights_round_trip(tmp_path: Path, tiny_bert_dir: Path) -> None:
     with torch.no_grad():
         for p in encoder.router.trainable_parameters().values():
             p.add_(0.01 * torch.randn_like(p))
-    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    expected = encoder.encode(SENTENCES, CONDITION)
     save_router(encoder.router, tmp_path / "router", {"model_id": encoder.model_id}, dtype=torch.float32)
     again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "router"), cache_dir=tmp_path / "cache")
-    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=1e-5)
+    np.testing.assert_allclose(again.encode(SENTENCES, CONDITION), expected, atol=1e-5)
     assert again.describe()["router_checksum"]
     other = Router(AutoModel.from_pretrained(tiny_bert_dir), RouterConfig(layer=0))
     with pytest.raises(ModelError, match="layer"):
@@ -258,8 +258,8 @@ def test_eq1_with_the_whole_backbone_trains_every_layer_and_reloads(tmp_path: Pa
     save_router(encoder.router, tmp_path / "r", {})
     again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), cache_dir=tmp_path / "cache")
     assert again.router.trainable == "all"
-    got = again.encode_conditional(SENTENCES[:3], "color")
-    expected = encoder.encode_conditional(SENTENCES[:3], "color")
+    got = again.encode(SENTENCES[:3], "color")
+    expected = encoder.encode(SENTENCES[:3], "color")
     np.testing.assert_allclose(got, expected, atol=5e-3)  # saved as float16
     assert again.states.directory != untrained_cache
 
@@ -392,11 +392,11 @@ def test_extended_router_round_trip_and_old_format(tmp_path: Path, tiny_bert_dir
     with torch.no_grad():
         for p in encoder.router.trainable_parameters().values():
             p.add_(0.05 * torch.randn_like(p))
-    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    expected = encoder.encode(SENTENCES, CONDITION)
     save_router(encoder.router, tmp_path / "r", {"model_id": encoder.model_id}, dtype=torch.float32)
     again = load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), cache_dir=tmp_path / "c")
     assert again.router.config == encoder.router.config and again.describe()["router_variant"] == "extended"
-    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=1e-5)
+    np.testing.assert_allclose(again.encode(SENTENCES, CONDITION), expected, atol=1e-5)
     with pytest.raises(ModelError, match="extended variant, not paper"):
         load_csr_encoder(str(tiny_bert_dir), router=str(tmp_path / "r"), variant="paper", cache_dir=tmp_path / "c")
     meta = json.loads((tmp_path / "r" / "router.json").read_text())

@@ -98,11 +98,11 @@ def test_cached_path_equals_the_uncached_forward_pass(tmp_path: Path, deep_bert_
     encoder = _encoder(deep_bert_dir, tmp_path, k=k)
     assert encoder.router.layer == N_LAYERS - k and encoder.describe()["router_variant"] == "context"
     expected = _joint_reference(encoder.router.model, encoder.tokenizer, SENTENCES, CONDITION, k).numpy()
-    np.testing.assert_allclose(encoder.encode_conditional(SENTENCES, CONDITION, batch_size=3), expected, atol=1e-5)
+    np.testing.assert_allclose(encoder.encode(SENTENCES, CONDITION, batch_size=3), expected, atol=1e-5)
     again = _encoder(deep_bert_dir, tmp_path, k=k)  # a new process: both caches read from disk
     monkeypatch.setattr(again.router, "sentence_states", lambda inputs: pytest.fail("recomputed a cached sentence"))
     monkeypatch.setattr(again.router, "condition_codes", lambda inputs: pytest.fail("recomputed a cached condition"))
-    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION, batch_size=4), expected, atol=1e-5)
+    np.testing.assert_allclose(again.encode(SENTENCES, CONDITION, batch_size=4), expected, atol=1e-5)
 
 
 def test_rows_under_their_own_conditions(tmp_path: Path, deep_bert_dir: Path) -> None:
@@ -110,7 +110,7 @@ def test_rows_under_their_own_conditions(tmp_path: Path, deep_bert_dir: Path) ->
     encoder = _encoder(deep_bert_dir, tmp_path, k=2)
     conditions = ["the sport", CONDITION, "mood", "the colour of the shirt and the hat"] * 3
     texts = SENTENCES[: len(conditions)]
-    got = encoder.encode_rows(texts, conditions[: len(texts)], batch_size=5)
+    got = encoder.encode(texts, conditions[: len(texts)], batch_size=5)
     for i, (text, cond) in enumerate(zip(texts, conditions, strict=False)):
         want = _joint_reference(encoder.router.model, encoder.tokenizer, [text], cond, 2)[0].numpy()
         np.testing.assert_allclose(got[i], want, atol=1e-5)
@@ -161,8 +161,8 @@ def test_layers_below_t_minus_k_never_see_the_condition(tmp_path: Path, deep_ber
 
 def test_changing_the_condition_changes_the_vector(tmp_path: Path, deep_bert_dir: Path) -> None:
     encoder = _encoder(deep_bert_dir, tmp_path, k=1)
-    a = encoder.encode_conditional(SENTENCES[:4], "the dress")
-    b = encoder.encode_conditional(SENTENCES[:4], "tennis")
+    a = encoder.encode(SENTENCES[:4], "the dress")
+    b = encoder.encode(SENTENCES[:4], "tennis")
     assert not np.allclose(a, b, atol=1e-4)
 
 
@@ -198,7 +198,7 @@ def _save(encoder: CsrEncoder, folder: Path, out: Path, **kwargs) -> str:
 def test_save_load_gives_the_same_vectors(tmp_path: Path, deep_bert_dir: Path, options: dict, atol: float) -> None:
     encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
     _perturb(encoder, rank=2)  # a rank-2 change of each matrix: its rank-4 factors hold it exactly
-    expected = encoder.encode_conditional(SENTENCES, CONDITION)
+    expected = encoder.encode(SENTENCES, CONDITION)
     checksum = _save(encoder, deep_bert_dir, tmp_path / "router", **options)
     meta = json.loads((tmp_path / "router" / "router.json").read_text())
     assert meta["router_config"] == {"k": 2, "variant": "context"} and meta["layer"] == N_LAYERS - 2
@@ -207,7 +207,7 @@ def test_save_load_gives_the_same_vectors(tmp_path: Path, deep_bert_dir: Path, o
         assert any(key.endswith(".delta_a") for key in fh.keys()) == ("rank" in options)
     again = _encoder(deep_bert_dir, tmp_path / "cache", router=str(tmp_path / "router"))
     assert again.describe()["router_checksum"] == checksum and again.router.config == ContextConfig(k=2)
-    np.testing.assert_allclose(again.encode_conditional(SENTENCES, CONDITION), expected, atol=atol)
+    np.testing.assert_allclose(again.encode(SENTENCES, CONDITION), expected, atol=atol)
     with pytest.raises(ModelError, match="context variant, not paper"):
         load_csr_encoder(str(deep_bert_dir), router=str(tmp_path / "router"), variant="paper", cache_dir=tmp_path)
     with pytest.raises(ModelError, match="routes from layer"):
@@ -235,14 +235,14 @@ def test_a_cache_filled_with_other_weights_is_never_read(tmp_path: Path, deep_be
     _perturb(second, seed=2)
     _save(second, deep_bert_dir, tmp_path / "b", dtype=torch.float32)
     a = _encoder(deep_bert_dir, cache, router=str(tmp_path / "a"))
-    a.encode_conditional(SENTENCES, CONDITION)  # fills the sentence and condition caches with a's weights
+    a.encode(SENTENCES, CONDITION)  # fills the sentence and condition caches with a's weights
     b = _encoder(deep_bert_dir, cache, router=str(tmp_path / "b"))
     assert a.describe()["router_checksum"] != b.describe()["router_checksum"]
     assert b.states.directory != a.states.directory and b._query_ident != a._query_ident
     calls: list[int] = []
     original = b.router.sentence_states
     monkeypatch.setattr(b.router, "sentence_states", lambda inputs: calls.append(1) or original(inputs))
-    got = b.encode_conditional(SENTENCES, CONDITION)
+    got = b.encode(SENTENCES, CONDITION)
     assert calls  # computed with b's weights, not read from a's cache
     want = _joint_reference(b.router.model, b.tokenizer, SENTENCES, CONDITION, 2).numpy()
     np.testing.assert_allclose(got, want, atol=1e-5)
@@ -264,8 +264,8 @@ def test_int8_states_by_default_route_close_to_float32(tmp_path: Path, deep_bert
         str(deep_bert_dir), router="none", variant="context", layer=-2, cache_dir=tmp_path / "cache"
     )
     assert small.states.dtype == torch.int8 and small.states.directory != exact.states.directory
-    a = exact.encode_conditional(SENTENCES, CONDITION)
-    b = small.encode_conditional(SENTENCES, CONDITION)
+    a = exact.encode(SENTENCES, CONDITION)
+    b = small.encode(SENTENCES, CONDITION)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 1 - 1e-2  # the bound the int8 default was chosen under
     with safe_open(str(next(small.states.directory.glob("shard-*"))), framework="pt") as fh:
@@ -274,8 +274,8 @@ def test_int8_states_by_default_route_close_to_float32(tmp_path: Path, deep_bert
 
 
 def _mse(encoder: CsrEncoder, data) -> float:
-    a = encoder.encode_rows(data.sentence1, data.condition)
-    b = encoder.encode_rows(data.sentence2, data.condition)
+    a = encoder.encode(data.sentence1, data.condition)
+    b = encoder.encode(data.sentence2, data.condition)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     return float(np.mean((cos - scale_labels(data.labels)) ** 2))
 

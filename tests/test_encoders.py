@@ -13,6 +13,7 @@ import torch
 from condsearch.cache import EmbeddingCache
 from condsearch.encoders import BertStyleEncoder, load_encoder
 from condsearch.errors import ModelError
+from condsearch.spec import EncoderSpec, Runtime
 from tests.conftest import HashEncoder
 
 # ---------------------------------------------------------------- Encoder base class
@@ -54,7 +55,7 @@ def test_encode_pairs_of_nothing(hash_encoder: HashEncoder) -> None:
 def test_encode_case_is_conditional_minus_unconditional(hash_encoder: HashEncoder) -> None:
     sentences = ["one", "two", "three", "two", "four"]
     conditions = ["colour", "colour", "sport", "sport", "colour"]
-    out = hash_encoder.encode_case(sentences, conditions, batch_size=2)
+    out = hash_encoder.encode(sentences, conditions, batch_size=2)
     expected = np.stack(
         [HashEncoder.vector((c, s)) - HashEncoder.vector((c, None)) for s, c in zip(sentences, conditions, strict=True)]
     )
@@ -64,7 +65,7 @@ def test_encode_case_is_conditional_minus_unconditional(hash_encoder: HashEncode
 
 
 def test_encode_case_with_one_condition_string(hash_encoder: HashEncoder) -> None:
-    out = hash_encoder.encode_case(["a", "b", "c"], "colour")
+    out = hash_encoder.encode(["a", "b", "c"], "colour")
     expected = np.stack([HashEncoder.vector(("colour", s)) - HashEncoder.vector(("colour", None)) for s in "abc"])
     np.testing.assert_allclose(out, expected, atol=1e-6)
     assert [p for p in hash_encoder.seen if p[1] is None] == [("colour", None)]
@@ -72,11 +73,11 @@ def test_encode_case_with_one_condition_string(hash_encoder: HashEncoder) -> Non
 
 def test_encode_case_refuses_mismatched_lengths(hash_encoder: HashEncoder) -> None:
     with pytest.raises(ValueError, match="differ in length"):
-        hash_encoder.encode_case(["a", "b"], ["c"])
+        hash_encoder.encode(["a", "b"], ["c"])
 
 
-def test_encode_plain_encodes_texts_alone(hash_encoder: HashEncoder) -> None:
-    out = hash_encoder.encode_plain(["a", "b", "a"])
+def test_pairs_without_a_sentence_encode_texts_alone(hash_encoder: HashEncoder) -> None:
+    out = hash_encoder.encode_pairs([(t, None) for t in "aba"])
     np.testing.assert_array_equal(out, np.stack([HashEncoder.vector((t, None)) for t in "aba"]))
     assert hash_encoder.seen == [("a", None), ("b", None)]
 
@@ -84,41 +85,41 @@ def test_encode_plain_encodes_texts_alone(hash_encoder: HashEncoder) -> None:
 def test_cache_hit_means_no_forward_pass(tmp_path: Path) -> None:
     sentences, conditions = ["red dress", "blue shirt", "green hat"], ["colour", "colour", "sport"]
     first = HashEncoder()
-    expected = first.encode_case(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
+    expected = first.encode(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
     assert first.batches  # the first run did the work
 
     second = HashEncoder()  # same identity, fresh cache object reading the shards from disk
-    again = second.encode_case(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
+    again = second.encode(sentences, conditions, cache=EmbeddingCache(tmp_path / "c"))
     assert second.batches == []
     assert second.stats.n_forward == 0
     np.testing.assert_array_equal(again, expected)
 
     third = HashEncoder()  # one new pair: only that one is embedded
-    third.encode_case(sentences + ["pink coat"], conditions + ["colour"], cache=EmbeddingCache(tmp_path / "c"))
+    third.encode(sentences + ["pink coat"], conditions + ["colour"], cache=EmbeddingCache(tmp_path / "c"))
     assert third.seen == [("colour", "pink coat")]
 
 
 def test_cache_is_keyed_by_encoder_identity(tmp_path: Path) -> None:
     cache_dir = tmp_path / "c"
-    HashEncoder(revision="1").encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    HashEncoder(revision="1").encode(["a"], "colour", cache=EmbeddingCache(cache_dir))
     other = HashEncoder(revision="2")
-    other.encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    other.encode(["a"], "colour", cache=EmbeddingCache(cache_dir))
     assert sorted(other.seen, key=str) == sorted([("colour", None), ("colour", "a")], key=str)
 
 
 def test_damaged_cache_shard_is_only_a_miss(tmp_path: Path) -> None:
     cache_dir = tmp_path / "c"
-    HashEncoder().encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    HashEncoder().encode(["a"], "colour", cache=EmbeddingCache(cache_dir))
     for shard in cache_dir.glob("shard-*.npz"):
         shard.write_bytes(b"not a zip file")
     enc = HashEncoder()
-    out = enc.encode_case(["a"], "colour", cache=EmbeddingCache(cache_dir))
+    out = enc.encode(["a"], "colour", cache=EmbeddingCache(cache_dir))
     assert len(enc.seen) == 2
     np.testing.assert_allclose(out[0], HashEncoder.vector(("colour", "a")) - HashEncoder.vector(("colour", None)))
 
 
 def test_report_truncation_is_none_without_truncation(hash_encoder: HashEncoder) -> None:
-    hash_encoder.encode_case(["a"], "c")
+    hash_encoder.encode(["a"], "c")
     assert hash_encoder.report_truncation() is None
 
 
@@ -162,10 +163,10 @@ def test_tiny_bert_loads_as_bert_style_encoder(tiny_bert_dir: Path, tiny_encoder
 
 
 def test_pooling_is_batch_invariant(tiny_encoder: BertStyleEncoder) -> None:
-    together = tiny_encoder.embed_batch(PAIRS)
+    together = tiny_encoder.encode_batch(PAIRS)
     assert together.shape == (len(PAIRS), 32) and together.dtype == np.float32
     for i, pair in enumerate(PAIRS):
-        alone = tiny_encoder.embed_batch([pair])
+        alone = tiny_encoder.encode_batch([pair])
         np.testing.assert_allclose(alone[0], together[i], rtol=0, atol=1e-5)
 
 
@@ -177,24 +178,24 @@ def test_encode_pairs_batch_size_does_not_change_vectors(tiny_encoder: BertStyle
 
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}|{(p[1] or '<none>')[:12]}")
 def test_only_condition_tokens_are_pooled(tiny_bert_dir: Path, tiny_encoder: BertStyleEncoder, pair) -> None:
-    got = tiny_encoder.embed_batch(PAIRS)[PAIRS.index(pair)]
+    got = tiny_encoder.encode_batch(PAIRS)[PAIRS.index(pair)]
     np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, *pair), rtol=0, atol=1e-5)
 
 
 def test_sentence_steers_the_condition_vector(tiny_encoder: BertStyleEncoder) -> None:
-    vecs = tiny_encoder.embed_batch(
+    vecs = tiny_encoder.encode_batch(
         [("color of the dress", "a red dress"), ("color of the dress", "a blue dress"), ("color of the dress", None)]
     )
     assert not np.allclose(vecs[0], vecs[1], atol=1e-4)
     assert not np.allclose(vecs[0], vecs[2], atol=1e-4)
-    case = tiny_encoder.encode_case(["a red dress"], "color of the dress")
+    case = tiny_encoder.encode(["a red dress"], "color of the dress")
     np.testing.assert_allclose(case[0], vecs[0] - vecs[2], atol=1e-5)
 
 
 def test_long_sentence_is_truncated_and_counted(tiny_bert_dir: Path) -> None:
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     long_sentence = " ".join(["the girl in the orange dress plays tennis"] * 60)  # ~480 tokens > 128
-    out = encoder.encode_case([long_sentence, "a short one"], "color of the dress")
+    out = encoder.encode([long_sentence, "a short one"], "color of the dress")
     assert np.isfinite(out).all()
     assert encoder.stats.n_truncated == 1
     notice = encoder.report_truncation()
@@ -202,15 +203,15 @@ def test_long_sentence_is_truncated_and_counted(tiny_bert_dir: Path) -> None:
     assert "\n" not in notice
     assert encoder.report_truncation() is None  # reported once, then reset
     # The sentence is what gets cut: every condition token is still pooled.
-    got = encoder.embed_batch([("color of the dress", long_sentence)])[0]
+    got = encoder.encode_batch([("color of the dress", long_sentence)])[0]
     np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, "color of the dress", long_sentence), atol=1e-5)
 
 
 def test_max_length_override(tiny_bert_dir: Path) -> None:
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu", max_length=16)
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), max_length=16, runtime=Runtime(device="cpu")))
     assert encoder.max_length == 16 and encoder.describe()["max_length"] == 16
     sentence = "a girl in an orange dress serves the ball on a tennis court in the park"
-    got = encoder.embed_batch([("color of the dress", sentence)])[0]
+    got = encoder.encode_batch([("color of the dress", sentence)])[0]
     assert encoder.stats.n_truncated == 1
     np.testing.assert_allclose(
         got, _manual_pooled(tiny_bert_dir, "color of the dress", sentence, max_length=16), atol=1e-5
@@ -223,21 +224,21 @@ def test_non_ascii_text(tiny_encoder: BertStyleEncoder) -> None:
         ("颜色", "一个穿橙色裙子的女孩在发球 🎾"),
         ("color of the dress", "\u00a0Ünïcödé\u200b spaces\ttabs\nnewlines"),
     ]
-    out = tiny_encoder.encode_case([s for _, s in pairs], [c for c, _ in pairs])
+    out = tiny_encoder.encode([s for _, s in pairs], [c for c, _ in pairs])
     assert out.shape == (3, 32)
     assert np.isfinite(out).all()
-    np.testing.assert_allclose(out, tiny_encoder.encode_case([s for _, s in pairs], [c for c, _ in pairs]), atol=1e-6)
+    np.testing.assert_allclose(out, tiny_encoder.encode([s for _, s in pairs], [c for c, _ in pairs]), atol=1e-6)
 
 
 def test_model_folder_without_config_is_refused(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelError, match="config.json"):
-        load_encoder(str(tmp_path / "empty"))
+        load_encoder(EncoderSpec(str(tmp_path / "empty")))
 
 
 def test_missing_model_folder_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ModelError, match="no such model folder"):
-        load_encoder(str(tmp_path / "nope"))
+        load_encoder(EncoderSpec(str(tmp_path / "nope")))
 
 
 def test_unloadable_model_folder_is_a_model_error(tmp_path: Path) -> None:
@@ -245,7 +246,7 @@ def test_unloadable_model_folder_is_a_model_error(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert"}))
     with pytest.raises(ModelError, match="cannot load model"):
-        load_encoder(str(folder))
+        load_encoder(EncoderSpec(str(folder)))
 
 
 def test_limit_respects_position_embeddings_when_tokenizer_has_no_limit(tiny_bert_dir: Path, tmp_path: Path) -> None:
@@ -255,7 +256,7 @@ def test_limit_respects_position_embeddings_when_tokenizer_has_no_limit(tiny_ber
     config = json.loads(config_path.read_text())
     config.pop("model_max_length", None)
     config_path.write_text(json.dumps(config))
-    encoder = load_encoder(str(folder), device="cpu")
-    out = encoder.encode_case([" ".join(["orange dress"] * 200)], "color of the dress")
+    encoder = load_encoder(EncoderSpec(str(folder), runtime=Runtime(device="cpu")))
+    out = encoder.encode([" ".join(["orange dress"] * 200)], "color of the dress")
     assert np.isfinite(out).all()
     assert encoder.stats.n_truncated == 1

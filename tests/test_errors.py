@@ -62,10 +62,11 @@ def test_encoder_load_error_with_empty_message(tiny_bert_dir: Path, monkeypatch:
     import transformers
 
     from condsearch.encoders import load_encoder
+    from condsearch.spec import EncoderSpec
 
     def fail(*args: object, **kwargs: object) -> None:
         raise ValueError()
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", fail)
     with pytest.raises(ModelError, match="ValueError"):
-        load_encoder(str(tiny_bert_dir))
+        load_encoder(EncoderSpec(str(tiny_bert_dir)))

@@ -68,7 +68,7 @@ def train_csv(tmp_path: Path) -> Path:
 
 
 def _encoder(folder: Path, adapter: Path | None = None):  # noqa: ANN202 - a BertStyleEncoder
-    return load_encoder(str(folder), device="cpu", adapter=adapter)
+    return load_encoder(EncoderSpec(str(folder), adapter=adapter, runtime=Runtime(device="cpu")))
 
 
 def _lora(**kw: object) -> FinetuneConfig:
@@ -92,11 +92,11 @@ def ok(result: Result) -> Result:
 def test_fresh_lora_leaves_the_model_exactly_as_it_was(tiny_bert_dir: Path) -> None:
     enc = _encoder(tiny_bert_dir)
     pairs = [(COLOUR, TEXTS[0]), (SPORT, TEXTS[1]), (COLOUR, None)]
-    before = enc.embed_batch(pairs)
+    before = enc.encode_batch(pairs)
     wrapped = add_lora(enc.model, LoraConfig(rank=4, dropout=0.0))
     assert len(wrapped) == 12  # 6 projections x 2 layers
     assert all(isinstance(enc.model.get_submodule(n), LoraLinear) for n in wrapped)
-    np.testing.assert_array_equal(enc.embed_batch(pairs), before)
+    np.testing.assert_array_equal(enc.encode_batch(pairs), before)
     assert "adapter_checksum" not in enc.describe()  # no adapter loaded from disk: describe() unchanged
 
 
@@ -155,11 +155,9 @@ def test_adapter_save_load_round_trip(tiny_bert_dir: Path, tmp_path: Path) -> No
     loaded = _encoder(tiny_bert_dir, adapter=tmp_path / "ad")
     # loading merges the adapter into the base weights: the same function up to rounding, no LoRA layers left
     assert not any(isinstance(m, LoraLinear) for m in loaded.model.modules())
-    np.testing.assert_allclose(
-        loaded.encode_case(TEXTS, COLOUR), trained.encode_case(TEXTS, COLOUR), rtol=1e-4, atol=1e-4
-    )
-    plain = _encoder(tiny_bert_dir).encode_case(TEXTS, COLOUR)
-    assert not np.allclose(plain, loaded.encode_case(TEXTS, COLOUR))  # the adapter matters
+    np.testing.assert_allclose(loaded.encode(TEXTS, COLOUR), trained.encode(TEXTS, COLOUR), rtol=1e-4, atol=1e-4)
+    plain = _encoder(tiny_bert_dir).encode(TEXTS, COLOUR)
+    assert not np.allclose(plain, loaded.encode(TEXTS, COLOUR))  # the adapter matters
     digest = hashlib.sha256((tmp_path / "ad" / ADAPTER_FILE).read_bytes()).hexdigest()
     assert loaded.describe()["adapter_checksum"] == digest
     assert "adapter_checksum" not in _encoder(tiny_bert_dir).describe()
@@ -354,7 +352,7 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
     )  # noqa: E501
     vec = load_vectorizer(EncoderSpec(str(out), head=str(out), runtime=Runtime(device="cpu")))
     assert vec.encoder.model_id == str(out.resolve()) and vec.dim == 4
-    assert vec.vectors(TEXTS, COLOUR).shape == (2, 4)
+    assert vec.encode(TEXTS, COLOUR).shape == (2, 4)
 
 
 def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: Path, tmp_path: Path) -> None:
@@ -364,11 +362,11 @@ def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: 
     torch.manual_seed(3)
     start = ProjectionHead(HeadConfig(input_dim=enc.dim, dim=8, model_id=enc.model_id)).eval()
     save_head(start, tmp_path / "start")
-    frozen = start.project(enc.encode_case(TEXTS, COLOUR))
+    frozen = start.project(enc.encode(TEXTS, COLOUR))
     head = prepare(enc, _lora(head_on_top=True, head_dim=8, init_head=str(tmp_path / "start")))
     assert head is not None
     torch.testing.assert_close(head.linear.weight, start.linear.weight.to(head.linear.weight.device))
-    np.testing.assert_allclose(head.project(enc.encode_case(TEXTS, COLOUR)), frozen, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(head.project(enc.encode(TEXTS, COLOUR)), frozen, rtol=1e-5, atol=1e-6)
     with pytest.raises(ModelError, match="set --dim"):
         prepare(_encoder(tiny_bert_dir), _lora(head_on_top=True, head_dim=4, init_head=str(tmp_path / "start")))
     with pytest.raises(ValueError, match="head_on_top"):

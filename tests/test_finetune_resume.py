@@ -11,6 +11,7 @@ import torch
 
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train import finetune as trainer
 from condsearch.train.finetune import FinetuneConfig, fit_encoder, trainable_parameters
 
@@ -40,7 +41,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     # 3 pairs, 1 pair per batch: 3 steps an epoch; dropout on, so the random state must be restored too
     config = FinetuneConfig(kind=kind, epochs=2, batch_size=2, lr=1e-2, head_on_top=True, head_dim=4)
     data = _data()
-    straight = load_encoder(str(tiny_bert_dir), device="cpu")
+    straight = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     expected = fit_encoder(straight, data, config, dev=data, checkpoint_dir=tmp_path / "a", checkpoint_every=1)
 
     real, calls = trainer.batch_loss, []
@@ -54,7 +55,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     monkeypatch.setattr(trainer, "batch_loss", crash_at_step_5)
     with pytest.raises(_Stop):
         fit_encoder(
-            load_encoder(str(tiny_bert_dir), device="cpu"),
+            load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu"))),
             data,
             config,
             dev=data,
@@ -65,7 +66,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
     info = json.loads((tmp_path / "b" / "checkpoint.json").read_text())
     assert (info["epoch"], info["epoch_step"], info["step"]) == (1, 1, 4)
 
-    resumed_enc = load_encoder(str(tiny_bert_dir), device="cpu")
+    resumed_enc = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     resumed = fit_encoder(resumed_enc, data, config, dev=data, checkpoint_dir=tmp_path / "b", resume=True)
     assert resumed.resumed_from == 1 and resumed.best_epoch == expected.best_epoch
     for a, b in zip(expected.history, resumed.history, strict=True):
@@ -77,7 +78,7 @@ def test_resume_within_an_epoch_matches_a_run_never_stopped(
 
 
 def test_layer_decay_scales_each_layer_and_keeps_old_checkpoints_resumable(tiny_bert_dir: Path) -> None:
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     names = [f"encoder.{n}" for n, _ in encoder.model.named_parameters()]
     scales = trainer.layer_lr_scales(names, 0.5)  # the tiny BERT has 2 layers
     assert scales["encoder.encoder.layer.1.output.dense.weight"] == 1.0
@@ -95,7 +96,7 @@ def test_layer_decay_trains_lower_layers_less(tiny_bert_dir: Path) -> None:
     data = _data()
     moved = {}
     for decay in (1.0, 0.1):
-        encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+        encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
         before = {n: p.detach().clone() for n, p in encoder.model.named_parameters()}
         fit_encoder(encoder, data, FinetuneConfig(kind="full", epochs=1, batch_size=2, lr=1e-2, layer_decay=decay))
         after = dict(encoder.model.named_parameters())
@@ -123,7 +124,7 @@ def test_keep_epochs_keeps_each_epoch_through_later_saves_and_a_resume(
     ckpt = tmp_path / "ckpt"
     with pytest.raises(_Stop):
         fit_encoder(
-            load_encoder(str(tiny_bert_dir), device="cpu"),
+            load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu"))),
             _data(),
             config,
             checkpoint_dir=ckpt,
@@ -134,7 +135,7 @@ def test_keep_epochs_keeps_each_epoch_through_later_saves_and_a_resume(
     assert sorted(f.name for f in ckpt.glob("epoch-*")) == ["epoch-1.safetensors"]  # kept through a mid-epoch save
     first = load_file(str(ckpt / "epoch-1.safetensors"))
     fit_encoder(
-        load_encoder(str(tiny_bert_dir), device="cpu"),
+        load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu"))),
         _data(),
         config,
         checkpoint_dir=ckpt,

@@ -10,6 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from condsearch.encoders import load_encoder
+from condsearch.spec import EncoderSpec, Runtime
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,23 +26,23 @@ PAIRS = [
 
 
 def test_tiny_bert_on_cuda_equals_cpu(tiny_bert_dir: Path) -> None:
-    cpu = load_encoder(str(tiny_bert_dir), device="cpu")
-    gpu = load_encoder(str(tiny_bert_dir), device="cuda")
+    cpu = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
+    gpu = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cuda")))
     assert next(gpu.model.parameters()).device.type == "cuda"
-    np.testing.assert_allclose(gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gpu.encode_batch(PAIRS), cpu.encode_batch(PAIRS), rtol=1e-4, atol=1e-4)
     sentences = [s for _, s in PAIRS if s is not None]
     np.testing.assert_allclose(
-        gpu.encode_case(sentences, "color of the dress"),
-        cpu.encode_case(sentences, "color of the dress"),
+        gpu.encode(sentences, "color of the dress"),
+        cpu.encode(sentences, "color of the dress"),
         rtol=1e-4,
         atol=1e-4,
     )
 
 
 def test_default_model_on_cuda_equals_cpu() -> None:
-    cpu = load_encoder(None, device="cpu")
-    gpu = load_encoder(None, device="cuda")
-    a, b = gpu.embed_batch(PAIRS), cpu.embed_batch(PAIRS)
+    cpu = load_encoder(EncoderSpec(None, profile="none", runtime=Runtime(device="cpu")))
+    gpu = load_encoder(EncoderSpec(None, profile="none", runtime=Runtime(device="cuda")))
+    a, b = gpu.encode_batch(PAIRS), cpu.encode_batch(PAIRS)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert (cos > 0.9999).all(), cos
     np.testing.assert_allclose(a, b, atol=1e-3)

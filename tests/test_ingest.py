@@ -139,7 +139,7 @@ def test_interrupted_build_resumes_after_its_last_chunk_and_the_old_index_answer
     v2 = _write(tmp_path / "v2.parquet", ids, texts)
 
     failing = CountingVectorizer()
-    real = failing.vec.vectors
+    real = failing.vec.encode
     calls = []
 
     def flaky(batch, condition, **kw):  # noqa: ANN001, ANN003, ANN202
@@ -148,7 +148,7 @@ def test_interrupted_build_resumes_after_its_last_chunk_and_the_old_index_answer
             raise Interrupted
         return real(batch, condition, **kw)
 
-    object.__setattr__(failing.vec, "vectors", flaky)
+    object.__setattr__(failing.vec, "encode", flaky)
     with pytest.raises(Interrupted):
         _index(store, v2, failing.vec)
     # the old index still answers, whole
@@ -174,7 +174,7 @@ def test_a_resume_record_of_another_corpus_is_ignored(tmp_path: Path) -> None:
     def fail(*a, **kw):  # noqa: ANN002, ANN003, ANN202
         raise Interrupted
 
-    object.__setattr__(failing.vec, "vectors", fail)
+    object.__setattr__(failing.vec, "encode", fail)
     with pytest.raises(Interrupted):
         _index(store, _write(tmp_path / "a.parquet", ids, texts), failing.vec)
     other = CountingVectorizer()

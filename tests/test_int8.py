@@ -13,7 +13,7 @@ from condsearch.encoders import load_encoder, onnx_export, onnx_files
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.errors import ModelError
 from condsearch.models import resolve_model
-from condsearch.spec import EncoderSpec
+from condsearch.spec import EncoderSpec, Runtime
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_cli import assert_clean_error, ok, query, run
 
@@ -32,7 +32,7 @@ def int8_dir(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     cache = tmp_path_factory.mktemp("int8-cache")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CONDSEARCH_CACHE_DIR", str(cache))
-        load_encoder(str(tiny_bert_dir), quantize="int8")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
     return cache
 
 
@@ -40,10 +40,10 @@ def test_int8_case_vectors_are_close_to_float32(
     tiny_bert_dir: Path, int8_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
-    float32 = load_encoder(str(tiny_bert_dir), inference=True, device="cpu")
-    int8 = load_encoder(str(tiny_bert_dir), quantize="int8")
+    float32 = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
+    int8 = load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
     assert type(int8).__name__ == "OnnxBertEncoder" and int8.precision == "int8"
-    a, b = float32.encode_case(SENTENCES, COLOUR), int8.encode_case(SENTENCES, COLOUR)
+    a, b = float32.encode(SENTENCES, COLOUR), int8.encode(SENTENCES, COLOUR)
     assert a.shape == b.shape and b.dtype == np.float32
     assert pooled_cosines(a, b).min() > 0.95
     # the pooled condition segment too, and one input alone is its value in a padded batch, nearly:
@@ -55,10 +55,10 @@ def test_int8_case_vectors_are_close_to_float32(
 
 def test_describe_records_int8_and_rebuilds_it(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
-    described = load_encoder(str(tiny_bert_dir), quantize="int8").describe()
+    described = load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8")).describe()
     assert described["quantize"] == "int8" and str(described["quantize_runtime"]).startswith("onnxruntime ")
     assert EncoderSpec.recorded(described, "case", "none").quantize == "int8"
-    assert "quantize" not in load_encoder(str(tiny_bert_dir), inference=True).describe()
+    assert "quantize" not in load_encoder(EncoderSpec(str(tiny_bert_dir))).describe()
 
 
 def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
@@ -72,20 +72,23 @@ def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, mo
         raise AssertionError("exported again")
 
     monkeypatch.setattr(onnx_export, "export_onnx", no_export)
-    load_encoder(str(tiny_bert_dir), quantize="int8")  # read from the cache, not exported
+    load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))  # read from the cache, not exported
     # another runtime version is another key: exported again
     real = importlib.metadata.version
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.0.1" if name == "onnxruntime" else real(name))
     with pytest.raises(AssertionError, match="exported again"):
-        load_encoder(str(tiny_bert_dir), quantize="int8")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
 
 
 def test_a_damaged_export_is_only_a_cache_miss(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(tmp_path))
-    load_encoder(str(tiny_bert_dir), quantize="int8")
+    load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
     (folder,) = (tmp_path / onnx_files.CACHE_SUBDIR).iterdir()
     (folder / onnx_files.MODEL_FILE).write_bytes(b"not a model")
-    assert load_encoder(str(tiny_bert_dir), quantize="int8").encode_case(SENTENCES[:1], COLOUR).shape == (1, 32)
+    assert load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8")).encode(SENTENCES[:1], COLOUR).shape == (
+        1,
+        32,
+    )
     assert onnx_files.read_export(folder, resolve_model(str(tiny_bert_dir)), max_length=None, threads=1) is not None
 
 
@@ -99,16 +102,16 @@ def test_missing_onnxruntime_is_one_line(tiny_bert_dir: Path, monkeypatch: pytes
 
     monkeypatch.setattr(importlib.metadata, "version", version)
     with pytest.raises(ModelError, match=r"^the ONNX encoder needs onnxruntime: pip install onnxruntime$"):
-        load_encoder(str(tiny_bert_dir), quantize="int8")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
 
 
 def test_int8_refuses_what_it_does_not_cover(tiny_bert_dir: Path) -> None:
     with pytest.raises(ModelError, match="CPU"):
-        load_encoder(str(tiny_bert_dir), quantize="int8", dtype="bfloat16")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8", dtype="bfloat16"))
     with pytest.raises(ModelError, match="condition-mean"):
-        load_encoder(str(tiny_bert_dir), quantize="int8", pooling="mean")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8", pooling="mean"))
     with pytest.raises(ModelError, match="unknown quantisation"):
-        load_encoder(str(tiny_bert_dir), quantize="int4")
+        load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int4"))
 
 
 def test_query_refuses_another_quantisation(

@@ -160,7 +160,7 @@ def model_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def qwen3(model_dirs: dict[str, Path]) -> PromptEncoder:
-    encoder = load_encoder(str(model_dirs["qwen3"]), device="cpu")
+    encoder = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), runtime=Runtime(device="cpu")))
     assert isinstance(encoder, PromptEncoder)
     return encoder
 
@@ -270,7 +270,7 @@ def test_left_padding_and_last_token_index(qwen3: PromptEncoder) -> None:
 
 
 def test_eos_is_appended_when_the_tokenizer_does_not(model_dirs: dict[str, Path]) -> None:
-    gte = load_encoder(str(model_dirs["qwen2"]), device="cpu")
+    gte = load_encoder(EncoderSpec(str(model_dirs["qwen2"]), runtime=Runtime(device="cpu")))
     eod = gte.tokenizer.get_vocab()["<|endoftext|>"]
     assert gte.describe()["pooling"] == "last" and gte.eos_id == eod
     assert all(row[-1] == eod and row.count(eod) == 1 for row in gte.tokenize(PAIRS))
@@ -281,26 +281,26 @@ def test_eos_is_appended_when_the_tokenizer_does_not(model_dirs: dict[str, Path]
     [("qwen3", "last"), ("qwen2", "last"), ("mistral", "mean"), ("xlm-roberta", "mean"), ("xlm-roberta", "auto")],
 )
 def test_text_alone_equals_text_in_a_padded_batch(model_dirs: dict[str, Path], kind: str, pooling: str) -> None:
-    encoder = load_encoder(str(model_dirs[kind]), device="cpu", pooling=pooling)
+    encoder = load_encoder(EncoderSpec(str(model_dirs[kind]), pooling=pooling, runtime=Runtime(device="cpu")))
     assert encoder.describe()["pooling"] == (pooling if pooling != "auto" else "condition-mean")
-    batch = encoder.embed_batch(PAIRS)
-    alone = np.stack([encoder.embed_batch([p])[0] for p in PAIRS])
+    batch = encoder.encode_batch(PAIRS)
+    alone = np.stack([encoder.encode_batch([p])[0] for p in PAIRS])
     assert batch.shape == (len(PAIRS), 32) and np.isfinite(batch).all()
     np.testing.assert_allclose(batch, alone, rtol=0, atol=1e-5)
     assert not np.allclose(batch[0], batch[1], atol=1e-4)
 
 
 def test_prompted_bert_mean_pooling_is_batch_invariant(tiny_bert_dir: Path) -> None:
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu", pooling="mean")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), pooling="mean", runtime=Runtime(device="cpu")))
     assert isinstance(encoder, PromptEncoder) and encoder.padding_side == "right"
     np.testing.assert_allclose(
-        encoder.embed_batch(PAIRS), np.stack([encoder.embed_batch([p])[0] for p in PAIRS]), rtol=0, atol=1e-5
+        encoder.encode_batch(PAIRS), np.stack([encoder.encode_batch([p])[0] for p in PAIRS]), rtol=0, atol=1e-5
     )
 
 
 def test_case_vectors_are_conditional_minus_unconditional(qwen3: PromptEncoder) -> None:
     sentences = ["a red dress", "two men play soccer", SENTENCE]
-    case = qwen3.encode_case(sentences, COLOUR, batch_size=2)
+    case = qwen3.encode(sentences, COLOUR, batch_size=2)
     assert case.shape == (3, 32) and case.dtype == np.float32
     cond = qwen3.encode_pairs([(COLOUR, s) for s in sentences])
     base = qwen3.encode_pairs([(COLOUR, None)])
@@ -309,17 +309,17 @@ def test_case_vectors_are_conditional_minus_unconditional(qwen3: PromptEncoder) 
 
 
 def test_truncation_is_counted_and_keeps_the_final_token(model_dirs: dict[str, Path]) -> None:
-    encoder = load_encoder(str(model_dirs["qwen3"]), device="cpu", max_length=36)
+    encoder = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), max_length=36, runtime=Runtime(device="cpu")))
     long_sentence = " ".join(["a girl in an orange dress"] * 10)
     [row] = encoder.tokenize([(COLOUR, long_sentence)])
     assert len(row) == 36 and row[-1] == encoder.tokenizer.get_vocab()["<|endoftext|>"]
-    out = encoder.encode_case([long_sentence, "a red dress"], COLOUR)
+    out = encoder.encode([long_sentence, "a red dress"], COLOUR)
     assert np.isfinite(out).all()
-    assert encoder.stats.n_truncated == 2  # once by tokenize above, once by encode_case
+    assert encoder.stats.n_truncated == 2  # once by tokenize above, once by encode
     notice = encoder.report_truncation()
     assert notice is not None and "2 input(s)" in notice and "a girl in an orange dress" in notice
     assert encoder.report_truncation() is None
-    gte = load_encoder(str(model_dirs["qwen2"]), device="cpu", max_length=36)
+    gte = load_encoder(EncoderSpec(str(model_dirs["qwen2"]), max_length=36, runtime=Runtime(device="cpu")))
     [row] = gte.tokenize([(COLOUR, long_sentence)])
     assert len(row) == 36 and row[-1] == gte.eos_id  # room was kept for the appended EOS
 
@@ -327,7 +327,13 @@ def test_truncation_is_counted_and_keeps_the_final_token(model_dirs: dict[str, P
 def test_describe_records_settings_and_rebuilds(model_dirs: dict[str, Path]) -> None:
     template = "Query: {condition}\nGiven: {sentence}"
     encoder = load_encoder(
-        str(model_dirs["mistral"]), device="cpu", pooling="last", prompt_template=template, max_length=40
+        EncoderSpec(
+            str(model_dirs["mistral"]),
+            pooling="last",
+            prompt_template=template,
+            max_length=40,
+            runtime=Runtime(device="cpu"),
+        )
     )
     info = encoder.describe()
     assert info["family"] == "decoder" and info["pooling"] == "last" and info["dtype"] == "float32"
@@ -336,11 +342,11 @@ def test_describe_records_settings_and_rebuilds(model_dirs: dict[str, Path]) -> 
     spec = EncoderSpec.recorded(info, "case", "none").with_runtime(Runtime(device="cpu"))
     again = load_vectorizer(spec).encoder  # what a query loads from the manifest
     assert again.describe() == info
-    np.testing.assert_allclose(again.embed_batch(PAIRS), encoder.embed_batch(PAIRS), atol=1e-6)
+    np.testing.assert_allclose(again.encode_batch(PAIRS), encoder.encode_batch(PAIRS), atol=1e-6)
 
 
 def test_bert_describe_is_unchanged(tiny_bert_dir: Path) -> None:
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     assert set(encoder.describe()) == {"model_id", "revision", "dim", "pooling", "max_length"}
     assert encoder.describe()["pooling"] == "condition-mean"
     spec = EncoderSpec.recorded(encoder.describe(), "case", "none")
@@ -354,9 +360,9 @@ def test_bert_describe_is_unchanged(tiny_bert_dir: Path) -> None:
 
 def test_bfloat16_on_cpu_is_close_to_float32(model_dirs: dict[str, Path], qwen3: PromptEncoder) -> None:
     assert resolve_dtype("auto", torch.device("cpu")) == torch.float32
-    half = load_encoder(str(model_dirs["qwen3"]), device="cpu", dtype="bfloat16")
+    half = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), dtype="bfloat16", runtime=Runtime(device="cpu")))
     assert half.describe()["dtype"] == "bfloat16"
-    a, b = half.embed_batch(PAIRS), qwen3.embed_batch(PAIRS)
+    a, b = half.encode_batch(PAIRS), qwen3.encode_batch(PAIRS)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.98
 
@@ -375,7 +381,7 @@ def test_inconsistent_options_are_refused(
     model_dirs: dict[str, Path], kind: str, options: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ModelError, match=message):
-        load_encoder(str(model_dirs[kind]), device="cpu", **options)  # type: ignore[arg-type]
+        load_encoder(EncoderSpec(str(model_dirs[kind]), **options, runtime=Runtime(device="cpu")))  # type: ignore[arg-type]
 
 
 # ----------------------------------------------------------------- several devices, OOM back-off
@@ -388,13 +394,13 @@ def test_split_evenly() -> None:
 
 
 def test_replicas_split_a_batch_like_one_device(model_dirs: dict[str, Path], qwen3: PromptEncoder) -> None:
-    both = load_encoder(str(model_dirs["qwen3"]), device="cpu,cpu", max_length=36)
+    both = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), max_length=36, runtime=Runtime(device="cpu,cpu")))
     assert isinstance(both, ReplicatedEncoder) and len(both.replicas) == 2
     assert both.describe() == {**qwen3.describe(), "max_length": 36}
     long_sentence = " ".join(["a girl in an orange dress"] * 10)
     pairs = [*PAIRS, (COLOUR, long_sentence)]
-    single = load_encoder(str(model_dirs["qwen3"]), device="cpu", max_length=36)
-    np.testing.assert_allclose(both.embed_batch(pairs), single.embed_batch(pairs), atol=1e-5)
+    single = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), max_length=36, runtime=Runtime(device="cpu")))
+    np.testing.assert_allclose(both.encode_batch(pairs), single.encode_batch(pairs), atol=1e-5)
     assert both.stats.n_truncated == 2 and all(r.stats.n_truncated == 0 for r in both.replicas)
     assert "truncated" in (both.report_truncation() or "")
 
@@ -439,7 +445,7 @@ def test_nvembed_needs_trust_remote_code(tmp_path: Path) -> None:
 
     folder = _nvembed_folder(tmp_path)
     with pytest.raises(ModelError, match="NV-Embed model, which runs its own code: pass --trust-remote-code"):
-        load_encoder(str(folder), device="cpu")
+        load_encoder(EncoderSpec(str(folder), runtime=Runtime(device="cpu")))
     corpus = tmp_path / "corpus.parquet"
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -451,7 +457,7 @@ def test_nvembed_needs_trust_remote_code(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.output.strip().splitlines()[-1].endswith("pass --trust-remote-code")
     with pytest.raises(ModelError, match="latent attention"):
-        load_encoder(str(folder), device="cpu", pooling="mean", trust_remote_code=True)
+        load_encoder(EncoderSpec(str(folder), pooling="mean", runtime=Runtime(device="cpu", trust_remote_code=True)))
 
 
 class _FakeNVEmbed(torch.nn.Module):
@@ -482,10 +488,14 @@ def test_nvembed_encodes_through_its_own_encode(
 
     fake = _FakeNVEmbed(AutoTokenizer.from_pretrained(str(model_dirs["mistral"])))
     monkeypatch.setattr(nvembed, "load_remote_model", lambda location, dtype: fake)
-    encoder = load_encoder(str(_nvembed_folder(tmp_path)), device="cpu", trust_remote_code=True, max_length=32)
+    encoder = load_encoder(
+        EncoderSpec(
+            str(_nvembed_folder(tmp_path)), max_length=32, runtime=Runtime(device="cpu", trust_remote_code=True)
+        )
+    )
     assert encoder.dim == 8 and encoder.describe()["pooling"] == "latent-attention"
     long_sentence = " ".join(["a girl in an orange dress"] * 5)
-    out = encoder.encode_case(["a red dress", long_sentence], [COLOUR, "the sport"])
+    out = encoder.encode(["a red dress", long_sentence], [COLOUR, "the sport"])
     inst_red = "Retrieve semantically similar texts to a given color of the dress, under the given: a red dress"
     inst_long = f"Retrieve semantically similar texts to a given the sport, under the given: {long_sentence}"
     calls = sorted(fake.calls, key=lambda c: c[1])
@@ -625,14 +635,16 @@ def test_head_trained_on_other_pooling_is_refused(tiny_encoder: object, tmp_path
 @pytest.mark.gpu
 @needs_cuda
 def test_cuda_bfloat16_is_close_to_float32(model_dirs: dict[str, Path]) -> None:
-    auto = load_encoder(str(model_dirs["qwen3"]), device="cuda:0")
+    auto = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), runtime=Runtime(device="cuda:0")))
     assert auto.describe()["dtype"] == ("bfloat16" if torch.cuda.is_bf16_supported() else "float32")
-    half = load_encoder(str(model_dirs["qwen3"]), device="cuda:0", dtype="bfloat16")
-    full = load_encoder(str(model_dirs["qwen3"]), device="cuda:0", dtype="float32")
-    a, b = half.embed_batch(PAIRS), full.embed_batch(PAIRS)
+    half = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), dtype="bfloat16", runtime=Runtime(device="cuda:0")))
+    full = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), dtype="float32", runtime=Runtime(device="cuda:0")))
+    a, b = half.encode_batch(PAIRS), full.encode_batch(PAIRS)
     cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
     assert cos.min() > 0.98
-    np.testing.assert_allclose(half.embed_batch(PAIRS), np.stack([half.embed_batch([p])[0] for p in PAIRS]), atol=2e-2)
+    np.testing.assert_allclose(
+        half.encode_batch(PAIRS), np.stack([half.encode_batch([p])[0] for p in PAIRS]), atol=2e-2
+    )
 
 
 @pytest.mark.gpu
@@ -640,9 +652,9 @@ def test_cuda_bfloat16_is_close_to_float32(model_dirs: dict[str, Path]) -> None:
 def test_cuda_devices_split_equals_one_device(model_dirs: dict[str, Path]) -> None:
     n = torch.cuda.device_count()
     spec = ",".join(f"cuda:{i % n}" for i in range(2))
-    both = load_encoder(str(model_dirs["qwen3"]), device=spec, dtype="float32")
-    one = load_encoder(str(model_dirs["qwen3"]), device="cuda:0", dtype="float32")
-    np.testing.assert_allclose(both.embed_batch(PAIRS), one.embed_batch(PAIRS), atol=1e-4)
+    both = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), dtype="float32", runtime=Runtime(device=spec)))
+    one = load_encoder(EncoderSpec(str(model_dirs["qwen3"]), dtype="float32", runtime=Runtime(device="cuda:0")))
+    np.testing.assert_allclose(both.encode_batch(PAIRS), one.encode_batch(PAIRS), atol=1e-4)
 
 
 @pytest.mark.gpu

@@ -13,6 +13,7 @@ from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
 from condsearch.train.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
@@ -22,7 +23,7 @@ COND = "color of the dress"
 
 
 def _encoder(folder: Path, adapter: Path | None = None):  # noqa: ANN202 - a BertStyleEncoder
-    return load_encoder(str(folder), device="cpu", adapter=adapter)
+    return load_encoder(EncoderSpec(str(folder), adapter=adapter, runtime=Runtime(device="cpu")))
 
 
 def _data() -> CstsData:
@@ -57,9 +58,9 @@ def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, t
     config = FinetuneConfig(kind="full", epochs=2, batch_size=4, lr=1e-2)
     tuned = _encoder(tiny_bert_dir)
     fit_encoder(tuned, _data(), config, checkpoint_dir=tmp_path / "ckpt")
-    expected = tuned.encode_case(TEXTS, COND)
+    expected = tuned.encode(TEXTS, COND)
     base = _encoder(tiny_bert_dir)
-    assert not np.allclose(base.encode_case(TEXTS, COND), expected, atol=1e-3)  # training moved it
+    assert not np.allclose(base.encode(TEXTS, COND), expected, atol=1e-3)  # training moved it
 
     state = weight_deltas(_base_state(tiny_bert_dir), read_tuned(tmp_path / "ckpt"), rank=None)
     tuned.model.save_pretrained(str(tmp_path / "model"))  # a model folder reads as the same weights
@@ -71,17 +72,17 @@ def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, t
     save_delta_adapter(base, state, tmp_path / "full", rank=None, dtype=torch.float32)
     assert json.loads((tmp_path / "full" / ADAPTER_CONFIG).read_text())["kind"] == "delta"
     loaded = _encoder(tiny_bert_dir, adapter=tmp_path / "full")
-    np.testing.assert_allclose(loaded.encode_case(TEXTS, COND), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(loaded.encode(TEXTS, COND), expected, rtol=1e-4, atol=1e-4)
     assert loaded.describe()["adapter_checksum"]
 
     # float16 as shipped: the same vectors up to rounding; rank 1: another model, and a smaller file
     save_delta_adapter(base, state, tmp_path / "half", rank=None)
-    half = _encoder(tiny_bert_dir, adapter=tmp_path / "half").encode_case(TEXTS, COND)
+    half = _encoder(tiny_bert_dir, adapter=tmp_path / "half").encode(TEXTS, COND)
     np.testing.assert_allclose(half, expected, rtol=1e-2, atol=1e-2)
     small = weight_deltas(_base_state(tiny_bert_dir), read_tuned(tmp_path / "ckpt"), rank=1)
     assert sum(t.numel() for t in small.values()) < sum(t.numel() for t in state.values())
     save_delta_adapter(base, small, tmp_path / "r1", rank=1)
-    assert not np.allclose(_encoder(tiny_bert_dir, adapter=tmp_path / "r1").encode_case(TEXTS, COND), expected)
+    assert not np.allclose(_encoder(tiny_bert_dir, adapter=tmp_path / "r1").encode(TEXTS, COND), expected)
 
 
 def test_apply_deltas_refuses_what_does_not_fit(tiny_bert_dir: Path) -> None:
@@ -118,8 +119,6 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [r["rank"] for r in rows] == [1, 64] and "dev_spearman" not in rows[0]
 
-
-def test_delta_adapter_loads_through_the_pipeline_and_the_inference_copy(tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.spec import EncoderSpec, Runtime
     from condsearch.vectorizer import load_vectorizer
 
@@ -129,15 +128,10 @@ def test_delta_adapter_loads_through_the_pipeline_and_the_inference_copy(tiny_be
     save_delta_adapter(base, weight_deltas(_base_state(tiny_bert_dir), tuned, rank=4), tmp_path / "ad", rank=4)
     vec = load_vectorizer(EncoderSpec(str(tiny_bert_dir), head=str(tmp_path / "ad"), runtime=Runtime(device="cpu")))
     assert vec.head is None and vec.dim == 32
-    want = vec.vectors(TEXTS, COND)
+    want = vec.encode(TEXTS, COND)
     assert not np.allclose(
         want,
-        load_vectorizer(EncoderSpec(str(tiny_bert_dir), head="none", runtime=Runtime(device="cpu"))).vectors(
+        load_vectorizer(EncoderSpec(str(tiny_bert_dir), head="none", runtime=Runtime(device="cpu"))).encode(
             TEXTS, COND
         ),
     )
-    fast = load_vectorizer(
-        EncoderSpec(str(tiny_bert_dir), head=str(tmp_path / "ad"), runtime=Runtime(device="cpu", inference=True))
-    )
-    assert fast.encoder.describe() == vec.encoder.describe()
-    np.testing.assert_allclose(fast.vectors(TEXTS, COND), want, rtol=1e-5, atol=1e-5)

@@ -31,11 +31,11 @@ from condsearch.head import HeadConfig, ProjectionHead, save_head
 from condsearch.head_files import load_numpy_head
 from condsearch.models import resolve_model
 from condsearch.one_shot import cache_onnx_export, load_one_shot
-from condsearch.spec import Runtime
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.store import IndexStore
 from condsearch.vectorizer import vectorizer_for
 from tests.conftest import SENTENCES
-from tests.test_bert_inference import _adapter
+from tests.test_onnx_trace import _adapter
 
 COLOUR = "color of the dress"
 
@@ -50,7 +50,7 @@ def test_float32_export_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: 
     adapter = _adapter(tiny_bert_dir, tmp_path / "ad") if with_adapter else None
     source = resolve_model(str(tiny_bert_dir))
     assert load_cached_export(source, "float32", max_length=None, adapter=adapter, threads=1) is None  # none yet
-    reference = load_encoder(str(tiny_bert_dir), device="cpu", adapter=adapter, inference=True)
+    reference = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=adapter, runtime=Runtime(device="cpu")))
     folder = export_folder(source, adapter, "float32")
     assert folder is not None
     written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
@@ -58,13 +58,11 @@ def test_float32_export_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: 
     assert json.loads((folder / META_FILE).read_text())["usable"] is True
     light = load_cached_export(source, "float32", max_length=None, adapter=adapter, threads=1)
     assert isinstance(light, OnnxBertEncoder) and light.describe() == reference.describe()
-    want = reference.encode_case(SENTENCES, COLOUR)
-    np.testing.assert_allclose(light.encode_case(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(light.encode_case(SENTENCES[:1], COLOUR), want[:1], rtol=1e-5, atol=1e-5)
+    want = reference.encode(SENTENCES, COLOUR)
+    np.testing.assert_allclose(light.encode(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(light.encode(SENTENCES[:1], COLOUR), want[:1], rtol=1e-5, atol=1e-5)
     long = ["tennis " * 200]  # truncated alike, and reported
-    np.testing.assert_allclose(
-        light.encode_case(long, COLOUR), reference.encode_case(long, COLOUR), rtol=1e-5, atol=1e-5
-    )
+    np.testing.assert_allclose(light.encode(long, COLOUR), reference.encode(long, COLOUR), rtol=1e-5, atol=1e-5)
     assert light.report_truncation() is not None
     short = load_cached_export(source, "float32", max_length=12, adapter=adapter, threads=1)
     assert short is not None and short.max_length == 12
@@ -74,7 +72,7 @@ def test_float32_export_equals_the_torch_encoder(tiny_bert_dir: Path, tmp_path: 
 
 def test_a_refused_export_is_recorded_and_not_used(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = resolve_model(str(tiny_bert_dir))
-    reference = load_encoder(str(tiny_bert_dir), device="cpu", inference=True)
+    reference = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     folder = export_folder(source, None, "float32")
     monkeypatch.setattr(onnx_export, "FLOAT32_TOLERANCE", -1.0)  # nothing agrees
     written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
@@ -117,7 +115,7 @@ def test_onnx_vectorizer_only_for_the_index_own_model_and_head(
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder)
     assert (light.profile_name, light.head_checksum, light.dim) == (manifest.head, manifest.head_checksum, 16)
     np.testing.assert_allclose(
-        light.vectors(SENTENCES, COLOUR), reference.vectors(SENTENCES, COLOUR), rtol=1e-5, atol=1e-5
+        light.encode(SENTENCES, COLOUR), reference.encode(SENTENCES, COLOUR), rtol=1e-5, atol=1e-5
     )
     # a head changed since indexing: not this path (vectorizer_for says why the index cannot be used)
     torch.manual_seed(2)
@@ -162,8 +160,8 @@ def test_an_int8_index_one_shot_query_runs_its_int8_export(
     manifest = store.read_manifest(store.find(COLOUR))
     light = load_one_shot(manifest)
     assert light is not None and isinstance(light.encoder, OnnxBertEncoder) and light.encoder.precision == "int8"
-    want = vectorizer_for(manifest).vectors(SENTENCES, COLOUR)
-    np.testing.assert_allclose(light.vectors(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
+    want = vectorizer_for(manifest).encode(SENTENCES, COLOUR)
+    np.testing.assert_allclose(light.encode(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-5)
 
 
 def test_query_threads_reach_the_one_shot_onnx_session(

@@ -26,8 +26,8 @@ def _vectorizer(head: ProjectionHead | None = None) -> Vectorizer:
 
 def test_vectors_are_normalised_case_vectors() -> None:
     vec = _vectorizer()
-    out = vec.vectors(["a", "b"], "colour")
-    raw = HashEncoder().encode_case(["a", "b"], "colour")
+    out = vec.encode(["a", "b"], "colour")
+    raw = HashEncoder().encode(["a", "b"], "colour")
     np.testing.assert_allclose(out, raw / np.linalg.norm(raw, axis=1, keepdims=True), atol=1e-6)
     assert vec.dim == 16
 
@@ -36,7 +36,7 @@ def test_vectors_through_a_head() -> None:
     torch.manual_seed(0)
     head = ProjectionHead(HeadConfig(input_dim=16, dim=4))
     vec = _vectorizer(head)
-    out = vec.vectors(["a", "b", "c"], "colour")
+    out = vec.encode(["a", "b", "c"], "colour")
     assert out.shape == (3, 4) and vec.dim == 4
     np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
 

@@ -109,7 +109,7 @@ def test_answer_refuses_bad_k_and_empty_queries(searchable: tuple[FaissIndex, Ve
 def test_hits_name_the_rows_best_first(searchable: tuple[FaissIndex, Vectorizer]) -> None:
     index, vec = searchable
     found = answer(index, vec, [SENTENCES[4]], 4)
-    expected = exact_search(index.stored.index.reconstruct_n(0, len(SENTENCES)), vec.vectors([SENTENCES[4]], COLOUR), 4)
+    expected = exact_search(index.stored.index.reconstruct_n(0, len(SENTENCES)), vec.encode([SENTENCES[4]], COLOUR), 4)
     [hits] = found.hits
     assert [h.row for h in hits] == expected.ids[0].tolist()
     assert hits[0] == Hit(f"s{4}", hits[0].score, SENTENCES[4], 4) and abs(hits[0].score - 1.0) < 1e-5

@@ -154,21 +154,21 @@ def test_batch_matches_exact_search(resident) -> None:
     assert not isinstance(found, BaseException)
     corpus = np.stack([entry.index.stored.index.reconstruct(i) for i in range(len(SENTENCES))])
     vec = res.vectorizer(entry.model_key)
-    expected = exact_search(corpus, vec.vectors(list(queries), COLOUR), 4)
+    expected = exact_search(corpus, vec.encode(list(queries), COLOUR), 4)
     np.testing.assert_array_equal(found.result.ids, expected.ids)
 
 
 def test_a_failing_group_fails_only_its_requests(resident, monkeypatch: pytest.MonkeyPatch) -> None:
     res, encoder, _ = resident
     colour, sport = res.get(COLOUR), res.get(SPORT)
-    real = encoder.embed_batch
+    real = encoder.encode_batch
 
     def flaky(pairs):  # noqa: ANN001, ANN202
         if any(c == SPORT for c, _ in pairs):
             raise RuntimeError("out of memory")
         return real(pairs)
 
-    monkeypatch.setattr(encoder, "embed_batch", flaky)
+    monkeypatch.setattr(encoder, "encode_batch", flaky)
     ok, failed = res.answer_batch([QueryJob(colour, ("a",), 1), QueryJob(sport, ("a",), 1)])
     assert not isinstance(ok, BaseException) and isinstance(failed, RuntimeError)
 

@@ -124,5 +124,5 @@ def test_a_repeated_one_shot_query_loads_no_transformers(
     code = (
         f"from condsearch.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit as exc:\n    assert not exc.code"
     )
-    _modules_after(code)  # the first query caches the inference copy of the model
+    _modules_after(code)  # the first query caches the ONNX export of the model
     assert "transformers" not in _modules_after(code)

@@ -45,10 +45,10 @@ IDS = [f"s{i}" for i in range(len(SENTENCES))]
 class PoisonedEncoder(HashEncoder):
     """The hash encoder, failing every batch that holds POISON (as a model that chokes on one input)."""
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         if any(sentence == POISON for _, sentence in pairs):
             raise RuntimeError("the model choked")
-        return super().embed_batch(pairs)
+        return super().encode_batch(pairs)
 
 
 @pytest.fixture

@@ -121,7 +121,7 @@ def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path
     assert tuned.encoder.describe()["adapter_checksum"] == adapter_checksum(LORA_PROFILE_DIR)
     assert "adapter_checksum" not in frozen.encoder.describe()
     texts = ORANGE[:2] + TENNIS[:2]
-    a, b = tuned.vectors(texts, COLOUR), frozen.vectors(texts, COLOUR)
+    a, b = tuned.encode(texts, COLOUR), frozen.encode(texts, COLOUR)
     assert not np.allclose(a, b, atol=1e-3)  # the adapter changes the vectors
     for vecs in (a, b):  # and both still put the two orange dresses closest under the colour condition
         sims = vecs @ vecs.T
@@ -141,7 +141,7 @@ def test_full_profile_merges_the_shipped_delta_and_keeps_the_model_width() -> No
     assert full.dim == base.dim == 384
     assert full.encoder.describe()["adapter_checksum"] == adapter_checksum(FULL_PROFILE_DIR)
     texts = ORANGE[:2] + TENNIS[:2]
-    a, b = full.vectors(texts, COLOUR), base.vectors(texts, COLOUR)
+    a, b = full.encode(texts, COLOUR), base.encode(texts, COLOUR)
     assert not np.allclose(a, b, atol=1e-3)  # the delta changes the weights
     sims = a @ a.T
     assert sims[0, 1] > max(sims[0, 2], sims[0, 3]), sims  # the two orange dresses are closest under colour

@@ -50,12 +50,12 @@ def test_the_manifest_spec_is_what_an_older_manifest_reads_as_and_loads_the_same
     assert manifest.format_version == FORMAT_VERSION and manifest.spec
     older = replace(manifest, spec={}, format_version=4)  # written before the manifest held a spec
     assert EncoderSpec.of_manifest(older) == EncoderSpec.of_manifest(manifest)
-    want = vectorizer_for(manifest, runtime=CPU).vectors(TEXTS, COLOUR)
-    np.testing.assert_array_equal(vectorizer_for(older, runtime=CPU).vectors(TEXTS, COLOUR), want)
+    want = vectorizer_for(manifest, runtime=CPU).encode(TEXTS, COLOUR)
+    np.testing.assert_array_equal(vectorizer_for(older, runtime=CPU).encode(TEXTS, COLOUR), want)
     # and the spec alone loads them too: a vectorizer's spec is the manifest's
     loaded = load_vectorizer(EncoderSpec.of_manifest(manifest, runtime=CPU))
     assert loaded.spec.to_dict() == manifest.spec
-    np.testing.assert_allclose(loaded.vectors(TEXTS, COLOUR), want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(loaded.encode(TEXTS, COLOUR), want, rtol=1e-5, atol=1e-6)
 
 
 def test_a_saved_revision_that_no_longer_resolves_is_refused(tiny_bert_dir: Path) -> None:

@@ -297,12 +297,13 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
 def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
+    from condsearch.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.lora import LoraConfig, add_lora, lora_state
 
     out = _copy(genuine, "lora", tmp_path)
     before = _snapshot(out)
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu", dtype="float32")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), dtype="float32", runtime=Runtime(device="cpu")))
     config = LoraConfig(rank=2)
     add_lora(encoder.model, config)  # type: ignore[attr-defined]
     with torch.no_grad():
@@ -317,11 +318,12 @@ def test_save_full_model_refuses_non_finite_weights(
 ) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
+    from condsearch.spec import EncoderSpec, Runtime
     from condsearch.train.finetune import FinetuneResult, _save_full
 
     out = _copy(genuine, "full", tmp_path)
     before = _snapshot(out)
-    encoder = load_encoder(str(tiny_bert_dir), device="cpu", dtype="float32")
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), dtype="float32", runtime=Runtime(device="cpu")))
     with torch.no_grad():
         next(encoder.model.parameters()).fill_(math.inf)  # type: ignore[attr-defined]
     with pytest.raises(ModelError, match="model weights.*NaN or inf"):

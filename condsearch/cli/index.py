@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from condsearch.ann import IndexConfig, check_index_options
-from condsearch.artifacts.profiles import MODE_CSR, Mode
+from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     device_option,
@@ -27,8 +28,19 @@ from condsearch.cli.options import (
 )
 from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import Quantize
 from condsearch.errors import CondsearchError
+
+if TYPE_CHECKING:
+    from condsearch.corpus import CorpusFile
+    from condsearch.ingest import BuildReport
+    from condsearch.spec import EncoderSpec
+    from condsearch.store import IndexStore
+
+#: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
+_SPEC_OPTIONS = (
+    "model", "mode", "profile", "head", "pooling", "prompt_template", "unconditional_template", "max_length", "dtype",
+    "bidirectional_layers", "preset", "quantize", "router", "router_layer", "router_variant",
+)  # fmt: skip
 
 
 def _check_index_options(factory: str, search_params: str) -> None:
@@ -136,44 +148,7 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
 @trust_option
 @ray_options
 @publish_store_option
-def index_cmd(
-    corpus: Path,
-    conditions: tuple[str, ...],
-    corpus_format: str | None,
-    text_column: str,
-    id_column: str | None,
-    corpus_name: str | None,
-    model: str | None,
-    profile: str | None,
-    adapter: Path | None,
-    head: str | None,
-    index_factory: str,
-    search_params: str,
-    max_index_memory: str,
-    full: bool,
-    batch_size: int,
-    max_length: int | None,
-    as_json: bool,
-    pooling: str,
-    prompt_template: str | None,
-    unconditional_template: str | None,
-    dtype: str,
-    bidirectional_layers: int | None,
-    preset: str | None,
-    mode: str,
-    router: str,
-    router_layer: int | None,
-    router_variant: str | None,
-    index_dir: Path,
-    device: str | None,
-    trust_remote_code: bool,
-    quantize: str,
-    threads: int | None,
-    ray_address: str | None,
-    ray_actors: int | None,
-    ray_work_dir: Path | None,
-    store_spec: str | None,
-) -> None:
+def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     """Encode CORPUS (parquet, CSV or JSON lines) under each condition and store one index per condition.
 
     Re-indexing the same corpus under the same condition replaces its index atomically, and
@@ -185,86 +160,108 @@ def index_cmd(
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus import scan_corpus
-    from condsearch.ingest import index_conditions
     from condsearch.search import check_condition
-    from condsearch.spec import EncoderSpec, Runtime
 
-    off_default = {
-        "--pooling": pooling != EncoderSpec.pooling,
-        "--prompt-template": bool(prompt_template),
-        "--unconditional-template": bool(unconditional_template),
-        "--dtype": dtype != EncoderSpec.dtype,
-        "--bidirectional-layers": bidirectional_layers is not None,
-        "--preset": preset is not None,
-        "--quantize": quantize != EncoderSpec.quantize,
-        "--router": router != "auto",
-        "--router-layer": router_layer is not None,
-        "--router-variant": router_variant is not None,
-        "--ray-actors": ray_actors is not None,
-        "--ray-work-dir": ray_work_dir is not None,
-    }
-    _check_flags(mode, {flag for flag, off in off_default.items() if off}, ray=ray_address is not None)
-    # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error);
-    # the case-only flags are refused above, so under csr they hold their defaults
-    spec = EncoderSpec(
-        model=model,
-        mode=cast(Mode, mode),
-        profile=profile,
-        head=head,
-        adapter=str(adapter) if adapter is not None else None,
-        pooling=pooling,
-        prompt_template=prompt_template,
-        unconditional_template=unconditional_template,
-        max_length=max_length,
-        dtype=dtype,
-        bidirectional_layers=bidirectional_layers,
-        preset=preset,
-        quantize=cast(Quantize, quantize),
-        router=router,
-        router_layer=router_layer,
-        router_variant=router_variant,
-        runtime=Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code),
-    )
-    build: dict[str, Any] = dict(
-        corpus_name=corpus_name or corpus.stem,
-        factory=index_factory,
-        search_params=search_params,
-        max_index_memory=max_index_memory,
-        batch_size=batch_size,
-    )
+    spec, build = _settings(corpus, params)
     try:
         for c in conditions:
             check_condition(c)
-        _check_index_options(index_factory, search_params)
-        data = scan_corpus(corpus, text_column, id_column, format=corpus_format)
+        _check_index_options(build["factory"], build["search_params"])
+        data = scan_corpus(corpus, params["text_column"], params["id_column"], format=params["corpus_format"])
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        store = open_store(index_dir)
+        store = open_store(params["index_dir"])
         start = time.perf_counter()
-        if ray_address is None:
-            from condsearch.vectorizer import load_vectorizer
-
-            reports = index_conditions(
-                data, conditions, load_vectorizer(spec), store, full=full, progress=True, **build
-            )
-        else:  # Ray encodes every row: --full is what it does anyway
-            from condsearch.scale.config import RayConfig
-            from condsearch.scale.ray_encode import ray_index_conditions
-
-            ray = RayConfig(address=ray_address, actors=ray_actors, work_dir=ray_work_dir)
-            reports = ray_index_conditions(data, conditions, spec, store, config=ray, **build)
+        reports = _encode(data, conditions, spec, store, params, build)
         elapsed = time.perf_counter() - start
-        if store_spec is not None:
-            from condsearch.scale.export import export_indexes
-
-            for entry in export_indexes(store, [r.name for r in reports], store_spec):
-                click.echo(
-                    f"condsearch: {entry.manifest.n_vectors} vectors of {entry.manifest.condition!r} -> "
-                    f"{store_spec} ({entry.collection}, {entry.index_type})",
-                    err=True,
-                )
+        if params["store_spec"] is not None:
+            _publish(store, reports, params["store_spec"])
     except CondsearchError as exc:
         raise fail(exc) from exc
+    _print_reports(store, reports, len(data), elapsed, as_json=params["as_json"])
+
+
+def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dict[str, Any]]:
+    """Return the encoder spec and the index's build settings from index's options, refusing flags that do not apply."""
+    from condsearch.spec import EncoderSpec, Runtime
+
+    off_default = {
+        "--pooling": params["pooling"] != EncoderSpec.pooling,
+        "--prompt-template": bool(params["prompt_template"]),
+        "--unconditional-template": bool(params["unconditional_template"]),
+        "--dtype": params["dtype"] != EncoderSpec.dtype,
+        "--bidirectional-layers": params["bidirectional_layers"] is not None,
+        "--preset": params["preset"] is not None,
+        "--quantize": params["quantize"] != EncoderSpec.quantize,
+        "--router": params["router"] != "auto",
+        "--router-layer": params["router_layer"] is not None,
+        "--router-variant": params["router_variant"] is not None,
+        "--ray-actors": params["ray_actors"] is not None,
+        "--ray-work-dir": params["ray_work_dir"] is not None,
+    }
+    _check_flags(
+        params["mode"], {flag for flag, off in off_default.items() if off}, ray=params["ray_address"] is not None
+    )
+    # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error);
+    # the case-only flags are refused above, so under csr they hold their defaults
+    adapter = params["adapter"]
+    spec = EncoderSpec(
+        **{name: params[name] for name in _SPEC_OPTIONS},
+        adapter=str(adapter) if adapter is not None else None,
+        runtime=Runtime(
+            device=params["device"], threads=params["threads"], trust_remote_code=params["trust_remote_code"]
+        ),
+    )
+    build = {
+        "corpus_name": params["corpus_name"] or corpus.stem,
+        "factory": params["index_factory"],
+        "search_params": params["search_params"],
+        "max_index_memory": params["max_index_memory"],
+        "batch_size": params["batch_size"],
+    }
+    return spec, build
+
+
+def _encode(
+    data: CorpusFile,
+    conditions: tuple[str, ...],
+    spec: EncoderSpec,
+    store: IndexStore,
+    params: Mapping[str, Any],
+    build: dict[str, Any],
+) -> list[BuildReport]:
+    """Encode and index data under each condition, here or (--ray) on Ray Data."""
+    if params["ray_address"] is None:
+        from condsearch.ingest import index_conditions
+        from condsearch.vectorizer import load_vectorizer
+
+        return index_conditions(
+            data, conditions, load_vectorizer(spec), store, full=params["full"], progress=True, **build
+        )
+    # Ray encodes every row: --full is what it does anyway
+    from condsearch.scale.config import RayConfig
+    from condsearch.scale.ray_encode import ray_index_conditions
+
+    ray = RayConfig(address=params["ray_address"], actors=params["ray_actors"], work_dir=params["ray_work_dir"])
+    return ray_index_conditions(data, conditions, spec, store, config=ray, **build)
+
+
+def _publish(store: IndexStore, reports: list[BuildReport], store_spec: str) -> None:
+    """Publish the indexes just written to the Milvus store_spec names (--store)."""
+    from condsearch.scale.export import export_indexes
+
+    for entry in export_indexes(store, [r.name for r in reports], store_spec):
+        click.echo(
+            f"condsearch: {entry.manifest.n_vectors} vectors of {entry.manifest.condition!r} -> "
+            f"{store_spec} ({entry.collection}, {entry.index_type})",
+            err=True,
+        )
+
+
+def _print_reports(
+    store: IndexStore, reports: list[BuildReport], n_rows: int, elapsed: float, *, as_json: bool
+) -> None:
+    """Print what each index holds (stdout: a line, or a JSON object with --json) and the rate (stderr)."""
     names = [r.name for r in reports]
     for r in reports:
         if r.n_reused or r.n_resumed:
@@ -273,7 +270,7 @@ def index_cmd(
                 + (f", {r.n_resumed} resumed" if r.n_resumed else ""),
                 err=True,
             )
-    rate = len(data) * len(names) / elapsed if elapsed > 0 else float("inf")
+    rate = n_rows * len(names) / elapsed if elapsed > 0 else float("inf")
     for name, report in zip(names, reports, strict=True):
         m = store.read_manifest(name)
         if as_json:
@@ -297,4 +294,4 @@ def index_cmd(
             )
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
-    click.echo(f"condsearch: {len(data) * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s)", err=True)
+    click.echo(f"condsearch: {n_rows * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s)", err=True)

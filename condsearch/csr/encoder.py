@@ -18,8 +18,8 @@ from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, Co
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
+from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.bert import pick_device
-from condsearch.encoders.runtime import load_pretrained
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, resolve_model
 from condsearch.progress import progress_bar
@@ -57,17 +57,8 @@ class CsrEncoder:
         state_dtype: torch.dtype | None = None,
         trust_remote_code: bool = False,
     ) -> None:
-        from transformers import AutoModel, AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-            # float32 whatever dtype the folder was saved in, as the CASE encoders load it (the router's
-            # arithmetic and its state cache are float32)
-            model = load_pretrained(
-                AutoModel.from_pretrained, source.location, dtype=torch.float32, trust_remote_code=trust_remote_code
-            )
-        except (OSError, ValueError, KeyError) as exc:
-            raise ModelError.cannot_load(source.model_id, exc) from exc
+        # float32, as the CASE encoders load it (the router's arithmetic and its state cache are float32)
+        self.tokenizer, model = load_backbone(source, trust_remote_code=trust_remote_code)
         folder = resolve_router(router, source.model_id)
         n_layers = int(getattr(model.config, "num_hidden_layers", 0))
         config = self._router_config(folder, variant, layer, n_layers)
@@ -216,10 +207,16 @@ class CsrEncoder:
         return self.router.code_from_flat(flat)
 
     @torch.inference_mode()
-    def encode_conditional(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = 64, progress: bool = False
+    def encode(
+        self, texts: Sequence[str], conditions: Sequence[str] | str, *, batch_size: int = 64, progress: bool = False
     ) -> np.ndarray:
-        """Return routed vectors of texts under condition: (n, hidden) float32."""
+        """Return routed vectors of texts under one condition, or each under its own: (n, hidden) float32."""
+        if isinstance(conditions, str):
+            return self._encode_under(texts, conditions, batch_size=batch_size, progress=progress)
+        return self._encode_rows(texts, conditions, batch_size=batch_size, progress=progress)
+
+    def _encode_under(self, texts: Sequence[str], condition: str, *, batch_size: int, progress: bool) -> np.ndarray:
+        # one condition code; each distinct text routed once
         keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
         q = self.condition_code(condition)
         distinct = list(dict.fromkeys(keys))
@@ -241,11 +238,10 @@ class CsrEncoder:
         """Finish the forward pass of cached sentence states under condition codes: (b, hidden)."""
         return self.router.route(states, code)  # type: ignore[arg-type]  # each router makes its own codes
 
-    @torch.inference_mode()
-    def encode_rows(
-        self, texts: Sequence[str], conditions: Sequence[str], *, batch_size: int = 64, progress: bool = False
+    def _encode_rows(
+        self, texts: Sequence[str], conditions: Sequence[str], *, batch_size: int, progress: bool
     ) -> np.ndarray:
-        """Return the routed vector of each text under its own condition: (n, hidden) float32."""
+        # one condition code per distinct condition; each row routed under its own
         if len(texts) != len(conditions):
             raise ValueError("texts and conditions differ in length")
         keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
-from condsearch.encoders.cpu import CpuConfig, apply_threads, check_quantize
+from condsearch.encoders.cpu import apply_threads, check_quantize
 from condsearch.encoders.family import (
     DTYPES,
     POOLINGS,
@@ -25,7 +25,9 @@ from condsearch.models import ModelSource, read_config, resolve_model
 if TYPE_CHECKING:
     import torch
 
+    from condsearch.artifacts.profiles import Profile
     from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.spec import EncoderSpec
 
 
 def __getattr__(name: str) -> Any:
@@ -69,41 +71,33 @@ def _adapter_settings(folder: Path) -> dict[str, Any]:
     return read_adapter(folder).trained_settings()
 
 
-def load_encoder(
-    model: str | None = None,
-    *,
-    device: str | None = None,
-    max_length: int | None = None,
-    trust_remote_code: bool = False,
-    pooling: str = "auto",
-    prompt_template: str | None = None,
-    unconditional_template: str | None = None,
-    dtype: str = "auto",
-    adapter: Path | None = None,
-    bidirectional_layers: int | None = None,
-    preset: str | None = None,
-    inference: bool = False,
-    quantize: str = CpuConfig.quantize,
-    threads: int | None = CpuConfig.threads,
-) -> Encoder:
-    """Resolve a model name or folder and return the encoder for its family.
+def load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = None) -> Encoder:
+    """Return the encoder of a spec's model, family and settings, with its profile's adapter merged.
 
-    ``device`` may list several devices (``cuda:0,cuda:1``): each gets a replica of the
-    model and every batch is split between them. ``adapter`` is a folder holding a LoRA
-    adapter (BERT-style encoders with condition-mean pooling, or decoder embedders).
-    ``bidirectional_layers`` (decoders): how many top layers attend both ways [default:
-    the preset's, the adapter's, else :class:`DecoderAttention`'s]. ``preset`` (a
-    :data:`PRESETS` name) supplies the pooling, prompts and bidirectional layers left unset.
-    ``inference``: the encoder only encodes (no training); a plain BERT then loads from a cached
-    copy with its adapter merged, without importing transformers (see :mod:`.bert_inference`).
-    ``quantize="int8"`` (BERT-style, condition-mean pooling, CPU): the adapter merged, the model runs
-    as onnxruntime's dynamic int8 export (see :mod:`.onnx_export`). ``threads``: intra-op threads [default:
-    torch's, one per physical core].
+    ``profile``: the spec's profile resolved already (:func:`condsearch.vectorizer.load_vectorizer`
+    does, to load its head too); else it is resolved here, so that a spec of the default model
+    without ``profile="none"`` loads its shipped adapter. The spec's runtime ``device`` may list
+    several devices (``cuda:0,cuda:1``): each gets a replica and every batch is split between them.
+    An adapter applies to BERT-style encoders with condition-mean pooling, or to decoder embedders;
+    ``bidirectional_layers`` (decoders) defaults to the preset's, the adapter's, else
+    :class:`DecoderAttention`'s; a ``preset`` supplies the pooling, prompts and bidirectional layers
+    left unset. ``quantize="int8"`` (BERT-style, condition-mean pooling, CPU): the adapter merged,
+    the model runs as onnxruntime's dynamic int8 export (see :mod:`.onnx_export`); otherwise
+    transformers runs it.
     """
     import torch
 
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.runtime import parse_devices, resolve_dtype
+    from condsearch.spec import EncoderSpec
+
+    spec = spec or EncoderSpec()
+    adapter = (profile or spec.resolve_profile()).adapter
+    max_length, dtype, preset = spec.max_length, spec.dtype, spec.preset
+    # the preset and the adapter fill what the spec leaves unset
+    pooling, prompt_template, unconditional_template = spec.pooling, spec.prompt_template, spec.unconditional_template
+    bidirectional_layers = spec.bidirectional_layers
+    device, threads, trust_remote_code = spec.runtime.device, spec.runtime.threads, spec.runtime.trust_remote_code
 
     if preset is not None or adapter is not None:
         if preset is not None and preset not in PRESETS:
@@ -134,9 +128,9 @@ def load_encoder(
         raise ModelError(f"unknown pooling {pooling!r} (choose from {', '.join(POOLINGS)})")
     if dtype not in DTYPES:
         raise ModelError(f"unknown dtype {dtype!r} (choose from {', '.join(DTYPES)})")
-    quantize = check_quantize(quantize)
+    quantize = check_quantize(spec.quantize)
     apply_threads(threads)
-    source = resolve_model(model)
+    source = resolve_model(spec.model)
     config = model_config(source)
     family = detect_family(config)
     chosen = default_pooling(family, config) if pooling == "auto" else pooling
@@ -181,13 +175,6 @@ def load_encoder(
                 from condsearch.encoders.onnx_export import load_int8_encoder
 
                 return load_int8_encoder(source, max_length=max_length, adapter=adapter, threads=threads)
-            if inference and dtype in ("auto", "float32"):
-                from condsearch.encoders import bert_inference
-
-                if bert_inference.supports(config):
-                    return bert_inference.load_for_inference(
-                        source, device=str(dev), max_length=max_length, adapter=adapter
-                    )
             encoder = BertStyleEncoder(
                 source,
                 device=str(dev),

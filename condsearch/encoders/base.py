@@ -38,14 +38,19 @@ class EncodeStats:
 
 
 class ConditionalEncoder(Protocol):
-    """What indexing and querying need: text under a condition -> vector (CASE or CSR)."""
+    """What indexing and querying need: texts under a condition -> vectors (CASE or CSR)."""
 
     model_id: str
     revision: str
     dim: int
 
-    def encode_conditional(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
+    def encode(
+        self,
+        texts: Sequence[str],
+        conditions: Sequence[str] | str,
+        *,
+        batch_size: int = ENCODE_BATCH_SIZE,
+        progress: bool = False,
     ) -> np.ndarray: ...
 
     def describe(self) -> dict[str, object]: ...
@@ -56,9 +61,9 @@ class ConditionalEncoder(Protocol):
 class Encoder(ABC):
     """Turn (condition, sentence) pairs into pooled vectors f(c; I(s)).
 
-    Subclasses implement :meth:`embed_batch` only. This base class derives
-    de-duplication, length-sorted batching, progress bars, caching and the CASE
-    difference ``f(c; I(s)) - f(c; I(∅))``.
+    Subclasses implement :meth:`encode_batch` only. This base class derives
+    de-duplication, length-sorted batching, progress bars, caching (:meth:`encode_pairs`) and
+    the CASE difference ``f(c; I(s)) - f(c; I(∅))`` (:meth:`encode`, the public verb).
     """
 
     #: model identity recorded in index manifests and caches
@@ -72,8 +77,8 @@ class Encoder(ABC):
         self.stats = EncodeStats()
 
     @abstractmethod
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
-        """Return f(c; I(s)) for each pair: (len(pairs), dim) float32."""
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """Return f(c; I(s)) for each pair of one batch: (len(pairs), dim) float32 (the subclass's forward pass)."""
 
     #: an adapter named apart from its profile (``--adapter``): its folder, recorded so a query reloads it
     adapter_path = ""
@@ -94,7 +99,11 @@ class Encoder(ABC):
         cache: EmbeddingCache | None = None,
         desc: str = "encoding",
     ) -> np.ndarray:
-        """Embed pairs in length-sorted batches, each distinct pair once: (n, dim) float32."""
+        """Return f(c; I(s)) of pairs, each distinct pair once, in length-sorted batches: (n, dim) float32.
+
+        Not :meth:`encode`: the raw pooled vectors, no CASE difference (what that difference is made of;
+        a pair of sentence None gives f(c; I(∅)), the condition's own vector).
+        """
         if batch_size <= 0:
             raise ValueError("batch_size must be positive")
         unique: dict[Pair, int] = {}
@@ -120,7 +129,7 @@ class Encoder(ABC):
         bar = progress_bar(total=len(todo), desc=desc, unit="pair", enabled=progress and bool(todo))
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
-            vecs = self.embed_batch([distinct[i] for i in chunk])
+            vecs = self.encode_batch([distinct[i] for i in chunk])
             out[chunk] = vecs
             self.stats.n_forward += len(chunk)
             bar.update(len(chunk))
@@ -130,45 +139,27 @@ class Encoder(ABC):
         index = np.fromiter((unique[p] for p in pairs), dtype=np.int64, count=len(pairs))
         return out[index]
 
-    def encode_case(
+    def encode(
         self,
-        sentences: Sequence[str],
+        texts: Sequence[str],
         conditions: Sequence[str] | str,
         *,
         batch_size: int = ENCODE_BATCH_SIZE,
         progress: bool = False,
         cache: EmbeddingCache | None = None,
     ) -> np.ndarray:
-        """Return raw CASE vectors f(c; I(s)) - f(c; I(∅)): (n, dim) float32."""
+        """Return raw CASE vectors f(c; I(s)) - f(c; I(∅)) of texts, under one condition or one each: (n, dim)."""
         if isinstance(conditions, str):
-            conditions = [conditions] * len(sentences)
-        if len(conditions) != len(sentences):
-            raise ValueError("sentences and conditions differ in length")
+            conditions = [conditions] * len(texts)
+        if len(conditions) != len(texts):
+            raise ValueError("texts and conditions differ in length")
         distinct = list(dict.fromkeys(conditions))
         # f(c; I(∅)) once per distinct condition
         base = self.encode_pairs([(c, None) for c in distinct], batch_size=batch_size, cache=cache)
         row = {c: i for i, c in enumerate(distinct)}
-        pairs: list[Pair] = list(zip(conditions, sentences, strict=True))
+        pairs: list[Pair] = list(zip(conditions, texts, strict=True))
         cond = self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)
         return cond - base[[row[c] for c in conditions]]
-
-    def encode_conditional(
-        self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False
-    ) -> np.ndarray:
-        """Return the raw CASE vectors of texts under one condition (see :meth:`encode_case`)."""
-        return self.encode_case(texts, condition, batch_size=batch_size, progress=progress)
-
-    def encode_plain(
-        self,
-        texts: Sequence[str],
-        *,
-        batch_size: int = ENCODE_BATCH_SIZE,
-        progress: bool = False,
-        cache: EmbeddingCache | None = None,
-    ) -> np.ndarray:
-        """Return unconditional embeddings of texts (each text alone, no sentence context)."""
-        pairs: list[Pair] = [(t, None) for t in texts]
-        return self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)
 
     def _cache_ident(self) -> str:
         items = sorted(self.describe().items())

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import case_inputs, max_length_for
 from condsearch.encoders.pooling import mean_pool
@@ -44,18 +45,9 @@ class BertStyleEncoder(Encoder):
         dtype: torch.dtype | None = None,
         loaded: tuple[Any, torch.nn.Module] | None = None,
     ) -> None:
-        """``loaded``: (tokenizer, model) read already, e.g. by condsearch.encoders.bert_inference."""
+        """``loaded``: (tokenizer, model) read already (a CPU twin of another encoder's, for its ONNX export)."""
         super().__init__()
-        if loaded is not None:
-            self.tokenizer, model = loaded
-        else:
-            from transformers import AutoModel, AutoTokenizer
-
-            try:
-                self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-                model = AutoModel.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-            except (OSError, ValueError, KeyError) as exc:
-                raise ModelError.cannot_load(source.model_id, exc) from exc
+        self.tokenizer, model = loaded or load_backbone(source, trust_remote_code=trust_remote_code)
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelError(f"{source.model_id}: a fast tokenizer (tokenizer.json) is required")
         self.device = pick_device(device)
@@ -84,7 +76,7 @@ class BertStyleEncoder(Encoder):
         """Return pooled f(c; I(s)) as a float32 tensor on the model's device: (len(pairs), dim).
 
         Differentiable: gradients reach the weights unless the caller disables them, so
-        fine-tuning and :meth:`embed_batch` share one forward pass. Dropout follows the
+        fine-tuning and :meth:`encode_batch` share one forward pass. Dropout follows the
         model's train/eval mode.
         """
         batch, pool = self._tokenize(pairs)
@@ -94,5 +86,5 @@ class BertStyleEncoder(Encoder):
         return mean_pool(hidden, pool)
 
     @torch.inference_mode()
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         return self.forward_pairs(pairs).cpu().numpy().astype(np.float32, copy=False)

@@ -205,7 +205,7 @@ class PromptEncoder(Encoder):
             batch["position_ids"] = torch.tensor(positions)
         return batch
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         return self._backoff.run(self._forward, self.tokenize(pairs))
 
     def forward_pairs(self, pairs: Sequence[Pair]) -> torch.Tensor:

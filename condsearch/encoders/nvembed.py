@@ -96,7 +96,7 @@ class NVEmbedEncoder(Encoder):
         """Return the instruction for a pair; the text encoded under it is the condition."""
         return self.templates.render(condition, sentence)
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         groups: dict[str, list[int]] = {}
         for i, (condition, sentence) in enumerate(pairs):
             groups.setdefault(self.instruction(condition, sentence), []).append(i)

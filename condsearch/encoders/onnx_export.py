@@ -92,8 +92,7 @@ def _tokenizer_files(tokenizer: Any) -> tuple[str, dict[str, Any]]:
     """Return (tokenizer.json text, the settings BackendTokenizer reads) of a loaded fast tokenizer."""
     from tokenizers import Tokenizer
 
-    # a transformers fast tokenizer, or the BackendTokenizer of a cached inference copy
-    backend = tokenizer.backend_tokenizer if hasattr(tokenizer, "backend_tokenizer") else tokenizer.backend
+    backend = tokenizer.backend_tokenizer  # a transformers fast tokenizer
     plain = Tokenizer.from_str(backend.to_str())  # the loaded one keeps its truncation and padding
     plain.no_truncation()
     plain.no_padding()
@@ -118,11 +117,11 @@ def on_cpu(encoder: BertStyleEncoder, source: ModelSource) -> BertStyleEncoder:
 
 def _traceable(model: nn.Module) -> nn.Module:
     # transformers' BertModel traces to a graph that computes something else here (its mask
-    # handling); PlainBert, with the same weights, traces to the right one
-    from condsearch.encoders.bert_inference import PlainBert, as_plain, supports
+    # handling); PlainBert, with the same weights, traces to the right one (see .onnx_trace)
+    from condsearch.encoders.onnx_trace import as_plain, supports
 
     config: Any = getattr(model, "config", None)
-    if isinstance(model, PlainBert) or config is None or not supports(config.to_dict()):
+    if config is None or not supports(config.to_dict()):
         return model
     return as_plain(model) or model
 
@@ -195,7 +194,7 @@ def pooled_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def _disagreement(reference: BertStyleEncoder, export: OnnxBertEncoder) -> str | None:
     """Return why the export's probe outputs stray too far from the reference's, or None if they agree."""
-    want, got = reference.embed_batch(_PROBE), export.embed_batch(_PROBE)
+    want, got = reference.encode_batch(_PROBE), export.encode_batch(_PROBE)
     if export.precision == "int8":
         cosine = float(pooled_cosines(want, got).min())
         return None if cosine >= MIN_INT8_COSINE else f"cosine {cosine:.3f} < {MIN_INT8_COSINE}"
@@ -261,9 +260,11 @@ def load_int8_encoder(
     folder = export_folder(source, adapter, "int8")
     refused = refusal(folder)
     if refused is None:
-        from condsearch.encoders.bert_inference import load_for_inference
+        reference = BertStyleEncoder(source, device="cpu", max_length=max_length)
+        if adapter is not None:
+            from condsearch.encoders.lora import apply_adapter
 
-        reference = load_for_inference(source, device="cpu", max_length=max_length, adapter=adapter)
+            apply_adapter(reference, adapter)
         encoder, refused = write_export(reference, source, folder, "int8", max_length=max_length, threads=threads)
     if encoder is None:
         raise ModelError(f"{source.model_id}: int8 outputs stray from float32 ({refused})")

@@ -17,17 +17,17 @@ import hashlib
 import importlib.metadata
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Literal
 
 import numpy as np
 
+from condsearch.artifacts.adapters import read_adapter
 from condsearch.cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import case_inputs, max_length_for
-from condsearch.encoders.inference_copy import BackendTokenizer, adapter_key
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
 
@@ -48,6 +48,57 @@ USABLE_KEY = "usable"
 #: what an export depends on besides the model; a missing one is a one-line error
 RUNTIME_PACKAGES = ("onnxruntime", "onnx", "torch")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class _Encoded(dict):  # type: ignore[type-arg]
+    """Tokenizer output: lists per key, as transformers' BatchEncoding, with ``sequence_ids``."""
+
+    def __init__(self, data: dict[str, list[list[int]]], encodings: list[Any]) -> None:
+        super().__init__(data)
+        self._encodings = encodings
+
+    def sequence_ids(self, i: int) -> list[int | None]:
+        return list(self._encodings[i].sequence_ids)
+
+
+class BackendTokenizer:
+    """The part of a transformers fast tokenizer that :mod:`.bert_inputs` uses, over ``tokenizers`` alone.
+
+    A transformers fast tokenizer is this same backend plus truncation and padding set per call.
+    """
+
+    is_fast = True
+
+    def __init__(self, backend: Any, meta: Mapping[str, Any]) -> None:
+        self.backend = backend
+        self.pad_token_id: int | None = meta["pad_token_id"]
+        self.model_max_length = int(meta["model_max_length"])
+        self.model_input_names: list[str] = list(meta["model_input_names"])
+        self.truncation_side = str(meta.get("truncation_side", "right"))
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        return int(self.backend.num_special_tokens_to_add(pair))
+
+    def __call__(
+        self,
+        text: Sequence[str],
+        text_pair: Sequence[str] | None = None,
+        *,
+        truncation: bool | str = False,
+        max_length: int | None = None,
+        add_special_tokens: bool = True,
+    ) -> _Encoded:
+        if truncation and max_length:
+            strategy = "longest_first" if truncation is True else str(truncation)
+            self.backend.enable_truncation(max_length, strategy=strategy, direction=self.truncation_side)
+        else:
+            self.backend.no_truncation()
+        self.backend.no_padding()
+        inputs = list(text) if text_pair is None else list(zip(text, text_pair, strict=True))
+        encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        fields = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
+        data = {key: [list(getattr(e, fields[key])) for e in encodings] for key in self.model_input_names}
+        return _Encoded(data, encodings)
 
 
 def runtime_versions() -> dict[str, str]:
@@ -72,7 +123,7 @@ def export_folder(source: ModelSource, adapter: Path | None, precision: Precisio
         FORMAT_VERSION,
         source.model_id,
         source.revision,
-        adapter_key(adapter) if adapter is not None else "",
+        read_adapter(adapter).key if adapter is not None else "",  # its checksum and shape (kind, rank, alpha)
         precision,
         runtime_versions(),
     ]
@@ -125,7 +176,7 @@ class OnnxBertEncoder(Encoder):
             info |= {"quantize": "int8", "quantize_runtime": self.runtime}
         return info
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         batch, pool = case_inputs(self.tokenizer, pairs, self.max_length, self.stats)
         zeros = np.zeros_like(batch["input_ids"])
         (hidden,) = self.session.run(None, {name: batch.get(name, zeros) for name in self._inputs})

@@ -40,13 +40,13 @@ class ReplicatedEncoder(Encoder):
     def describe(self) -> dict[str, object]:
         return self.replicas[0].describe()
 
-    def embed_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
+    def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         bounds = split_evenly(len(pairs), len(self.replicas))
         jobs = [(r, pairs[a:b]) for r, (a, b) in zip(self.replicas, bounds, strict=False)]
         if self._pool is None or len(jobs) == 1:
-            parts = [r.embed_batch(chunk) for r, chunk in jobs]
+            parts = [r.encode_batch(chunk) for r, chunk in jobs]
         else:
-            parts = list(self._pool.map(lambda job: job[0].embed_batch(job[1]), jobs))
+            parts = list(self._pool.map(lambda job: job[0].encode_batch(job[1]), jobs))
         for replica in self.replicas:  # gather truncation notices where callers read them
             self.stats.n_truncated += replica.stats.n_truncated
             room = 3 - len(self.stats.truncated_examples)

@@ -97,7 +97,7 @@ class EncodeActor:
         pos = batch.column("pos").to_numpy()
         parts = []
         for k, condition in enumerate(self.conditions):
-            vecs = self.vectorizer.vectors(texts, condition, batch_size=self.batch_size)
+            vecs = self.vectorizer.encode(texts, condition, batch_size=self.batch_size)
             flat = pa.array(np.ascontiguousarray(vecs, dtype=np.float32).reshape(-1))
             parts.append(
                 pa.table(

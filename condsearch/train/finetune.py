@@ -470,13 +470,21 @@ def fit_and_save_encoder(
     from condsearch.encoders import load_encoder
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.decoder import PromptEncoder
+    from condsearch.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     settings = {"pooling": "auto", **(encoder_settings or {})}
     encoder = load_encoder(
-        model, device=device, max_length=max_length, trust_remote_code=trust_remote_code, dtype="float32", **settings
+        EncoderSpec(
+            model,
+            profile="none",  # the bare model is what trains
+            max_length=max_length,
+            dtype="float32",
+            **settings,
+            runtime=Runtime(device=device, trust_remote_code=trust_remote_code),
+        )
     )
     trainable: TrainableEncoder
     if isinstance(encoder, PromptEncoder) and encoder.family == "decoder":

@@ -57,7 +57,7 @@ def case_features(
 ) -> PairFeatures:
     """Encode both sides of each row under its condition (one encoder pass for both)."""
     n = len(data)
-    both = encoder.encode_case(
+    both = encoder.encode(
         data.sentence1 + data.sentence2,
         data.condition + data.condition,
         batch_size=batch_size,
@@ -145,10 +145,18 @@ def fit_and_save_head(
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
     from condsearch.head import save_head
+    from condsearch.spec import EncoderSpec, Runtime
 
     train = read_csts(train_csv)
     dev = read_csts(dev_csv) if dev_csv is not None else None
-    encoder = load_encoder(model, device=device, trust_remote_code=trust_remote_code, **encoder_options)
+    encoder = load_encoder(
+        EncoderSpec(
+            model,
+            profile="none",
+            **encoder_options,
+            runtime=Runtime(device=device, trust_remote_code=trust_remote_code),
+        )
+    )
     cache = EmbeddingCache(default_cache_dir() / "features") if use_cache else None
     train_f = case_features(encoder, train, batch_size=batch_size, cache=cache, progress=True)
     dev_f = case_features(encoder, dev, batch_size=batch_size, cache=cache, progress=True) if dev else None
