@@ -9,12 +9,17 @@ import os
 import platform
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
 from condsearch import __version__
 from condsearch.csts import CstsData
+
+T = TypeVar("T")
 
 PACKAGES = ("torch", "transformers", "faiss-cpu", "faiss-gpu-cu12", "numpy", "scipy", "sentence-transformers")
 
@@ -137,6 +142,48 @@ def run_info(device: str | None = None) -> dict[str, object]:
         },
     }
     return info
+
+
+def timing_config(batch_size: int, repeats: int, smoke: bool) -> dict[str, object]:
+    """Return the settings a speed measurement depends on beside its model: batch, repeats, versions, threads."""
+    import torch
+
+    return {
+        "batch_size": batch_size,
+        "repeats": repeats,
+        "smoke": smoke,
+        "condsearch_version": __version__,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+    }
+
+
+def compare_systems(
+    tag: str, systems: Sequence[str], evaluate: Callable[[str], T], *, log_results: bool = False
+) -> tuple[dict[str, T], dict[str, object]]:
+    """Evaluate each system in turn, logging its seconds (and its results with log_results).
+
+    Return the results by system, and the block that ends the result's JSON: the results, each
+    system's seconds (loading included) and :func:`run_info`.
+    """
+    results: dict[str, T] = {}
+    timings: dict[str, float] = {}
+    for system in systems:
+        start = time.perf_counter()
+        results[system] = evaluate(system)
+        timings[system] = round(time.perf_counter() - start, 1)
+        shown = f"{results[system]} in " if log_results else ""
+        log(tag, f"{system}: {shown}{timings[system]} s")
+    return results, {"results": results, "seconds": timings, "run": run_info()}
+
+
+def write_json(result: dict[str, object], json_out: Path | None) -> None:
+    """Print the result as JSON on stdout and write it to json_out, if asked for."""
+    print(json.dumps(result, indent=2))
+    if json_out:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(result, indent=2) + "\n")
 
 
 def write_outputs(result: dict[str, object], table: str, json_out: Path | None, md_out: Path | None) -> None:

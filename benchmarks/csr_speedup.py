@@ -14,23 +14,18 @@ routing from the cache, reading states from disk). Reports medians and
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
-
-from condsearch import __version__
 from condsearch.csr import load_csr_encoder
 from condsearch.encoders import load_encoder
 from condsearch.spec import EncoderSpec
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import run_info  # noqa: E402
+from common import quiet_transformers, run_info, timing_config, write_json  # noqa: E402
 from index_throughput import distinct_sentences  # noqa: E402
 
 CONDITIONS = [
@@ -91,13 +86,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
             "router_layer": csr.router.layer,
             "router_config": csr.router.config.to_dict(),
             "router_variant": csr.router.config.variant,
-            "batch_size": args.batch_size,
-            "repeats": repeats,
-            "smoke": args.smoke,
-            "condsearch_version": __version__,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "machine": platform.machine(),
+            **timing_config(args.batch_size, repeats, args.smoke),
         },
         "run": run_info(),
     }
@@ -132,15 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if (args.variant is not None or args.k is not None) and args.router != "none":
         p.error("--variant and --k time an untrained router: give them with --router none")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     result = measure(args)
-    print(json.dumps(result, indent=2))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.json_out)
     return 0
 
 

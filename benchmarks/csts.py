@@ -20,7 +20,6 @@ directions) of f(c; I(s)) and of f(c; I(s)) − f(c; I(∅)) on dev. Model selec
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import git_commit, run_info, synthetic_csts  # noqa: E402
+from common import git_commit, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from features import plain_features  # noqa: E402
 from isotropy import cosine_to_mean, isotropy  # noqa: E402
 
@@ -383,23 +382,13 @@ def markdown(result: dict[str, object]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     try:
         result = run(args)
     except CondsearchError as exc:
         print(f"csts.py: error: {first_line(exc)}", file=sys.stderr)
         return 1
-    table = markdown(result)
-    print(table, end="")
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
-    if args.md_out:
-        args.md_out.parent.mkdir(parents=True, exist_ok=True)
-        args.md_out.write_text(table)
+    write_outputs(result, markdown(result), args.json_out, args.md_out)
     return 0
 
 

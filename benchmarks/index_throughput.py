@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
-import platform
 import statistics
 import sys
 import tempfile
@@ -35,10 +33,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
-from common import run_info
+from common import quiet_transformers, run_info, timing_config, write_json
 
-from condsearch import __version__
 from condsearch.corpus import read_corpus
 from condsearch.ingest import index_corpus
 from condsearch.spec import EncoderSpec
@@ -90,10 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_mode(args)
     if args.csv is None:
         p.error("--csv is required (except with --incremental or --stream-rows)")
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_transformers()
     n, repeats = (50, 1) if args.smoke else (args.n, args.repeats)
     texts = distinct_sentences(args.csv, n)
     vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
@@ -121,20 +114,11 @@ def main(argv: list[str] | None = None) -> int:
         "config": {
             "model": vec.encoder.model_id,
             "head": vec.profile_name,
-            "batch_size": args.batch_size,
-            "repeats": repeats,
-            "smoke": args.smoke,
-            "condsearch_version": __version__,
-            "torch": torch.__version__,
-            "threads": torch.get_num_threads(),
-            "machine": platform.machine(),
+            **timing_config(args.batch_size, repeats, args.smoke),
         },
         "run": run_info(),
     }
-    print(json.dumps(result, indent=2))
-    if args.json_out:
-        args.json_out.parent.mkdir(parents=True, exist_ok=True)
-        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, args.json_out)
     return 0
 
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -39,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import log, quiet_transformers, run_info, write_outputs  # noqa: E402
+from common import compare_systems, log, quiet_transformers, write_outputs  # noqa: E402
 
 #: condition -> root synsets (WN18RR ids with their names, for the reader)
 CONDITIONS: dict[str, dict[str, dict[str, str]]] = {
@@ -214,6 +213,16 @@ def load_system(
     return cached(conditional, f"{spec}:{fingerprint}", cache_dir), True
 
 
+def add_system_options(p: argparse.ArgumentParser) -> None:
+    """Add the options of a comparison of systems: load_system's model, cache and batch, the seed, the outputs."""
+    p.add_argument("--model", default=None, help="model id or folder [default: all-MiniLM-L6-v2]")
+    p.add_argument("--cache-dir", type=Path, default=None, help="keep each system's vectors here (reused by blend:)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--json-out", type=Path, default=None)
+    p.add_argument("--md-out", type=Path, default=None)
+
+
 def _plain_cached(plain: Embed, key: str, cache_dir: Path | None) -> Embed:
     """Plain vectors ignore the condition: cache them under the empty one."""
     inner = cached(plain, key, cache_dir)
@@ -319,12 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="corpus: the categories' members plus this many other glosses (seeded) [default: all 40,943 rows]",
     )
-    p.add_argument("--model", default=None, help="model id or folder [default: all-MiniLM-L6-v2]")
-    p.add_argument("--cache-dir", type=Path, default=None, help="keep each system's vectors here (reused by blend:)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--json-out", type=Path, default=None)
-    p.add_argument("--md-out", type=Path, default=None)
+    add_system_options(p)
     p.add_argument("--smoke", action="store_true", help="a tiny made-up taxonomy; plain, prefix, case and a blend")
     args = p.parse_args(argv)
     quiet_transformers()
@@ -339,16 +343,14 @@ def main(argv: list[str] | None = None) -> int:
         systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     corpus_rows = choose_corpus(tax, conditions, args.distractors, args.seed)
     log("ood", f"{len(corpus_rows)} corpus rows, {len(conditions)} conditions, systems {', '.join(systems)}")
-    results: dict[str, dict[str, dict[str, float]]] = {}
-    timings: dict[str, float] = {}
-    for system in systems:
-        start = time.perf_counter()
+
+    def run(system: str) -> dict[str, dict[str, float]]:
         embed, conditional = load_system(system, args.batch_size, args.cache_dir, args.model)
-        results[system] = evaluate(
+        return evaluate(
             tax, conditions, embed, conditional, corpus_rows=corpus_rows, n_queries=args.queries, seed=args.seed
         )
-        timings[system] = round(time.perf_counter() - start, 1)
-        log("ood", f"{system}: {timings[system]} s")
+
+    results, record = compare_systems("ood", systems, run)
     result = {
         "benchmark": "ood",
         "split": "smoke" if args.smoke else args.split,
@@ -357,9 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         "distractors": args.distractors,
         "queries_per_condition": args.queries,
         "k": K,
-        "results": results,
-        "seconds": timings,
-        "run": run_info(),
+        **record,
     }
     write_outputs(result, table(results), args.json_out, args.md_out)
     return 0

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -36,8 +35,8 @@ from typing import NamedTuple
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
-from ood import Embed, load_system  # noqa: E402
+from common import compare_systems, log, quiet_transformers, synthetic_csts, write_outputs  # noqa: E402
+from ood import Embed, add_system_options, load_system  # noqa: E402
 
 from condsearch.csts import CstsData, read_csts  # noqa: E402
 
@@ -163,12 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--distractors", type=int, default=None, help=f"other sentences per pair's pool [default: {SIZES['dev'][1]}]"
     )
-    p.add_argument("--model", default=None, help="model id or folder [default: all-MiniLM-L6-v2]")
-    p.add_argument("--cache-dir", type=Path, default=None, help="keep each system's vectors here (reused by blend:)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--json-out", type=Path, default=None)
-    p.add_argument("--md-out", type=Path, default=None)
+    add_system_options(p)
     p.add_argument(
         "--smoke", action="store_true", help="synthetic C-STS rows, {} pairs, {} distractors".format(*SIZES["smoke"])
     )
@@ -190,14 +184,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--distractors {n_distractors}: between 1 and {len(sentences) - 2} (the other sentences)")
     chosen, pools = sample(pairs, sentences, n_pairs, n_distractors, args.seed)
     log("retrieval", f"{n_pairs} of {len(pairs)} pairs, {n_distractors} distractors, systems {', '.join(systems)}")
-    results: dict[str, dict] = {}
-    timings: dict[str, float] = {}
-    for system in systems:
-        start = time.perf_counter()
+
+    def run(system: str) -> dict:
         embed, conditional = load_system(system, args.batch_size, args.cache_dir, args.model)
-        results[system] = evaluate(chosen, pools, embed, conditional)
-        timings[system] = round(time.perf_counter() - start, 1)
-        log("retrieval", f"{system}: {results[system]} in {timings[system]} s")
+        return evaluate(chosen, pools, embed, conditional)
+
+    results, record = compare_systems("retrieval", systems, run, log_results=True)
     result = {
         "benchmark": "retrieval",
         "data": "smoke" if args.smoke else str(args.dev),
@@ -205,9 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         "usable_pairs": len(pairs),
         "distractors": n_distractors,
         "seed": args.seed,
-        "results": results,
-        "seconds": timings,
-        "run": run_info(),
+        **record,
     }
     write_outputs(result, table(results), args.json_out, args.md_out)
     return 0

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -104,6 +104,39 @@ def plan_index(n: int, dim: int, factory: str, search_params: str, max_index_mem
     return factory, format_search_params(parse_search_params(search_params))
 
 
+@dataclass(frozen=True)
+class VectorizerInfo:
+    """What a manifest records of a vectorizer (Ray asks a worker for it, so that its driver loads no model)."""
+
+    model_id: str
+    revision: str
+    described: dict[str, object]
+    mode: str
+    profile_name: str
+    head_checksum: str
+    dim: int
+    spec: dict[str, object]  # EncoderSpec.to_dict() of what was loaded
+
+    @classmethod
+    def of(cls, vectorizer: Vectorizer) -> VectorizerInfo:
+        """Return what the manifest records of vectorizer."""
+        enc = vectorizer.encoder
+        return cls(
+            enc.model_id,
+            enc.revision,
+            enc.describe(),
+            vectorizer.mode,
+            vectorizer.profile_name,
+            vectorizer.head_checksum,
+            vectorizer.dim,
+            vectorizer.spec.to_dict(),
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        return vector_fingerprint(self.described, mode=self.mode, head_checksum=self.head_checksum, dim=self.dim)
+
+
 def index_staged_vectors(staging: Path, factory: str, search_params: str) -> faiss.Index:
     """Build the FAISS index from a staging folder's complete vectors file; a bad factory is one line."""
     vectors = VectorFile(staging / VECTORS_FILE)
@@ -113,6 +146,35 @@ def index_staged_vectors(staging: Path, factory: str, search_params: str) -> fai
         raise CondsearchError(str(exc)) from exc
     finally:
         vectors.close()
+
+
+def publish_staged(
+    draft: Draft, corpus: CorpusSource, corpus_name: str, info: VectorizerInfo, *, factory: str, search_params: str
+) -> None:
+    """Index the draft's complete staged vectors, publish the index with its manifest, and clear the staging."""
+    index = index_staged_vectors(draft.staging, factory, search_params)
+    manifest = Manifest(
+        condition=draft.condition,
+        corpus_name=corpus_name,
+        corpus_path=corpus.path,
+        corpus_checksum=corpus.checksum,
+        model_id=info.model_id,
+        model_revision=info.revision,
+        encoder=info.described,
+        mode=info.mode,
+        head=info.profile_name,
+        head_checksum=info.head_checksum,
+        dim=info.dim,
+        metric="inner_product",
+        factory=factory,
+        n_vectors=len(corpus),
+        n_skipped=corpus.n_skipped,
+        search_params=search_params,
+        fingerprint=info.fingerprint,
+        spec=info.spec,
+    )
+    draft.publish(manifest, index)
+    draft.discard_staging()
 
 
 def build_condition_index(
@@ -131,43 +193,18 @@ def build_condition_index(
     progress: bool = False,
 ) -> BuildReport:
     """Index corpus under one condition, encoding only rows the published index does not hold (all with full)."""
-    n, dim = len(corpus), vectorizer.dim
-    factory, search_params = plan_index(n, dim, factory, search_params, max_index_memory)
-    fingerprint = vector_fingerprint(
-        vectorizer.encoder.describe(), mode=vectorizer.mode, head_checksum=vectorizer.head_checksum, dim=dim
-    )
+    n, info = len(corpus), VectorizerInfo.of(vectorizer)
+    factory, search_params = plan_index(n, info.dim, factory, search_params, max_index_memory)
     with store.writing(corpus_name, condition) as draft:
-        kept = None if full else _usable(store.kept_vectors(draft.name), fingerprint)
+        kept = None if full else _usable(store.kept_vectors(draft.name), info.fingerprint)
         try:
             counts = _encode_chunks(
-                corpus, condition, vectorizer, draft, kept, fingerprint, batch_size, chunk_rows, full, progress
+                corpus, condition, vectorizer, draft, kept, info.fingerprint, batch_size, chunk_rows, full, progress
             )
         finally:
             if kept is not None:
                 kept.vectors.close()
-        index = index_staged_vectors(draft.staging, factory, search_params)
-        manifest = Manifest(
-            condition=condition,
-            corpus_name=corpus_name,
-            corpus_path=corpus.path,
-            corpus_checksum=corpus.checksum,
-            model_id=vectorizer.encoder.model_id,
-            model_revision=vectorizer.encoder.revision,
-            encoder=vectorizer.encoder.describe(),
-            mode=vectorizer.mode,
-            head=vectorizer.profile_name,
-            head_checksum=vectorizer.head_checksum,
-            dim=dim,
-            metric="inner_product",
-            factory=factory,
-            n_vectors=n,
-            n_skipped=corpus.n_skipped,
-            search_params=search_params,
-            fingerprint=fingerprint,
-            spec=vectorizer.spec.to_dict(),
-        )
-        draft.publish(manifest, index)
-        draft.discard_staging()
+        publish_staged(draft, corpus, corpus_name, info, factory=factory, search_params=search_params)
     return BuildReport(draft.name, n, *counts, factory, search_params)
 
 
@@ -329,16 +366,24 @@ def _merge_rows(staging: Path) -> None:
 
     The new file replaces the old one whole: a published version may share the old one (a hard link).
     """
+
+    def read(part: Path) -> pa.Table:
+        with open_regular(part) as fh:
+            return pq.ParquetFile(fh).read()
+
     parts = sorted((staging / _CHUNKS).glob("*.parquet"))
     with replacing_file(staging / ROWS_FILE) as tmp:
-        writer: pq.ParquetWriter | None = None
-        try:
-            for part in parts:
-                with open_regular(part) as fh:
-                    table = pq.ParquetFile(fh).read()
-                if writer is None:
-                    writer = pq.ParquetWriter(tmp, table.schema)
-                writer.write_table(table.cast(writer.schema))
-        finally:
-            if writer is not None:
-                writer.close()
+        write_tables(tmp, (read(part) for part in parts))
+
+
+def write_tables(path: Path, tables: Iterable[pa.Table]) -> None:
+    """Write tables one after another into one parquet file, each cast to the first one's schema."""
+    writer: pq.ParquetWriter | None = None
+    try:
+        for table in tables:
+            if writer is None:
+                writer = pq.ParquetWriter(path, table.schema)
+            writer.write_table(table.cast(writer.schema))
+    finally:
+        if writer is not None:
+            writer.close()

@@ -524,10 +524,15 @@ def _columns(fh: IO[bytes]) -> list[str]:
     return names
 
 
-def write_rows(path: Path, ids: list[str | int], texts: list[str]) -> None:
-    """Write an index's rows file: id, text and the text's hash (which re-indexing compares)."""
+def rows_table(ids: list[str | int], texts: list[str]) -> pa.Table:
+    """Return an index's rows: id, text and the text's hash (which re-indexing compares)."""
     hashes = pa.array([text_hash(t) for t in texts], type=pa.binary(16))
-    pq.write_table(pa.table({"id": ids, "text": texts, "text_hash": hashes}), path)
+    return pa.table({"id": ids, "text": texts, "text_hash": hashes})
+
+
+def write_rows(path: Path, ids: list[str | int], texts: list[str]) -> None:
+    """Write an index's rows file (:func:`rows_table`)."""
+    pq.write_table(rows_table(ids, texts), path)
 
 
 class Draft:

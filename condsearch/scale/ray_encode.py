@@ -22,7 +22,6 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,21 @@ import pyarrow.parquet as pq
 
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
-from condsearch.ingest import CHUNK_ROWS, BuildReport, CorpusSource, index_staged_vectors, plan_index
+from condsearch.ingest import (
+    CHUNK_ROWS,
+    BuildReport,
+    CorpusSource,
+    VectorizerInfo,
+    plan_index,
+    publish_staged,
+    write_tables,
+)
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
 from condsearch.search import check_condition
 from condsearch.spec import EncoderSpec
-from condsearch.store import ROWS_FILE, IndexStore, Manifest
-from condsearch.vectors import VECTORS_FILE, VectorWriter, text_hash, vector_fingerprint
+from condsearch.store import ROWS_FILE, IndexStore, rows_table
+from condsearch.vectors import VECTORS_FILE, VectorWriter
 
 log = logging.getLogger(__name__)
 
@@ -46,40 +53,11 @@ log = logging.getLogger(__name__)
 _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_CACHE_DIR", "TOKENIZERS_PARALLELISM")
 
 
-@dataclass(frozen=True)
-class VectorizerInfo:
-    """What a manifest records of a vectorizer, asked of a worker so that the driver loads no model."""
-
-    model_id: str
-    revision: str
-    described: dict[str, object]
-    mode: str
-    profile_name: str
-    head_checksum: str
-    dim: int
-    spec: dict[str, object]  # EncoderSpec.to_dict() of what was loaded
-
-    @property
-    def fingerprint(self) -> str:
-        return vector_fingerprint(self.described, mode=self.mode, head_checksum=self.head_checksum, dim=self.dim)
-
-
 def describe_vectorizer(spec: EncoderSpec) -> VectorizerInfo:
     """Load the spec's vectorizer and return what its manifest needs."""
     from condsearch.vectorizer import load_vectorizer
 
-    vec = load_vectorizer(spec)
-    enc = vec.encoder
-    return VectorizerInfo(
-        enc.model_id,
-        enc.revision,
-        enc.describe(),
-        vec.mode,
-        vec.profile_name,
-        vec.head_checksum,
-        vec.dim,
-        vec.spec.to_dict(),
-    )
+    return VectorizerInfo.of(load_vectorizer(spec))
 
 
 class EncodeActor:
@@ -241,43 +219,7 @@ def _publish(
             writer.close()
         if not seen.all():
             raise CondsearchError(f"ray: {int((~seen).sum())} row(s) of {condition!r} came back without a vector")
-        _write_rows(corpus, draft.staging / ROWS_FILE)
-        index = index_staged_vectors(draft.staging, factory, search_params)
-        manifest = Manifest(
-            condition=condition,
-            corpus_name=corpus_name,
-            corpus_path=corpus.path,
-            corpus_checksum=corpus.checksum,
-            model_id=info.model_id,
-            model_revision=info.revision,
-            encoder=info.described,
-            mode=info.mode,
-            head=info.profile_name,
-            head_checksum=info.head_checksum,
-            dim=info.dim,
-            metric="inner_product",
-            factory=factory,
-            n_vectors=n,
-            n_skipped=corpus.n_skipped,
-            search_params=search_params,
-            fingerprint=info.fingerprint,
-            spec=info.spec,
-        )
-        draft.publish(manifest, index)
-        draft.discard_staging()
+        rows = (rows_table(ids, texts) for ids, texts in corpus.batches(CHUNK_ROWS))
+        write_tables(draft.staging / ROWS_FILE, rows)
+        publish_staged(draft, corpus, corpus_name, info, factory=factory, search_params=search_params)
     return BuildReport(draft.name, n, n, 0, 0, factory, search_params)
-
-
-def _write_rows(corpus: CorpusSource, path: Path) -> None:
-    """Write the rows file (id, text, text hash) from the corpus, a chunk at a time."""
-    writer: pq.ParquetWriter | None = None
-    try:
-        for ids, texts in corpus.batches(CHUNK_ROWS):
-            hashes = pa.array([text_hash(t) for t in texts], type=pa.binary(16))
-            table = pa.table({"id": ids, "text": texts, "text_hash": hashes})
-            if writer is None:
-                writer = pq.ParquetWriter(path, table.schema)
-            writer.write_table(table.cast(writer.schema))
-    finally:
-        if writer is not None:
-            writer.close()
