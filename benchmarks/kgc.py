@@ -226,28 +226,41 @@ def _save_towers(encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path
 
 
 def _profile(encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int) -> dict[str, object]:
-    """Time training steps at float32 and under bfloat16 autocast, interleaved (so that other load on
-    the machine falls on both alike), after one warm-up step of each; return medians and memory."""
+    """Time training steps at float32 and under bfloat16 autocast; return medians and memory.
+
+    Each setting trains ``steps + 1`` steps in one run (the first, which builds the optimiser's
+    state and warms up the kernels, is not counted), twice, in the order float32, bf16, float32,
+    bf16, so that other load on the machine falls on both alike.
+    """
     import resource
     from dataclasses import replace
 
     from kgclib.training import train_kgc
 
     seconds: dict[bool, list[float]] = {False: [], True: []}
-    for rep in range(steps + 1):
+    for rep in range(2):
         for bf16 in (False, True):
-            start = time.perf_counter()
-            one = replace(config, epochs=1, max_examples=config.batch_size, bf16=bf16)
-            train_kgc(encoder, entities, data, one, tail=tail)
-            if rep:  # the first round warms up
-                seconds[bf16].append(time.perf_counter() - start)
-            _log(f"profile round {rep}, bf16 {bf16}: {time.perf_counter() - start:.1f}s")
+            times: list[float] = []
+            last = [time.perf_counter()]
+
+            def tick(step: int, total: int, loss: float, times: list[float] = times, last: list[float] = last) -> None:
+                now = time.perf_counter()
+                times.append(now - last[0])
+                last[0] = now
+
+            one = replace(config, epochs=1, max_examples=(steps + 1) * config.batch_size, bf16=bf16)
+            train_kgc(encoder, entities, data, one, tail=tail, on_step=tick)
+            seconds[bf16] += times[1:]
+            _log(f"profile round {rep}, bf16 {bf16}: " + ", ".join(f"{t:.1f}s" for t in times))
     n_train = 2 * data.splits["train"].shape[0]  # triples and their inverses
-    out: dict[str, object] = {"steps_timed": steps, "batch_size": config.batch_size, "threads": torch.get_num_threads()}
+    out: dict[str, object] = {
+        "steps_timed_per_setting": 2 * steps,
+        "batch_size": config.batch_size,
+        "threads": torch.get_num_threads(),
+    }
     for bf16, times in seconds.items():
-        name = "bf16" if bf16 else "float32"
         median = float(np.median(times))
-        out[name] = {
+        out["bf16" if bf16 else "float32"] = {
             "seconds_per_step_median": round(median, 2),
             "examples_per_second": round(config.batch_size / median, 1),
             "epoch_hours": round(n_train / (config.batch_size / median) / 3600, 2),

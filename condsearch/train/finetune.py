@@ -37,6 +37,7 @@ from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.head import HeadConfig, ProjectionHead, load_head, write_head_files
 from condsearch.progress import progress_bar
 from condsearch.train.adapter import encoder_settings
+from condsearch.train.anchor import Anchor
 from condsearch.train.best_epoch import BestEpoch
 from condsearch.train.checkpoint import (
     TrainingState,
@@ -104,6 +105,7 @@ class FinetuneConfig:
     head_dim: int = 256
     head_dropout: float = 0.15
     init_head: str | None = None  # a trained head folder to start the jointly trained head from
+    anchor_weight: float = 0.0  # ours (issue 25): pull plain vectors toward the base model's (condsearch.train.anchor)
     lora: LoraConfig = field(default_factory=LoraConfig)
     seed: int = 0
 
@@ -118,6 +120,8 @@ class FinetuneConfig:
             raise ValueError("init_head needs head_on_top")
         if not 0.0 < self.layer_decay <= 1.0:
             raise ValueError("layer_decay must be in (0, 1]")
+        if self.anchor_weight < 0:
+            raise ValueError("anchor_weight must be >= 0")
 
     @property
     def loss_settings(self) -> LossSettings:
@@ -137,7 +141,7 @@ class FinetuneConfig:
 
 
 #: fields added after checkpoints were first written, with the value those checkpoints imply
-_ADDED_FIELDS: dict[str, object] = {"layer_decay": 1.0}
+_ADDED_FIELDS: dict[str, object] = {"layer_decay": 1.0, "anchor_weight": 0.0}
 _LAYER = re.compile(r"\blayers?\.(\d+)\.")
 
 
@@ -315,6 +319,9 @@ def fit_encoder(
     ``keep_epochs`` keeps every epoch's weights in the checkpoint folder (``epoch-N.safetensors``).
     """
     head = prepare(encoder, config)
+    anchor = None
+    if config.anchor_weight > 0:  # before any checkpoint is loaded: the model is still the base here
+        anchor = Anchor.of(encoder, train.sentence1 + train.sentence2, config.anchor_weight, eval_batch_size)
     settings = config.loss_settings
     contrastive = None
     if settings.needs_projection:
@@ -375,6 +382,10 @@ def fit_encoder(
         bar = progress_bar(total=steps_per_epoch, initial=done, desc=desc, unit="step", enabled=progress)
         for i, batch in enumerate(batches[done:], start=done + 1):
             loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
+            if anchor is not None:
+                rows = [i for g in batch for i in g]
+                pull = anchor.loss(encoder, [train.sentence1[i] for i in rows] + [train.sentence2[i] for i in rows])
+                loss, terms = loss + pull, {**terms, "anchor": float(pull.detach())}
             optim.zero_grad(set_to_none=True)
             if loss.requires_grad:  # quad/wacl alone have nothing to learn from a batch with no (high, low) group
                 loss.backward()

@@ -58,6 +58,14 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
         ),
         config_option(
             defaults,
+            "anchor_weight",
+            "--anchor-weight",
+            type=click.FloatRange(min=0),
+            help="Ours: also pull each training sentence's plain vector (the text alone) toward the base model's, "
+            "by this weight times 1 - cos (0: off), to keep what the base model knows out of domain.",
+        ),
+        config_option(
+            defaults,
             "layer_decay",
             "--layer-decay",
             type=click.FloatRange(0, 1, min_open=True),
