@@ -186,12 +186,15 @@ def _router_spec(args: argparse.Namespace) -> str:
     return str(AUTO_ROUTER) if AUTO_ROUTER.is_dir() else "none"
 
 
-def _save_towers(encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path, meta: dict[str, object]) -> str:
+def _save_towers(
+    encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path, meta: dict[str, object], keep_weights: bool = False
+) -> str:
     """Save the trained router (and its candidate tower) into out; return the router's checksum.
 
     A context router is saved as its backbone's change from the base model, each tower within
     an equal share of 10 MB (at reduced rank when it does not fit); both towers are then given
-    exactly what was saved, so what is evaluated next is the saved router.
+    exactly what was saved, so what is evaluated next is the saved router (unless
+    ``keep_weights``: mid-training, the exact weights stay).
     """
     from kgclib.encoding import TAIL_FOLDER
 
@@ -216,12 +219,13 @@ def _save_towers(encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path
     checksum = ""
     for router, folder, info in towers:
         delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
-        with torch.no_grad():
-            for name, p in router.model.named_parameters():
-                p.copy_(base[name].to(p.device, p.dtype))
-        apply_backbone_delta(router, delta, "the trained router")
+        if not keep_weights:
+            with torch.no_grad():
+                for name, p in router.model.named_parameters():
+                    p.copy_(base[name].to(p.device, p.dtype))
+            apply_backbone_delta(router, delta, "the trained router")
         saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
-        checksum = checksum or saved
+        checksum = checksum or saved  # the query tower's
     return checksum
 
 
@@ -378,19 +382,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 _log(f"step {step}/{total} loss {loss:.4f} ({time.perf_counter() - start:.0f}s)")
 
         def save_best(row: dict[str, float]) -> None:
-            if args.save is None:
-                return
-            if context:  # saving resets the towers to what is saved: keep training the exact weights
-                kept = [
-                    {n: p.detach().clone() for n, p in t.model.named_parameters()} for t in (encoder.router, tail) if t
-                ]
-            _save_towers(encoder, tail, base, args.save, {**meta, "best_dev": row})
-            if context:
-                with torch.no_grad():
-                    for t, state in zip([t for t in (encoder.router, tail) if t], kept, strict=True):
-                        for n, p in t.model.named_parameters():
-                            p.copy_(state[n])
-            _log(f"saved the best router so far (step {row['step']:.0f}, dev MRR {row['dev']:.2f}) to {args.save}")
+            if args.save is not None:  # training goes on with its exact weights, not the saved low-rank ones
+                _save_towers(encoder, tail, base, args.save, {**meta, "best_dev": row}, keep_weights=True)
+                _log(f"saved the best router so far (step {row['step']:.0f}, dev MRR {row['dev']:.2f}) to {args.save}")
 
         start = time.perf_counter()
         history = train_kgc(

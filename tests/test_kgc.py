@@ -343,6 +343,10 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
     tail = tail_tower(context_csr.router)
     train_kgc(context_csr, tokens, kg, KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1), tail=tail)
     base = base_weights(context_csr.source.location)
+    exact = {n: p.detach().clone() for n, p in tail.model.named_parameters()}
+    kgc._save_towers(context_csr, tail, base, tmp_path / "mid", {}, keep_weights=True)  # as a run saves its best
+    assert all(torch.equal(p, exact[n]) for n, p in tail.model.named_parameters())  # training goes on unchanged
+    assert (tmp_path / "mid" / "tail" / "router.safetensors").is_file()
     kgc._save_towers(context_csr, tail, base, tmp_path / "r", {"model_id": context_csr.model_id})
     heads, rels = np.array([0, 3]), np.array([0, 3])
     saved_q = query_vectors(context_csr, tokens, heads, rels, kg.conditions)  # the towers now hold what was saved
