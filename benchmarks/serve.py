@@ -12,7 +12,12 @@ by the store as `condsearch index` writes it. Then, in one run:
 - the one-shot CLI: `condsearch query` (one query, a fresh process each time) on that index,
   --cli-repeats times with the cache written (the model's ONNX export, written by a first,
   untimed query: what every query but the first costs), and once with an empty cache (the
-  first query after install; not in --smoke).
+  first query after install; not in --smoke);
+- the stages, in this process, on the index and model as the server loads them, for each backend
+  of --stage-backends (torch, the server before onnxruntime; auto, what it runs now) and a batch
+  of 1 and of the most clients' queries: tokenize, forward (the rest of encoding: the queries' pass,
+  the condition's own pass, head and normalising; the condition's pass also alone), search, and
+  the JSON answer. Medians of --stage-repeats after one warm-up.
 
     python benchmarks/serve.py --json-out benchmarks/results/serve.json --md-out benchmarks/results/serve.md
 """
@@ -30,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -56,6 +62,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cli-repeats", type=int, default=5, help="one-shot queries timed with a written cache")
     p.add_argument("--batch-window-ms", type=float, default=None, help="serve's --batch-window-ms [its default]")
     p.add_argument("--max-batch", type=int, default=None, help="serve's --max-batch [its default]")
+    p.add_argument("--backend", choices=("auto", "torch"), default=None, help="serve's --backend [its default]")
+    p.add_argument("--threads", type=int, default=None, help="serve's --threads (encoding) [its default]")
+    p.add_argument("--search-threads", type=int, default=None, help="serve's --search-threads [its default]")
+    p.add_argument("--stage-backends", default="torch,auto", help="backends whose stages are timed in-process")
+    p.add_argument("--stage-repeats", type=int, default=50, help="timed repeats per stage measurement")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to load and listen")
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
@@ -63,7 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.smoke:
         args.n, args.seed_n, args.clients, args.requests, args.seconds, args.cli_repeats = 2000, 32, "1,4", 16, 20.0, 1
+        args.stage_repeats = 2
     args.clients = [int(c) for c in str(args.clients).split(",") if c.strip()]
+    args.stage_backends = [b for b in str(args.stage_backends).split(",") if b.strip()]
+    if not set(args.stage_backends) <= {"auto", "torch"} or args.stage_repeats < 1:
+        p.error("--stage-backends takes auto and/or torch; --stage-repeats at least 1")
     if args.seed_n > args.n or min(args.clients) < 1 or args.requests < 1:
         p.error("need 1 <= --seed-n <= --n, clients >= 1 and --requests >= 1")
     return args
@@ -158,6 +173,10 @@ class ServerProcess:
             cmd += ["--batch-window-ms", str(args.batch_window_ms)]
         if args.max_batch is not None:
             cmd += ["--max-batch", str(args.max_batch)]
+        chosen = {"--backend": args.backend, "--threads": args.threads, "--search-threads": args.search_threads}
+        for flag, value in chosen.items():
+            if value is not None:
+                cmd += [flag, str(value)]
         self._cmd, self._env, self._log_file, self._timeout = cmd, env, log_file, args.startup_timeout
         self.startup_s = 0.0
 
@@ -243,11 +262,15 @@ async def drive(url: str, n_clients: int, texts: list[str], k: int, max_requests
 
 def measure_server(args: argparse.Namespace, index_dir: Path, env: dict[str, str], tmp: Path) -> dict[str, object]:
     """Start the server and drive it at each concurrency level."""
+    import httpx
+
     texts = queries(max(args.requests, 64))
     levels = []
     with ServerProcess(args, index_dir, env, tmp / "server.log") as server:
         _log(f"server up on {server.url} after {server.startup_s:.1f}s (model and index preloaded)")
         asyncio.run(drive(server.url, 1, texts[-8:], args.k, 8, args.seconds))  # warm-up
+        health = httpx.get(server.url + "/health", timeout=10).json()
+        _log(f"encoders: {health['models']}, threads: {health['threads']}")
         for n_clients in args.clients:
             row = asyncio.run(drive(server.url, n_clients, texts, args.k, args.requests, args.seconds))
             lat = row["latency_ms"] or {}
@@ -256,7 +279,76 @@ def measure_server(args: argparse.Namespace, index_dir: Path, env: dict[str, str
                 f"p99 {lat.get('p99')} ms, mean batch {row['mean_batch']}, {row['errors']} errors"
             )
             levels.append(row)
-    return {"startup_s": round(server.startup_s, 2), "levels": levels}
+    return {"startup_s": round(server.startup_s, 2), "backend": health["backend"], "models": health["models"],
+            "threads": health["threads"], "levels": levels}  # fmt: skip
+
+
+STAGES = ("tokenize", "forward", "condition_pass", "search", "json")
+
+
+def measure_stages(args: argparse.Namespace, index_dir: Path) -> list[dict[str, object]]:
+    """Time each stage of answering, in this process, for each backend and a batch of 1 and of the most clients."""
+    import json
+
+    from condsearch.answers import query_answer
+    from condsearch.encoders.bert_inputs import case_inputs
+    from condsearch.index import search_threads
+    from condsearch.search import Answer
+    from condsearch.serve.config import ServeConfig
+    from condsearch.serve.engine import Resident, backend_of
+    from condsearch.store import IndexStore
+
+    texts = queries(max(args.clients))
+    rows = []
+    for backend in args.stage_backends:
+        config = ServeConfig(index_dir=index_dir, backend=backend, threads=args.threads, device="cpu",
+                             search_threads=args.search_threads)  # fmt: skip
+        search_threads(config.search_threads)
+        resident = Resident(IndexStore(index_dir), device="cpu", threads=config.encode_threads, backend=backend)
+        entry = resident.get(CONDITION)
+        vec = resident.vectorizer(entry.model_key)
+        encoder: Any = vec.encoder
+        module = sys.modules[type(encoder).__module__]  # where the encoder calls case_inputs: timed there
+        tokenizing: list[float] = []
+
+        def timed_case_inputs(*a: Any, _inner: Any = case_inputs, _spent: list[float] = tokenizing) -> Any:
+            start = time.perf_counter()
+            try:
+                return _inner(*a)
+            finally:
+                _spent.append(time.perf_counter() - start)
+
+        module.case_inputs = timed_case_inputs  # type: ignore[attr-defined]
+        for n in sorted({1, max(args.clients)}):
+            batch = texts[:n]
+            ms: dict[str, list[float]] = {stage: [] for stage in STAGES}
+            for repeat in range(args.stage_repeats + 1):
+                tokenizing.clear()
+                t0 = time.perf_counter()
+                vectors = vec.encode(batch, CONDITION, batch_size=n)
+                t1 = time.perf_counter()
+                found = entry.search(vectors, args.k)
+                t2 = time.perf_counter()
+                answered = Answer(tuple(batch), CONDITION, found, args.k, entry.manifest.n_vectors)
+                json.dumps({"results": [query_answer(h) for h in answered.hits]}, ensure_ascii=False)
+                t3 = time.perf_counter()
+                encoder.encode_pairs([(CONDITION, None)], batch_size=1)
+                t4 = time.perf_counter()
+                if repeat:  # the first is a warm-up
+                    tokenize = sum(tokenizing[:-1])  # the last is the condition pass's own, timed apart
+                    spent = (tokenize, t1 - t0 - tokenize, t4 - t3, t2 - t1, t3 - t2)
+                    for stage, seconds in zip(STAGES, spent, strict=True):
+                        ms[stage].append(seconds * 1e3)
+            row = {"backend": backend_of(vec), "asked": backend, "threads": config.encode_threads,
+                   "search_threads": search_threads(), "batch": n,
+                   **{f"{stage}_ms": round(statistics.median(v), 3) for stage, v in ms.items()}}  # fmt: skip
+            row["total_ms"] = round(sum(row[f"{s}_ms"] for s in STAGES if s != "condition_pass"), 3)  # type: ignore[misc]
+            _log("stages: " + ", ".join(f"{key} {value}" for key, value in row.items()))
+            rows.append(row)
+        module.case_inputs = case_inputs  # type: ignore[attr-defined]
+        resident.close()
+        del resident, entry, vec, encoder
+    return rows
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
@@ -265,6 +357,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     served = measure_server(args, index_dir, env, tmp)
     cli = measure_cli(args, index_dir, env, tmp)
+    stages = measure_stages(args, index_dir)
     by_clients = {row["clients"]: row for row in served["levels"]}  # type: ignore[union-attr]
     one, most = by_clients[min(by_clients)], by_clients[max(by_clients)]
     return {
@@ -274,6 +367,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "index": index,
         "cli": cli,
         "server": served,
+        "stages": stages,
         "config": {
             "clients": args.clients,
             "requests_per_level": args.requests,
@@ -281,6 +375,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             "k": args.k,
             "batch_window_ms": args.batch_window_ms,
             "max_batch": args.max_batch,
+            "backend": args.backend,
+            "threads": args.threads,
+            "search_threads": args.search_threads,
+            "stage_repeats": args.stage_repeats,
             "condition": CONDITION,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "smoke": args.smoke,
@@ -305,6 +403,20 @@ def markdown(result: dict[str, object]) -> str:
             f"{lat['p99']} | {r['mean_batch'] if r['mean_batch'] is not None else '–'} | {r['errors']} |"
         )
     lines += [
+        "",
+        f"Encoders: {', '.join(m['backend'] for m in served['models'])} (asked: {served['backend']}); "  # type: ignore[index]
+        f"threads: {served['threads']['encode']} encoding, {served['threads']['search']} searching.",  # type: ignore[index]
+        "",
+        "Stages, in-process (median ms; tokenize and forward cover the queries' and the condition's own pass, "
+        "forward the head too; the condition's pass is also shown alone):",
+        "",
+        "| backend | batch | tokenize | forward | (condition pass) | search | JSON | total |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *(
+            f"| {r['backend']} | {r['batch']} | {r['tokenize_ms']} | {r['forward_ms']} | {r['condition_pass_ms']} | "
+            f"{r['search_ms']} | {r['json_ms']} | {r['total_ms']} |"
+            for r in result["stages"]  # type: ignore[attr-defined]
+        ),
         "",
         f"Server start (`serve --preload`, model and index loaded): {served['startup_s']} s.",  # type: ignore[index]
         f"One-shot `condsearch query` (a fresh process, one query): median {cli['median_s']} s over "  # type: ignore[index]

@@ -144,6 +144,19 @@ def to_search_device(index: faiss.Index) -> faiss.Index | TorchFlatIndex:
         return index  # some index types have no GPU version; search on the CPU
 
 
+def search_threads(threads: int | None = None) -> int:
+    """Set FAISS's OpenMP threads when given (>= 1); return the count now in force.
+
+    OpenMP keeps the setting per calling thread (threads started otherwise use the process's default,
+    every core or ``OMP_NUM_THREADS``): call it on the thread that searches.
+    """
+    if threads is not None:
+        if threads < 1:
+            raise ValueError(f"search threads must be at least 1, got {threads}")
+        faiss.omp_set_num_threads(threads)
+    return int(faiss.omp_get_max_threads())
+
+
 def search(index: faiss.Index | TorchFlatIndex, queries: np.ndarray, k: int) -> SearchResult:
     """Return the k best rows for each normalised query, every row when k is at least their number.
 

@@ -45,7 +45,7 @@ class Vectorizer:
     head_checksum: str
     mode: str = MODE_CASE
     profile: Profile | None = None  # the adapter, head or router folders it was loaded from
-    #: what runs the encoder: torch, or onnxruntime for a one-shot query (see :mod:`condsearch.one_shot`)
+    #: what runs the encoder: torch, or onnxruntime from a checked export (see :mod:`condsearch.one_shot`)
     backend: Literal["torch", "onnxruntime"] = "torch"
 
     @property
@@ -152,10 +152,12 @@ def vectorizer_for(
     ``model`` and ``profile`` (its --head spelling too), given, must be those the index records;
     ``quantize``: None loads the quantisation the index records, another value than the recorded
     one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
-    ``one_shot``: a few queries on the CPU run the index's model by onnxruntime where its checked
-    export allows it (:mod:`condsearch.one_shot`), without importing torch.
+    ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
+    (:mod:`condsearch.one_shot`), without importing torch: a few one-shot queries, and the server.
     """
-    if one_shot:
+    if one_shot and model is None and profile is None:
+        if quantize is not None:  # the export follows the index; another quantisation is refused first
+            _check_model(manifest, model, quantize)
         from condsearch.one_shot import load_one_shot
 
         light = load_one_shot(manifest, threads=runtime.threads)

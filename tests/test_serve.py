@@ -204,3 +204,69 @@ def test_an_error_body_is_the_first_non_blank_line(reason: BaseException | str, 
     from condsearch.serve.app import _error
 
     assert json.loads(_error(400, reason).body)["error"] == expected
+
+
+def test_the_server_runs_onnxruntime_and_answers_as_query_json(index_dir: Path) -> None:
+    queries = [SENTENCES[2], SENTENCES[6], "a red shirt"]
+    with serve(index_dir) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        body = post(http, queries=queries, condition=COLOUR, k=5).json()  # the first load writes the ONNX export
+        one = post(http, query=SENTENCES[1], condition=COLOUR, k=4).json()
+        health = http.get("/health").json()
+    assert health["backend"] == "auto"
+    assert [m["backend"] for m in health["models"]] == ["onnxruntime"]
+    assert health["threads"]["encode"] >= 1 and health["threads"]["search"] >= 1
+    # `query` now finds the export the server wrote and runs it too: the same answers, to the last digit
+    assert body["results"] == cli_answers(index_dir, COLOUR, 5, *queries)
+    assert one["results"] == cli_answers(index_dir, COLOUR, 4, SENTENCES[1])
+
+
+def test_backend_torch_forces_transformers(index_dir: Path) -> None:
+    with serve(index_dir, backend="torch", threads=1) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        body = post(http, query=SENTENCES[2], condition=COLOUR, k=3).json()
+        health = http.get("/health").json()
+    assert health["backend"] == "torch" and health["threads"]["encode"] == 1
+    assert [m["backend"] for m in health["models"]] == ["torch"]
+    [want] = cli_answers(index_dir, COLOUR, 3, SENTENCES[2])
+    got = body["results"][0]["results"]
+    assert [h["id"] for h in got] == [h["id"] for h in want["results"]]
+    assert [h["score"] for h in got] == pytest.approx([h["score"] for h in want["results"]], abs=1e-5)
+
+
+def test_models_onnx_does_not_cover_keep_torch(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "mean"
+    flags = ["--model", tiny_bert_dir, "--head", "none", "--pooling", "mean", "--index-dir", folder]
+    run("index", corpus_file, "-c", COLOUR, *flags)
+    with serve(folder) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        assert post(http, query=SENTENCES[2], condition=COLOUR, k=2).status_code == 200
+        assert [m["backend"] for m in http.get("/health").json()["models"]] == ["torch"]
+
+
+def test_only_the_cpu_runs_onnxruntime() -> None:
+    from condsearch.serve.engine import runs_on_cpu
+
+    assert runs_on_cpu("cpu") and not runs_on_cpu("cuda") and not runs_on_cpu("cuda:0,cuda:1")
+
+
+def test_serve_help_shows_the_backend_and_threads() -> None:
+    out = run("serve", "--help").output
+    assert "--backend [auto|torch]" in out and "--search-threads" in out
+
+
+def test_another_quantisation_is_refused_before_onnxruntime_loads(index_dir: Path) -> None:
+    cli_answers(index_dir, COLOUR, 1, SENTENCES[2])  # writes the export the server would otherwise run
+    with serve(index_dir, quantize="int8") as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        response = post(http, query=SENTENCES[2], condition=COLOUR)
+    assert response.status_code >= 400 and "--quantize none, not int8" in response.json()["error"]
+
+
+def test_search_threads_reach_faiss_on_the_searching_thread(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    from condsearch.serve import engine
+
+    seen: list[tuple[str, int]] = []
+    monkeypatch.setattr(engine, "set_search_threads", lambda n: seen.append((threading.current_thread().name, n)))
+    with serve(index_dir, search_threads=1) as server, httpx.Client(base_url=server.url) as http:
+        assert post(http, query=SENTENCES[2], condition=COLOUR).status_code == 200
+        assert http.get("/health").json()["threads"]["search"] == 1
+    assert seen and all(n == 1 and name != threading.main_thread().name for name, n in seen)

@@ -17,7 +17,7 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CondsearchError
-from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+from condsearch.serve.config import API_KEY_ENV, BACKEND_CHOICES, ServeConfig, is_loopback
 
 
 @click.command("serve", context_settings=CONTEXT)
@@ -56,8 +56,23 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     help="A request body larger than this gets a 413 before it is read.",
 )
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
+@click.option(
+    "--backend",
+    type=click.Choice(BACKEND_CHOICES),
+    default=ServeConfig.backend,
+    show_default=True,
+    help="What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
+    "(BERT-style, as a one-shot query runs it, so answers equal `query --json`), else torch; "
+    "torch: always transformers.",
+)
 @quantize_check_option
 @threads_option
+@click.option(
+    "--search-threads",
+    type=click.IntRange(min=1),
+    default=ServeConfig.search_threads,
+    help="FAISS's threads for searching [default: every core].",
+)
 @index_dir_option
 @read_store_option("Serve the")
 @device_option
@@ -70,6 +85,8 @@ def serve_cmd(
     batch_window_ms: float,
     max_body_bytes: int,
     preload: bool,
+    backend: str,
+    search_threads: int | None,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -107,6 +124,8 @@ def serve_cmd(
         preload=preload,
         quantize=quantize,
         threads=threads,
+        backend=backend,  # type: ignore[arg-type]  # click.Choice of BACKEND_CHOICES
+        search_threads=search_threads,
     )
     try:
         run_server(config)

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from condsearch import __version__
 from condsearch.answers import index_summary, query_answer
 from condsearch.errors import CondsearchError, first_line
+from condsearch.index import search_threads
 from condsearch.search import Answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
@@ -288,6 +289,9 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "version": __version__,
             "indexes_loaded": resident.n_indexes,
             "models_loaded": resident.n_models,
+            "models": resident.models(),
+            "backend": config.backend,
+            "threads": {"encode": config.encode_threads, "search": config.search_threads or search_threads()},
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
 

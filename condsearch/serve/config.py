@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
 API_KEY_HEADER = "X-API-Key"
+
+#: what runs the encoders: ``auto`` is onnxruntime on the CPU wherever the index's model allows it (as a
+#: one-shot `query` does: BERT-style, condition-mean pooling, its checked ONNX export), else transformers
+#: (torch); ``torch`` is always transformers
+Backend = Literal["auto", "torch"]
+BACKEND_CHOICES: tuple[Backend, ...] = ("auto", "torch")
 
 
 @dataclass(frozen=True)
@@ -56,8 +64,27 @@ class ServeConfig:
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built
     quantize: str | None = None
-    #: the encoders' intra-op threads on the CPU (None: every core)
+    #: what runs the encoders (see ``Backend``)
+    backend: Backend = "auto"
+    #: the encoders' intra-op threads on the CPU, torch's or onnxruntime's (None: every core)
     threads: int | None = None
+    #: FAISS's OpenMP threads for searching (None: FAISS's own default, every core). Encoding and
+    #: searching take turns on the batcher's thread, so both default to every core; what to measure
+    #: before changing either is in docs/serve.md
+    search_threads: int | None = None
+
+    @property
+    def encode_threads(self) -> int:
+        """Return the encoders' intra-op threads: ``threads``, else every core this process may use."""
+        return self.threads or available_cores()
+
+
+def available_cores() -> int:
+    """Return the cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def is_loopback(host: str) -> bool:

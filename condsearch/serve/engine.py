@@ -6,6 +6,9 @@ on first use and again when `condsearch index` has replaced it (it watches the m
 re-read at most every ``reload_interval_s``), and shares one loaded model (encoder + adapter +
 head) between every index built with the same one. ``answer_batch`` answers a batch through
 :func:`condsearch.search.answer_batch`: one forward pass per (model, condition), one search per index.
+
+On the CPU a model runs on onnxruntime wherever the index allows it (:func:`load_served_vectorizer`),
+as a one-shot `condsearch query` does, so that the server's answers are the query's.
 """
 
 from __future__ import annotations
@@ -14,11 +17,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.index import search_threads as set_search_threads
 from condsearch.search import (
     Answer,
     Found,
@@ -30,7 +34,7 @@ from condsearch.search import (
     find_index,
     vectorizer_key,
 )
-from condsearch.serve.config import ServeConfig
+from condsearch.serve.config import Backend, ServeConfig, available_cores
 from condsearch.spec import Runtime
 from condsearch.store import Manifest
 from condsearch.vectorizer import Vectorizer, vectorizer_for
@@ -48,6 +52,51 @@ log = logging.getLogger(__name__)
 
 #: how the server's requests name the corpus, in its errors
 CORPUS_FIELD = '"corpus"'
+
+
+def runs_on_cpu(device: str | None) -> bool:
+    """Return whether models asked for on device run on the CPU (None: CUDA when present, as everywhere else)."""
+    if device is not None:
+        return device == "cpu"
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def load_served_vectorizer(
+    manifest: Manifest, *, backend: Backend = ServeConfig.backend, runtime: Runtime, quantize: str | None = None
+) -> Vectorizer:
+    """Load the model an index was built with, run as the server runs it.
+
+    ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
+    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head);
+    an export not yet cached is written now from the torch model and checked against it, as a
+    first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
+    export) transformers runs it; an int8 index runs its int8 export either way.
+    """
+    onnx = backend == "auto" and runs_on_cpu(runtime.device)
+    if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
+        runtime = replace(runtime, threads=available_cores())
+    vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=onnx)
+    if onnx and vec.backend == "torch":
+        from condsearch.one_shot import cache_onnx_export, load_one_shot
+
+        cache_onnx_export(manifest, vec)
+        light = load_one_shot(manifest, threads=runtime.threads)
+        if light is not None:
+            return light
+    return vec
+
+
+def backend_of(vec: Vectorizer) -> str:
+    """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
+    from condsearch.encoders.onnx_files import OnnxBertEncoder
+
+    return "onnxruntime" if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder) else "torch"
 
 
 @dataclass(frozen=True)
@@ -88,16 +137,16 @@ class Resident:
         trust_remote_code: bool = False,
         quantize: str | None = None,
         threads: int | None = None,
+        backend: Backend = ServeConfig.backend,
+        search_threads: int | None = ServeConfig.search_threads,
         corpus_option: str = CORPUS_FIELD,
     ) -> None:
         self.store = store
+        self.search_threads = search_threads
         self.corpus_option = corpus_option  # how errors tell the caller to name a corpus
+        runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
         self._load_vectorizer = load_vectorizer or (
-            lambda m: vectorizer_for(
-                m,
-                quantize=quantize,
-                runtime=Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code),
-            )
+            lambda m: load_served_vectorizer(m, backend=backend, runtime=runtime, quantize=quantize)
         )
         self.reload_interval_s = reload_interval_s
         self._indexes: dict[str, LoadedIndex] = {}
@@ -161,6 +210,7 @@ class Resident:
             if key not in self._models:
                 log.info("loading the model for %s", name)
                 self._models[key] = self._load_vectorizer(opened.manifest)
+                log.info("%s: the model runs on %s", name, backend_of(self._models[key]))
             loaded = LoadedIndex(name, opened, key)
             self._indexes[name] = loaded
             self._drop_unused_models()
@@ -197,6 +247,13 @@ class Resident:
     def n_models(self) -> int:
         return len(self._models)
 
+    def models(self) -> list[dict[str, str]]:
+        """Return each loaded model's id and what runs it (``backend``: onnxruntime or torch)."""
+        return [
+            {"model": vec.encoder.model_id, "profile": vec.profile_name, "backend": backend_of(vec)}
+            for vec in list(self._models.values())
+        ]
+
     # ------------------------------------------------------------ answering
 
     def answer_batch(self, jobs: Sequence[QueryJob]) -> list[Answer | BaseException]:
@@ -205,5 +262,8 @@ class Resident:
         Returns one Answer per job (k capped at the index's rows), or the exception raised for it;
         a job that breaks the model fails alone (see :func:`condsearch.search.answer_batch`).
         """
+        if self.search_threads is not None:
+            # OpenMP keeps the thread count per calling thread: set it on the one that searches
+            set_search_threads(self.search_threads)
         requests = [Request(job.index, self.vectorizer(job.index.model_key), job.queries, job.k) for job in jobs]
         return answer_batch(requests, one_pass=True)

@@ -43,7 +43,9 @@ def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:
         device=config.device,
         trust_remote_code=config.trust_remote_code,
         quantize=config.quantize,
-        threads=config.threads,
+        threads=config.encode_threads,
+        backend=config.backend,
+        search_threads=config.search_threads,
     )
     if config.preload:
         resident.preload()
