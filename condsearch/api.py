@@ -128,7 +128,7 @@ class Store:
         key = vectorizer_key(manifest)
         if key not in self._models:
             runtime = Runtime(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
-            self._models[key] = vectorizer_for(manifest, runtime=runtime)
+            self._models[key] = vectorizer_for(manifest, runtime=runtime).serving()
         return self._models[key]
 
     def index(

@@ -18,14 +18,13 @@ import numpy as np
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, recorded_profile, resolve_profile
-from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder
+from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
 from condsearch.errors import ModelError, StoreError
 from condsearch.index import normalize
 from condsearch.models import resolve_model
 from condsearch.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
-    from condsearch.encoders import Encoder
     from condsearch.head import ProjectionHead
     from condsearch.head_files import NumpyHead
     from condsearch.manifest import Manifest
@@ -56,6 +55,15 @@ class Vectorizer:
     def spec(self) -> EncoderSpec:
         """Return the spec that loads this vectorizer again (every ``auto`` resolved): what a manifest stores."""
         return EncoderSpec.recorded(self.encoder.describe(), self.mode, self.profile_name)
+
+    def serving(self) -> Vectorizer:
+        """Return this vectorizer, its encoder now keeping recent conditions' own vectors (CASE's second pass).
+
+        For a model that answers queries with fixed weights (the server, a Python API store).
+        """
+        if isinstance(self.encoder, Encoder):
+            self.encoder.remember_conditions()
+        return self
 
     def encode(
         self, texts: Sequence[str], condition: str, *, batch_size: int = ENCODE_BATCH_SIZE, progress: bool = False

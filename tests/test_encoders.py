@@ -64,6 +64,30 @@ def test_encode_case_is_conditional_minus_unconditional(hash_encoder: HashEncode
     assert sorted(unconditional) == [("colour", None), ("sport", None)]  # once per condition
 
 
+def test_a_serving_encoder_computes_each_condition_once_and_forgets_the_oldest(hash_encoder: HashEncoder) -> None:
+    hash_encoder.remember_conditions(size=2)
+    first = hash_encoder.encode(["a", "b"], "colour")
+    again = hash_encoder.encode(["c"], "colour")
+    hash_encoder.encode(["a", "a"], ["sport", "size"])  # two more conditions: "colour" is the oldest, forgotten
+    hash_encoder.encode(["b"], "colour")
+    bare = [p for p in hash_encoder.seen if p[1] is None]
+    assert bare == [("colour", None), ("sport", None), ("size", None), ("colour", None)]
+    expected = HashEncoder.vector(("colour", "c")) - HashEncoder.vector(("colour", None))
+    np.testing.assert_allclose(again[0], expected, atol=1e-6)  # the remembered vector is the one computed
+    np.testing.assert_allclose(first, hash_encoder.encode(["a", "b"], "colour"), atol=0)
+
+
+def test_conditions_are_not_remembered_unless_asked(hash_encoder: HashEncoder) -> None:
+    hash_encoder.encode(["a"], "colour")
+    hash_encoder.encode(["b"], "colour")
+    assert [p for p in hash_encoder.seen if p[1] is None] == [("colour", None)] * 2
+    with pytest.raises(ValueError, match="at least 0"):
+        hash_encoder.remember_conditions(size=-1)
+    hash_encoder.remember_conditions(size=0)
+    hash_encoder.encode(["c"], "colour")
+    assert [p for p in hash_encoder.seen if p[1] is None] == [("colour", None)] * 3
+
+
 def test_encode_case_with_one_condition_string(hash_encoder: HashEncoder) -> None:
     out = hash_encoder.encode(["a", "b", "c"], "colour")
     expected = np.stack([HashEncoder.vector(("colour", s)) - HashEncoder.vector(("colour", None)) for s in "abc"])

@@ -6,7 +6,15 @@ import faiss
 import numpy as np
 import pytest
 
-from condsearch.index import SearchResult, build_index, exact_search, normalize, search, to_search_device
+from condsearch.index import (
+    FLAT_BLAS_MIN_QUERIES,
+    SearchResult,
+    build_index,
+    exact_search,
+    normalize,
+    search,
+    to_search_device,
+)
 
 
 def _unit(n: int, d: int, seed: int) -> np.ndarray:
@@ -40,6 +48,18 @@ def test_flat_index_equals_brute_force() -> None:
     np.testing.assert_array_equal(got.ids, ref.ids)
     np.testing.assert_allclose(got.scores, ref.scores, atol=1e-5)
     assert (np.diff(got.scores, axis=1) <= 1e-6).all()  # best first
+
+
+def test_a_batch_searched_by_matrix_product_finds_what_each_query_finds_alone() -> None:
+    # a server's batch takes FAISS's BLAS path, a one-shot query its scan: the same neighbours
+    assert faiss.cvar.distance_compute_blas_threshold == FLAT_BLAS_MIN_QUERIES
+    corpus, queries = _unit(2000, 32, 2), _unit(2 * FLAT_BLAS_MIN_QUERIES, 32, 3)
+    index = build_index(corpus)
+    batch = search(index, queries, 10)
+    for i, query in enumerate(queries):
+        alone = search(index, query[None], 10)
+        np.testing.assert_allclose(batch.scores[i], alone.scores[0], atol=1e-5)
+        assert set(batch.ids[i]) == set(alone.ids[0])
 
 
 def test_hnsw_recall_is_high() -> None:

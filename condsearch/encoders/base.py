@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -18,6 +19,8 @@ log = logging.getLogger(__name__)
 
 #: pairs per encoder forward pass, wherever a caller names no other (the CLI's --batch-size default)
 ENCODE_BATCH_SIZE = 64
+#: conditions whose own vector f(c; I(∅)) a serving encoder keeps (:meth:`Encoder.remember_conditions`)
+CONDITION_MEMO_SIZE = 256
 
 # A (condition, sentence) input; a sentence of None stands for the bare instruction I(∅).
 Pair = tuple[str, str | None]
@@ -75,6 +78,42 @@ class Encoder(ABC):
 
     def __init__(self) -> None:
         self.stats = EncodeStats()
+        #: f(c; I(∅)) by condition, kept only when :meth:`remember_conditions` asked for it
+        self._condition_memo: OrderedDict[str, np.ndarray] | None = None
+        self._memo_size = 0
+
+    def remember_conditions(self, size: int = CONDITION_MEMO_SIZE) -> None:
+        """Keep the last ``size`` conditions' own vectors f(c; I(∅)), so a query pays one pass, not two.
+
+        For models whose weights no longer change (a server, an API handle); a model being trained
+        must not keep them. ``size`` 0 turns it off.
+        """
+        if size < 0:
+            raise ValueError("the condition memo's size must be at least 0")
+        self._memo_size = size
+        self._condition_memo = OrderedDict() if size else None
+
+    def _condition_vectors(
+        self, conditions: Sequence[str], batch_size: int, cache: EmbeddingCache | None
+    ) -> np.ndarray:
+        """Return f(c; I(∅)) of distinct conditions, from the memo where it holds them."""
+        memo = self._condition_memo
+        if memo is None:
+            return self.encode_pairs([(c, None) for c in conditions], batch_size=batch_size, cache=cache)
+        missing = [c for c in conditions if c not in memo]
+        if missing:
+            for c, vec in zip(
+                missing,
+                self.encode_pairs([(c, None) for c in missing], batch_size=batch_size, cache=cache),
+                strict=True,
+            ):
+                memo[c] = vec
+        for c in conditions:
+            memo.move_to_end(c)
+        rows = np.stack([memo[c] for c in conditions])
+        while len(memo) > self._memo_size:
+            memo.popitem(last=False)
+        return rows
 
     @abstractmethod
     def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
@@ -155,7 +194,7 @@ class Encoder(ABC):
             raise ValueError("texts and conditions differ in length")
         distinct = list(dict.fromkeys(conditions))
         # f(c; I(∅)) once per distinct condition
-        base = self.encode_pairs([(c, None) for c in distinct], batch_size=batch_size, cache=cache)
+        base = self._condition_vectors(distinct, batch_size, cache)
         row = {c: i for i, c in enumerate(distinct)}
         pairs: list[Pair] = list(zip(conditions, texts, strict=True))
         cond = self.encode_pairs(pairs, batch_size=batch_size, progress=progress, cache=cache)

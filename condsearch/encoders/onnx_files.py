@@ -193,6 +193,9 @@ def _session(path: Path, threads: int) -> Any:
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
+    # Its idle threads would otherwise spin after each run, on the cores FAISS searches with next
+    # (a served query's search took 20 ms beside them instead of 7; benchmarks/README, issue 28).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 

@@ -88,8 +88,8 @@ def load_served_vectorizer(
         cache_onnx_export(manifest, vec)
         light = load_one_shot(manifest, threads=runtime.threads)
         if light is not None:
-            return light
-    return vec
+            return light.serving()
+    return vec.serving()
 
 
 def backend_of(vec: Vectorizer) -> str:
