@@ -18,12 +18,14 @@ the cost of a 0.6B decoder embedder can be measured where its weights cannot be 
     python benchmarks/encode_throughput.py --csv $D/train.csv -n 4000 --arch qwen3-0.6b --device cuda
 
 ``--quantize int8`` measures instead, in one run and on the same pairs, CASE with the int8
-encoder (onnxruntime dynamic int8, see condsearch.encoders.onnx_export), CASE in float32 (the same
-model loaded for inference) and sentence-transformers' ``encode()`` of each pair's sentence and
-condition joined by a space (one plain embedding per pair, about the same tokens). The three run
-in turn within each repeat, so a change in the machine's load falls on all of them; the JSON
-gives their median pairs/s, ``int8_speedup`` (int8 / float32) and how close the int8 CASE
-vectors are to float32's (cosine).
+encoder (onnxruntime dynamic int8, see condsearch.encoders.onnx_export), CASE in float32 run by
+torch (the same model loaded for inference), CASE in float32 run by onnxruntime (its checked
+float32 export) and sentence-transformers' ``encode()`` of each pair's sentence and condition
+joined by a space (one plain embedding per pair, about the same tokens). The four run in turn
+within each repeat, so a change in the machine's load falls on all of them; the JSON gives their
+median pairs/s, ``int8_speedup`` (int8 / float32 run by torch: the reference, named in
+``int8_speedup_reference``), ``int8_vs_onnxruntime_float32`` and how close the int8 CASE vectors
+are to float32's (cosine).
 
     python benchmarks/encode_throughput.py --csv $D/dev.csv -n 2000 --quantize int8
 """
@@ -187,16 +189,23 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
 
 
 def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[str]) -> dict[str, object]:
-    """Return pairs/s of int8 CASE, float32 CASE and sentence-transformers' encode() on the same pairs."""
+    """Return pairs/s of int8 CASE, float32 CASE (torch, onnxruntime) and sentence-transformers' encode()."""
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
-    from condsearch.encoders.onnx_export import pooled_cosines
+    from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.encoders.onnx_export import pooled_cosines, write_export
     from condsearch.models import resolve_model
 
     load_before = os.getloadavg()
     int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))
     float32 = load_encoder(EncoderSpec(args.model, profile="none", runtime=Runtime(device="cpu", threads=args.threads)))
+    assert isinstance(float32, BertStyleEncoder)
+    ort32, refused = write_export(
+        float32, resolve_model(args.model), None, "float32", max_length=None, threads=torch.get_num_threads()
+    )
+    if ort32 is None:
+        raise SystemExit(f"the float32 ONNX export was refused: {refused}")
     peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
     pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
     n_tokens = count_tokens(float32, pairs)
@@ -208,6 +217,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     runs = {
         "int8": lambda r: case(int8, r),
         "float32": lambda r: case(float32, r),
+        "onnxruntime_float32": lambda r: case(ort32, r),
         "sentence_transformers": lambda r: peer.encode(
             [f"{s} {c} ({r})" for c, s in pairs], batch_size=args.batch_size, convert_to_numpy=True
         ),
@@ -215,6 +225,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     warm = min(len(pairs), 2 * args.batch_size)
     int8.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     float32.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    ort32.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     peer.encode(texts[:warm], batch_size=args.batch_size)
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     outputs: dict[str, object] = {}
@@ -238,6 +249,8 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         "seconds": {name: [round(x, 3) for x in t] for name, t in seconds.items()},
         "pairs_per_s": {name: round(v, 1) for name, v in rate.items()},
         "int8_speedup": round(rate["int8"] / rate["float32"], 3),
+        "int8_speedup_reference": "float32: CASE run by torch (transformers), not its onnxruntime export",
+        "int8_vs_onnxruntime_float32": round(rate["int8"] / rate["onnxruntime_float32"], 3),
         "int8_vs_sentence_transformers": round(rate["int8"] / rate["sentence_transformers"], 3),
         "float32_vs_sentence_transformers": round(rate["float32"] / rate["sentence_transformers"], 3),
         "case_cosine_int8_float32": {"median": round(float(np.median(cos)), 4), "min": round(float(cos.min()), 4)},
@@ -252,10 +265,11 @@ def int8_table(r: dict[str, object]) -> str:
     return (
         f"{r['model']}, {r['n_pairs']} pairs ({r['mean_tokens_per_pair']} tokens/pair), batch {r['batch_size']}, "
         f"{r['threads']} threads, load {r['load_average_before']}\n\n"
-        "| encoder | pairs/s (median) | vs float32 |\n|---|---:|---:|\n"
+        "| encoder | pairs/s (median) | vs float32 (torch) | vs float32 (onnxruntime) |\n|---|---:|---:|---:|\n"
         + "".join(
-            f"| {name} | {rate[name]:.3g} | {rate[name] / rate['float32']:.2f}× |\n"
-            for name in ("int8", "float32", "sentence_transformers")
+            f"| {name} | {rate[name]:.3g} | {rate[name] / rate['float32']:.2f}× "
+            f"| {rate[name] / rate['onnxruntime_float32']:.2f}× |\n"
+            for name in ("int8", "float32", "onnxruntime_float32", "sentence_transformers")
         )
     )
 
@@ -286,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "--quantize",
         choices=QUANTIZE_CHOICES,
         default=CpuConfig.quantize,
-        help="int8: int8 CASE beside float32 CASE and sentence-transformers' encode() (CPU)",
+        help="int8: int8 CASE beside float32 CASE (torch, onnxruntime) and sentence-transformers' encode() (CPU)",
     )
     p.add_argument("--threads", type=int, default=CpuConfig.threads, help="intra-op threads [default: every core]")
     p.add_argument("--json-out", type=Path, default=None)

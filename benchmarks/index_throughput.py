@@ -12,6 +12,17 @@ sentences) after 1% of its rows changed (a third edited, a third deleted, a thir
 against a full rebuild of the changed corpus; the time ratio, whether the top-10 of held-out
 queries is identical and the vectors equal, and the process's peak RSS.
 
+--against-st: in one run, the encoding path of ``condsearch index`` (the vectorizer it loads,
+--backend auto by default: onnxruntime on the CPU wherever it applies, see condsearch.backends;
+encoding in its chunks of 8,192 rows, FAISS and file writes left out) on the first N distinct
+sentences under one condition, against sentence-transformers'
+``SentenceTransformer(<the same model folder>).encode(texts)`` on the same texts (plain
+embeddings, its default batch of 32 unless --st-batch-size). Both run in every repeat, in
+alternating order, after a warm-up; the JSON gives their median pairs/s, the ratio, the
+backend used, the threads and the CPU.
+
+    python benchmarks/index_throughput.py --against-st --csv ../shared/data/csts-reannotated/train.csv -n 5000
+
 --stream-rows N: the peak RSS of indexing an N-row parquet corpus in a fresh process, beside
 the size of the index built; --encoder hash stands in a fast deterministic encoder (sha256-
 seeded random vectors, as the tests' hash encoder) for the model, so 1M rows take minutes.
@@ -33,11 +44,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import quiet_transformers, run_info, timing_config, write_json
+from common import log, quiet_transformers, run_info, timing_config, write_json
 
+from condsearch.backends import backend_of, load_bulk_vectorizer
 from condsearch.corpus import read_corpus
-from condsearch.ingest import index_corpus
-from condsearch.spec import EncoderSpec
+from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig, available_cores
+from condsearch.ingest import CHUNK_ROWS, index_corpus
+from condsearch.spec import EncoderSpec, Runtime
 from condsearch.store import IndexStore
 from condsearch.vectorizer import load_vectorizer
 
@@ -60,6 +73,69 @@ def folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
 
 
+def against_sentence_transformers(args: argparse.Namespace, texts: list[str]) -> dict[str, object]:
+    """Return pairs/s of index's encoding path and of sentence-transformers' encode() on the same texts."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    from condsearch.models import resolve_model
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)  # sentence-transformers' threads too
+    runtime = Runtime(device="cpu", threads=args.threads)
+    ours = load_bulk_vectorizer(EncoderSpec(args.model, head=args.head, runtime=runtime), backend=args.backend)
+    peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
+    warm = texts[: min(len(texts), 2 * args.batch_size)]
+    ours.encode(warm, "a warm-up condition", batch_size=args.batch_size)
+    peer.encode(warm, batch_size=args.st_batch_size)
+
+    def index_path() -> None:  # as `condsearch index` encodes: chunk by chunk, each under the condition
+        for start in range(0, len(texts), CHUNK_ROWS):
+            ours.encode(texts[start : start + CHUNK_ROWS], args.condition, batch_size=args.batch_size)
+
+    runs = {
+        "condsearch_index": index_path,
+        "sentence_transformers": lambda: peer.encode(texts, batch_size=args.st_batch_size),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(args.repeats):
+        for name in list(runs)[:: 1 if r % 2 == 0 else -1]:  # alternating order: load changes fall on both
+            start = time.perf_counter()
+            runs[name]()
+            seconds[name].append(time.perf_counter() - start)
+        log("index_throughput", " ".join(f"{n}: {len(texts) / t[-1]:.1f}" for n, t in seconds.items()) + " pairs/s")
+    rate = {name: len(texts) / statistics.median(t) for name, t in seconds.items()}
+    backend = backend_of(ours)
+    info = run_info("cpu")
+    machine = info["machine"]
+    assert isinstance(machine, dict)
+    return {
+        "mode": "against_sentence_transformers",
+        "rows": len(texts),
+        "condition": args.condition,
+        "backend": backend,
+        "backend_asked": args.backend,
+        "threads": {
+            "condsearch_index": (args.threads or available_cores())
+            if backend == "onnxruntime"
+            else torch.get_num_threads(),
+            "sentence_transformers": torch.get_num_threads(),
+        },
+        "cpu": machine["cpu"],
+        "seconds": {name: [round(x, 3) for x in t] for name, t in seconds.items()},
+        "pairs_per_second": {name: round(v, 1) for name, v in rate.items()},
+        "ratio": round(rate["condsearch_index"] / rate["sentence_transformers"], 3),
+        "dim": ours.dim,
+        "config": {
+            "model": ours.encoder.model_id,
+            "head": ours.profile_name,
+            "st_batch_size": args.st_batch_size,
+            **timing_config(args.batch_size, args.repeats, args.smoke),
+        },
+        "run": info,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--csv", type=Path, default=None, help="C-STS style CSV to draw sentences from")
@@ -78,6 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--index-factory", default="Flat", help="--stream-rows: index type")
     p.add_argument("--texts", type=Path, nargs="*", default=None, help="--incremental: text sources")
     p.add_argument("--save-vectors", type=Path, default=None, help="--incremental: keep the vectors here (.npy)")
+    p.add_argument("--against-st", action="store_true", help="index's encoding against sentence-transformers")
+    p.add_argument("--backend", choices=BACKEND_CHOICES, default=CpuConfig.backend, help="--against-st: ours")
+    p.add_argument("--threads", type=int, default=CpuConfig.threads, help="--against-st: both [default: each its own]")
+    p.add_argument("--st-batch-size", type=int, default=32, help="--against-st: encode()'s batch (its default)")
     p.add_argument("--_child", type=Path, default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.incremental or args.stream_rows or args._child:
@@ -89,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     quiet_transformers()
     n, repeats = (50, 1) if args.smoke else (args.n, args.repeats)
     texts = distinct_sentences(args.csv, n)
+    if args.against_st:
+        args.repeats = repeats
+        write_json(against_sentence_transformers(args, texts), args.json_out)
+        return 0
     vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
     with tempfile.TemporaryDirectory() as tmp:
         corpus_path = Path(tmp) / "corpus.parquet"

@@ -9,9 +9,22 @@ if TYPE_CHECKING:
     from condsearch.store import Manifest
 
 
+#: decimal places of a score, and of a calibrated hit's z, in an answer
+SCORE_PLACES = 6
+Z_PLACES = 4
+
+
 def query_answer(hits: Hits) -> dict[str, Any]:
-    """Return one query's answer: ``{query, condition, results: [{rank, id, score, text}]}``, scores to 6 places."""
-    results = [{"rank": r + 1, "id": h.id, "score": round(h.score, 6), "text": h.text} for r, h in enumerate(hits)]
+    """Return one query's answer: ``{query, condition, results: [{rank, id, score, text}]}``, scores to 6 places.
+
+    Calibrated hits add ``z`` (4 places) to each result, after ``score``.
+    """
+    results = []
+    for r, h in enumerate(hits):
+        result: dict[str, Any] = {"rank": r + 1, "id": h.id, "score": round(h.score, SCORE_PLACES)}
+        if hits.calibrated and h.z is not None:
+            result["z"] = round(h.z, Z_PLACES)
+        results.append({**result, "text": h.text})
     return {"query": hits.query, "condition": hits.condition, "results": results}
 
 
@@ -30,4 +43,5 @@ def index_summary(name: str, manifest: Manifest | Exception) -> dict[str, Any]:
         "head": m.head,
         "dim": m.dim,
         "factory": m.factory,
+        "score_background": m.score_background,  # {}: none recorded (condsearch.calibration)
     }

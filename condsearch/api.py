@@ -186,11 +186,11 @@ class Store:
 
     @overload
     def search(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too: one query, one Hits
-        self, queries: str, *, condition: str, k: int = ..., corpus: str | None = ...
+        self, queries: str, *, condition: str, k: int = ..., corpus: str | None = ..., calibrated: bool = ...
     ) -> Hits: ...
     @overload
     def search(
-        self, queries: Sequence[str], *, condition: str, k: int = ..., corpus: str | None = ...
+        self, queries: Sequence[str], *, condition: str, k: int = ..., corpus: str | None = ..., calibrated: bool = ...
     ) -> list[Hits]: ...
     def search(
         self,
@@ -199,24 +199,31 @@ class Store:
         condition: str,
         k: int = ServeConfig.k,
         corpus: str | None = None,
+        calibrated: bool = False,
     ) -> Hits | list[Hits]:
         """Return the k best rows of condition's index for a query (Hits), or for each of a list (a list of Hits).
 
         A k larger than the index returns every row. ``corpus`` picks among corpora indexed under
-        the same condition.
+        the same condition. ``calibrated`` also sets each hit's ``z``, its score's standard score
+        against the index's background (:mod:`condsearch.calibration`); an index that records none
+        raises CondsearchError naming the fix.
         """
+        from condsearch.calibration import Background
         from condsearch.search import answer
 
         texts = [queries] if isinstance(queries, str) else list(queries)
         if self._resident is not None:
             loaded = self._resident.get(condition, corpus)
+            background = Background.of(loaded.manifest) if calibrated else None
             found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k)
         else:
             from condsearch.scale.milvus import open_index
 
             with open_index(self.location, condition, corpus) as index:
+                background = Background.of(index.manifest) if calibrated else None
                 found = answer(index, self._vectorizer(index.manifest), texts, k)
-        return found.hits[0] if isinstance(queries, str) else found.hits
+        hits = [background.calibrate(h) for h in found.hits] if background else found.hits
+        return hits[0] if isinstance(queries, str) else hits
 
 
 def open(

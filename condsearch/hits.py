@@ -14,25 +14,36 @@ if TYPE_CHECKING:
 
 #: the columns of :meth:`Hits.to_dicts`, :meth:`Hits.to_pandas` and :meth:`Hits.to_arrow`
 COLUMNS = ("rank", "id", "score", "text", "row")
+#: the column calibrated hits add (:mod:`condsearch.calibration`)
+Z_COLUMN = "z"
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One row found for a query: its id, its score (cosine under the condition, higher is closer), text and row."""
+    """One row found for a query: its id, its score (cosine under the condition, higher is closer), text and row.
+
+    ``z`` is set by a calibrated search only: the score's standard score against the index's background
+    (:mod:`condsearch.calibration`); the score itself is the same either way.
+    """
 
     id: str | int
     score: float
     text: str
     row: int  # the row's position in the index
+    z: float | None = None
 
 
 @dataclass(frozen=True)
 class Hits(Sequence[Hit]):
-    """One query's hits under one condition, best first (rank 1 is ``hits[0]``): a read-only sequence of Hit."""
+    """One query's hits under one condition, best first (rank 1 is ``hits[0]``): a read-only sequence of Hit.
+
+    ``calibrated``: each hit carries its ``z``, and the tables a ``z`` column after ``row``.
+    """
 
     query: str
     condition: str
     hits: tuple[Hit, ...]
+    calibrated: bool = False
 
     @overload
     def __getitem__(self, i: int) -> Hit: ...
@@ -40,7 +51,7 @@ class Hits(Sequence[Hit]):
     def __getitem__(self, i: slice) -> Hits: ...
     def __getitem__(self, i: int | slice) -> Hit | Hits:
         if isinstance(i, slice):
-            return Hits(self.query, self.condition, self.hits[i])
+            return Hits(self.query, self.condition, self.hits[i], self.calibrated)
         return self.hits[i]
 
     def __len__(self) -> int:
@@ -49,28 +60,38 @@ class Hits(Sequence[Hit]):
     def __iter__(self) -> Iterator[Hit]:
         return iter(self.hits)
 
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Return the tables' columns: rank, id, score, text, row, and z when calibrated."""
+        return (*COLUMNS, Z_COLUMN) if self.calibrated else COLUMNS
+
     def to_dicts(self) -> list[dict[str, Any]]:
-        """Return one ``{rank, id, score, text, row}`` dict per hit, best first."""
-        return [{"rank": r + 1, "id": h.id, "score": h.score, "text": h.text, "row": h.row} for r, h in enumerate(self)]
+        """Return one ``{rank, id, score, text, row}`` dict per hit (with ``z`` when calibrated), best first."""
+        out = []
+        for r, h in enumerate(self):
+            row = {"rank": r + 1, "id": h.id, "score": h.score, "text": h.text, "row": h.row}
+            out.append({**row, Z_COLUMN: h.z} if self.calibrated else row)
+        return out
 
     def to_arrow(self) -> pa.Table:
-        """Return the hits as a pyarrow Table with columns rank, id, score, text, row."""
+        """Return the hits as a pyarrow Table with columns rank, id, score, text, row (and z when calibrated)."""
         import pyarrow as pa
 
-        return pa.table(
-            {
-                "rank": pa.array(range(1, len(self) + 1), type=pa.int64()),
-                "id": pa.array([h.id for h in self]),
-                "score": pa.array([h.score for h in self], type=pa.float64()),
-                "text": pa.array([h.text for h in self], type=pa.string()),
-                "row": pa.array([h.row for h in self], type=pa.int64()),
-            }
-        )
+        columns = {
+            "rank": pa.array(range(1, len(self) + 1), type=pa.int64()),
+            "id": pa.array([h.id for h in self]),
+            "score": pa.array([h.score for h in self], type=pa.float64()),
+            "text": pa.array([h.text for h in self], type=pa.string()),
+            "row": pa.array([h.row for h in self], type=pa.int64()),
+        }
+        if self.calibrated:
+            columns[Z_COLUMN] = pa.array([h.z for h in self], type=pa.float64())
+        return pa.table(columns)
 
     def to_pandas(self) -> pd.DataFrame:
-        """Return the hits as a pandas DataFrame with columns rank, id, score, text, row (pandas must be installed)."""
+        """Return the hits as a pandas DataFrame with :attr:`columns` (pandas must be installed)."""
         try:
             import pandas as pd
         except ImportError as exc:
             raise CondsearchError("Hits.to_pandas needs pandas: pip install pandas (or use to_arrow)") from exc
-        return pd.DataFrame(self.to_dicts(), columns=list(COLUMNS))
+        return pd.DataFrame(self.to_dicts(), columns=list(self.columns))

@@ -14,6 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from condsearch.calibration import background_problem
 from condsearch.errors import StoreError
 from condsearch.vectors import VECTORS_FILE
 
@@ -21,8 +22,9 @@ from condsearch.vectors import VECTORS_FILE
 # 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
 # 4: files, the sha256 and size of every file of the index
 # 5: spec, the EncoderSpec that loads the encoder again (before: read from the encoder record)
-FORMAT_VERSION = 5
-READABLE_FORMATS = (1, 2, 3, 4, 5)
+# 6: score_background, the scores of a sample of the index's row pairs (condsearch.calibration)
+FORMAT_VERSION = 6
+READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
@@ -56,6 +58,8 @@ class Manifest:
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
     spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.spec.EncoderSpec.to_dict()
+    # format 6: condsearch.calibration.score_background of the kept vectors ({}: none recorded)
+    score_background: dict[str, object] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""
@@ -114,4 +118,4 @@ def _field_problem(raw: dict[str, Any]) -> str:
     index = raw.get("files", {}).get(INDEX_FILE)
     if index is not None and (index["sha256"], index["size"]) != (raw.get("index_checksum"), raw.get("index_size")):
         return f"field 'files' should give {INDEX_FILE} the 'index_checksum' and 'index_size' that the manifest gives"
-    return ""
+    return background_problem(raw.get("score_background", {}))

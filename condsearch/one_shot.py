@@ -5,7 +5,9 @@ applies to CASE indexes of a BERT-style model (condition-mean pooling) whose ONN
 earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
 int8 export), and only when the model revision, adapter and head are those the index records.
 :func:`condsearch.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
-torch otherwise.
+torch otherwise. The same test, on what an index records (a manifest) or would record (a
+:class:`ModelRecord` of a vectorizer about to build one), decides where the server and bulk
+indexing run onnxruntime (:mod:`condsearch.backends`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,40 @@ ONE_SHOT_THREADS = 1
 
 
 @dataclass(frozen=True)
+class ModelRecord:
+    """What an index records of the model that built it: its model, revision, encoder, mode, spec and head.
+
+    Read from a manifest (:meth:`of_manifest`), or from a loaded vectorizer before the index it
+    builds exists (:meth:`of_vectorizer`: the same fields its manifest will hold).
+    """
+
+    model_id: str
+    model_revision: str
+    encoder: dict[str, object]
+    mode: str
+    spec: EncoderSpec
+    head_checksum: str
+
+    @classmethod
+    def of_manifest(cls, manifest: Manifest) -> ModelRecord:
+        spec = EncoderSpec.of_manifest(manifest)
+        return cls(
+            manifest.model_id, manifest.model_revision, manifest.encoder, manifest.mode, spec, manifest.head_checksum
+        )
+
+    @classmethod
+    def of_vectorizer(cls, vectorizer: Vectorizer) -> ModelRecord:
+        enc = vectorizer.encoder
+        return cls(
+            enc.model_id, enc.revision, enc.describe(), vectorizer.mode, vectorizer.spec, vectorizer.head_checksum
+        )
+
+
+def _record(source: Manifest | ModelRecord) -> ModelRecord:
+    return source if isinstance(source, ModelRecord) else ModelRecord.of_manifest(source)
+
+
+@dataclass(frozen=True)
 class _OneShot:
     """What a torch-free one-shot query of an index runs: its model and profile (adapter, head), as recorded."""
 
@@ -47,20 +83,20 @@ class _OneShot:
         return self.profile.adapter
 
 
-def _one_shot(manifest: Manifest) -> _OneShot | None:
-    described = manifest.encoder
-    if manifest.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
+def _one_shot(record: ModelRecord) -> _OneShot | None:
+    described = record.encoder
+    if record.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
         return None
-    source = resolve_model(manifest.model_id)
-    if source.revision != manifest.model_revision:
+    source = resolve_model(record.model_id)
+    if source.revision != record.model_revision:
         return None
-    profile = EncoderSpec.of_manifest(manifest).resolve_profile()
+    profile = record.spec.resolve_profile()
     max_length = described.get("max_length")
     precision: Precision = "int8" if described.get("quantize") == "int8" else "float32"
     return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
 
 
-def load_one_shot(manifest: Manifest, *, threads: int | None = None) -> Vectorizer | None:
+def load_one_shot(manifest: Manifest | ModelRecord, *, threads: int | None = None) -> Vectorizer | None:
     """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
 
     ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more].
@@ -68,7 +104,8 @@ def load_one_shot(manifest: Manifest, *, threads: int | None = None) -> Vectoriz
     from condsearch.encoders.onnx_files import load_cached_export
 
     try:
-        target = _one_shot(manifest)
+        record = _record(manifest)
+        target = _one_shot(record)
         if target is None:
             return None
         encoder = load_cached_export(
@@ -81,7 +118,7 @@ def load_one_shot(manifest: Manifest, *, threads: int | None = None) -> Vectoriz
         if encoder is None:
             return None
         record_adapter(encoder, target.profile.separate_adapter)
-        if encoder.describe() != manifest.encoder:  # the same model, adapter and token limit
+        if encoder.describe() != record.encoder:  # the same model, adapter and token limit
             return None
         head, checksum = None, ""
         if target.profile.head is not None:
@@ -90,12 +127,12 @@ def load_one_shot(manifest: Manifest, *, threads: int | None = None) -> Vectoriz
                 return None
     except (CondsearchError, OSError):
         return None
-    if checksum != manifest.head_checksum:
+    if checksum != record.head_checksum:
         return None
     return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile, backend="onnxruntime")
 
 
-def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:
+def cache_onnx_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) -> None:
     """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
 
     Checked against that encoder before it is marked usable (see :mod:`condsearch.encoders.onnx_export`);
@@ -106,7 +143,7 @@ def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:
 
     encoder = vectorizer.encoder
     try:
-        target = _one_shot(manifest)
+        target = _one_shot(_record(manifest))
         if target is None or target.precision != "float32" or not isinstance(encoder, BertStyleEncoder):
             return
         from condsearch.encoders.onnx_export import write_export
@@ -125,3 +162,16 @@ def cache_onnx_export(manifest: Manifest, vectorizer: Vectorizer) -> None:
         return
     if refused is not None:
         log.warning("one-shot queries of this index will load torch: its ONNX export differs (%s)", refused)
+
+
+def load_onnx_twin(manifest: Manifest | ModelRecord, vectorizer: Vectorizer, *, threads: int) -> Vectorizer | None:
+    """Return the onnxruntime twin of a torch vectorizer of an index's model, or None where a one-shot query has none.
+
+    The export is written and checked first where none is cached (:func:`cache_onnx_export`), as a
+    first one-shot query does; ``threads``: onnxruntime's intra-op threads (bulk work takes every core).
+    """
+    light = load_one_shot(manifest, threads=threads)
+    if light is None:
+        cache_onnx_export(manifest, vectorizer)
+        light = load_one_shot(manifest, threads=threads)
+    return light

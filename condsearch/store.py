@@ -24,6 +24,9 @@ against the manifest) and the rows file by size, and hashes the index file in fu
 modification time has changed; :meth:`IndexStore.verify` hashes every file of the index always, and
 :meth:`IndexStore.kept_vectors` hashes the rows and vectors before a re-index reuses them.
 
+Every version's manifest records the scores between a seeded sample of its kept vectors' rows
+(:func:`condsearch.calibration.score_background`), which calibrated queries measure scores against.
+
 Every file is opened without blocking and read only if it is a regular file (a FIFO or a link to
 ``/dev/zero`` is refused in one line, never waited on), and a manifest only up to 1 MiB. A manifest
 is checked field by field against :class:`Manifest`'s types before anything uses it.
@@ -53,6 +56,7 @@ from filelock import FileLock
 from condsearch import __version__
 from condsearch.ann import apply_search_params
 from condsearch.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
+from condsearch.calibration import score_background
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.manifest import (  # re-exported: the store's readers and writers name them from here
@@ -203,6 +207,7 @@ class IndexStore:
                 size = os.fstat(fh.fileno()).st_size
                 probe = _probe(fh, size)
             files: dict[str, dict[str, object]] = {INDEX_FILE: {"sha256": checksum, "size": size}}
+            background = _background(version / VECTORS_FILE)
             for kept in (ROWS_FILE, VECTORS_FILE):
                 if (version / kept).is_file():
                     with open(version / kept, "rb") as fh:
@@ -216,6 +221,7 @@ class IndexStore:
                     "index_mtime_ns": os.stat(version / INDEX_FILE).st_mtime_ns,
                     "index_probe": probe,
                     "files": files,
+                    "score_background": background,
                     "format_version": FORMAT_VERSION,
                     "condsearch_version": __version__,
                     "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -507,6 +513,20 @@ def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None
             f"{path}: {vectors.shape} vectors where the manifest says {(manifest.n_vectors, manifest.dim)}; "
             "the file is damaged"
         )
+
+
+def _background(path: Path) -> dict[str, object]:
+    """Return the score background (:func:`condsearch.calibration.score_background`) of a version's kept vectors.
+
+    A version without kept vectors (:meth:`IndexStore.write` given none) records none.
+    """
+    if not _is_regular(path):
+        return {}
+    vectors = VectorFile(path)
+    try:
+        return score_background(vectors)
+    finally:
+        vectors.close()
 
 
 def _is_regular(path: Path) -> bool:

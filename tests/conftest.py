@@ -193,3 +193,18 @@ def router_csts_csv(path: Path) -> Path:
         writer.writeheader()
         writer.writerows(rows)
     return path
+
+
+def assert_same_ranking(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], tol: float = 1e-5) -> None:
+    """Scores agree within tol rank by rank; ids agree wherever a score is apart from its neighbours (no ties).
+
+    Two builds of one index (another backend, other batches) differ in the last bits of float32, so
+    rows whose scores tie may come back in either order.
+    """
+    (scores_a, ids_a), (scores_b, ids_b) = a, b
+    np.testing.assert_allclose(scores_a, scores_b, atol=tol, rtol=0)
+    for q in range(len(scores_a)):
+        s = scores_a[q]
+        for r in range(len(s)):
+            if all(abs(s[r] - s[o]) > 4 * tol for o in (r - 1, r + 1) if 0 <= o < len(s)):
+                assert ids_a[q][r] == ids_b[q][r], (q, r)

@@ -121,6 +121,18 @@ def test_throughput_scripts_smoke(name: str, tiny_bert_dir: Path, smoke_csv: Pat
     assert result["config"]["smoke"] is True
 
 
+def test_index_throughput_against_sentence_transformers_smoke(
+    tiny_bert_dir: Path, smoke_csv: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("sentence_transformers")
+    argv = ["--smoke", "--against-st", "--csv", str(smoke_csv), "--model", str(tiny_bert_dir), "--head", "none"]
+    result = _run("index_throughput", argv, tmp_path / "o.json")
+    assert result["backend"] == "onnxruntime" and result["cpu"] and result["config"]["smoke"] is True
+    rate = result["pairs_per_second"]
+    assert rate["condsearch_index"] > 0 and rate["sentence_transformers"] > 0 and result["ratio"] > 0
+    assert len(result["seconds"]["condsearch_index"]) == len(result["seconds"]["sentence_transformers"]) == 1
+
+
 def test_csr_states_compares_storage_types(tiny_bert_dir: Path, tmp_path: Path) -> None:
     argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none"]
     states = _run("csr_states", argv, tmp_path / "o.json")["states"]
@@ -164,8 +176,9 @@ def test_encode_throughput_int8_smoke(tiny_bert_dir: Path, tmp_path: Path) -> No
     result = _run(
         "encode_throughput", ["--smoke", "--model", str(tiny_bert_dir), "--quantize", "int8"], tmp_path / "o.json"
     )
-    assert set(result["pairs_per_s"]) == {"int8", "float32", "sentence_transformers"}
+    assert set(result["pairs_per_s"]) == {"int8", "float32", "onnxruntime_float32", "sentence_transformers"}
     assert result["int8_speedup"] > 0 and result["case_cosine_int8_float32"]["median"] > 0.9
+    assert result["int8_vs_onnxruntime_float32"] > 0 and "torch" in result["int8_speedup_reference"]
 
 
 def test_csts_int8_smoke_scores_float32_beside(tiny_bert_dir: Path, tmp_path: Path) -> None:
@@ -335,3 +348,16 @@ def test_retrieval_condition_blind_embedder_scores_one_half() -> None:
     result = retrieval.evaluate(chosen, pools, blind, conditional=True)  # encoded per condition, yet blind to it
     assert result["share_better_under_high"] == 0.5 and result["mrr_high"] == result["mrr_low"]
     assert result["n"] == 20
+
+
+def test_int8_study_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    pytest.importorskip("onnxruntime")
+    variants = "int8-shipped,int8-dyn,int8-dyn-fusable-rebatch,int8-dyn-fused-att,int8-static-qdq"
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--variants", variants]
+    result = _run("int8_study", argv, tmp_path / "o.json")
+    rows = {row["variant"]: row for row in result["variants"]}
+    assert {"torch-fp32", "ort-fp32", *variants.split(",")} <= set(rows)
+    assert rows["torch-fp32"]["vs_torch_float32"] == 1 and rows["ort-fp32"]["vs_onnxruntime_float32"] == 1
+    assert all(row["pairs_per_s"] > 0 and row["pooled_least"] > 0.9 for row in rows.values())
+    assert rows["int8-dyn-fused-att"]["fused_operators"]["Attention"] == 2  # one per layer of the tiny BERT
+    assert result["machine"]["cpu"] and "torch" in result["reference"]

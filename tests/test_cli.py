@@ -138,8 +138,9 @@ def test_index_json_output(tiny_bert_dir: Path, corpus_file: Path, index_dir: Pa
     [row] = json_lines(result.stdout)
     assert set(row) == {
         *("index", "condition", "rows", "dim", "model", "head", "path"),
-        *("factory", "search_params", "encoded", "reused"),
+        *("factory", "search_params", "encoded", "reused", "backend"),
     }
+    assert row["backend"] == ("onnxruntime" if not torch.cuda.is_available() else "torch")
     assert (row["factory"], row["search_params"], row["encoded"], row["reused"]) == ("Flat", "", len(SENTENCES), 0)
     assert row["condition"] == COLOUR and row["rows"] == len(SENTENCES) and row["dim"] == 32
     assert Path(row["path"]) == index_dir / row["index"]
@@ -166,7 +167,9 @@ def test_list_json(indexed: Path, tiny_bert_dir: Path) -> None:
     assert len(rows) == 2
     assert {r["condition"] for r in rows} == {COLOUR, SPORT}
     for r in rows:
-        assert set(r) == {"index", "condition", "corpus", "mode", "rows", "model", "head", "dim", "factory"}
+        keys = {"index", "condition", "corpus", "mode", "rows", "model", "head", "dim", "factory", "score_background"}
+        assert set(r) == keys
+        assert r["score_background"]["sample_rows"] == 8 and r["score_background"]["pairs"] == 28
         assert (r["corpus"], r["rows"], r["model"], r["head"], r["dim"], r["factory"]) == (
             "corpus",
             8,

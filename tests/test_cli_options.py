@@ -122,7 +122,7 @@ def test_every_parameter_is_taken_and_read_by_its_command(path: tuple[str, ...],
 INDEX_BOTH_MODES = {
     "--condition", "--format", "--text-column", "--id-column", "--name", "--model", "--index-factory",
     "--search-params", "--max-index-memory", "--full", "--batch-size", "--max-length", "--json", "--mode",
-    "--threads", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store",
+    "--threads", "--backend", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store",
 }  # fmt: skip
 INDEX_CASE_ONLY = {
     "--profile", "--adapter", "--head", "--pooling", "--prompt-template", "--unconditional-template", "--dtype",
@@ -252,6 +252,7 @@ INDEX_VALUES: dict[str, list[str]] = {
     "--bidirectional-layers": ["1"],
     "--preset": ["bellm"],
     "--quantize": ["int8"],
+    "--backend": ["torch"],
     "--threads": ["1"],
     "--index-dir": ["{folder}/indexes"],
     "--device": ["cpu"],
@@ -289,9 +290,9 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
         calls.append(("store", index_dir))
         return store
 
-    def load_vectorizer(spec: Any) -> str:
-        calls.append(("load", spec, spec.runtime))
-        return "vectorizer"
+    def load_bulk_vectorizer(spec: Any, *, backend: str) -> SimpleNamespace:
+        calls.append(("load", spec, spec.runtime, backend))
+        return SimpleNamespace(backend="torch", encoder=None)
 
     def index_conditions(data: object, conditions: tuple[str, ...], *args: object, **build: object) -> list[Any]:
         calls.append(("index", conditions, args, build))
@@ -307,7 +308,7 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
 
     monkeypatch.setattr("condsearch.corpus.scan_corpus", scan_corpus)
     monkeypatch.setattr("condsearch.cli.index.open_store", open_store)
-    monkeypatch.setattr("condsearch.vectorizer.load_vectorizer", load_vectorizer)
+    monkeypatch.setattr("condsearch.backends.load_bulk_vectorizer", load_bulk_vectorizer)
     monkeypatch.setattr("condsearch.ingest.index_conditions", index_conditions)
     monkeypatch.setattr("condsearch.scale.ray_encode.ray_index_conditions", ray_index_conditions)
     monkeypatch.setattr("condsearch.scale.export.export_indexes", export_indexes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -137,3 +138,63 @@ def test_query_refuses_another_quantisation(
 def test_csr_index_refuses_int8(tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path) -> None:
     result = run("index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--mode", "csr", "--quantize", "int8")
     assert result.exit_code == 2 and "--quantize applies to --mode case" in result.output
+
+
+class _Recorder:
+    """An onnxruntime session that notes the shape of each run's input ids."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.shapes = session, []
+
+    def get_inputs(self) -> Any:
+        return self.session.get_inputs()
+
+    def run(self, outputs: Any, feeds: dict[str, np.ndarray]) -> Any:
+        self.shapes.append(feeds["input_ids"].shape)
+        return self.session.run(outputs, feeds)
+
+
+# lengths that differ, a condition alone among them, and one that is truncated
+MIXED = [(COLOUR, s) for s in SENTENCES] + [(COLOUR, None), ("mood", "!"), ("sport", "tennis " * 200)]
+
+
+def test_a_batch_runs_as_runs_of_like_length_with_the_same_vectors(tiny_bert_dir: Path) -> None:
+    source = resolve_model(str(tiny_bert_dir))
+    reference = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
+    light, refused = onnx_export.write_export(reference, source, None, "float32", max_length=None, threads=1)
+    assert refused is None and light is not None and light.run_rows == onnx_files.RUN_ROWS
+    whole = light.encode_batch(MIXED)
+    light.run_rows = 2
+    recorder = _Recorder(light.session)
+    light.session = recorder
+    runs = light.encode_batch(MIXED)
+    # float32: the same vectors (and torch's), whatever the runs
+    np.testing.assert_allclose(runs, whole, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(runs, reference.encode_batch(MIXED), rtol=1e-5, atol=1e-5)
+    # four runs of two rows, longest first, each padded only to its own longest row
+    assert [rows for rows, _ in recorder.shapes] == [2, 2, 2, 1]
+    widths = [width for _, width in recorder.shapes]
+    assert widths == sorted(widths, reverse=True) and widths[0] == light.max_length > widths[-1]
+
+    def length(c: str, s: str | None) -> int:
+        texts = ([s], [c]) if s is not None else ([c], None)
+        return len(light.tokenizer(*texts, truncation=True, max_length=light.max_length)["input_ids"][0])
+
+    lengths = sorted((length(c, s) for c, s in MIXED), reverse=True)
+    assert widths == lengths[::2]
+
+
+def test_int8_runs_stay_close_to_one_run(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
+    monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
+    int8 = load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
+    assert isinstance(int8, onnx_files.OnnxBertEncoder)
+    pairs = MIXED * 3  # more than one run of RUN_ROWS
+    recorder = _Recorder(int8.session)
+    int8.session = recorder
+    runs = int8.encode_batch(pairs)
+    assert len(recorder.shapes) == -(-len(pairs) // onnx_files.RUN_ROWS) > 1
+    int8.run_rows = 0  # the whole batch in one run, as before
+    whole = int8.encode_batch(pairs)
+    assert len(recorder.shapes) == 3 and recorder.shapes[-1][0] == len(pairs)
+    # dynamic quantisation scales activations per run: nearly, not exactly, the same vectors
+    assert pooled_cosines(runs, whole).min() > 0.99

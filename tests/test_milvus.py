@@ -170,6 +170,13 @@ def test_milvus_lite_answers_as_faiss_flat_and_checks_the_manifest(
             exact = {r["id"]: (r["score"], r["text"]) for r in ra}
             for r in rb:
                 assert exact[r["id"]][1] == r["text"] and abs(exact[r["id"]][0] - r["score"]) < 1e-5
+    # calibrated: the background travels with the manifest, so z is FAISS's
+    calibrated = [
+        _run("query", queries[0], "-c", "colour", "--json", "--calibrated", *w)
+        for w in (("--index-dir", where), ("--store", db))
+    ]
+    za, zb = ([r["z"] for r in json.loads(c.stdout)["results"][:3]] for c in calibrated)
+    np.testing.assert_allclose(za, zb, atol=1e-3)
     # the index's own model is checked as for FAISS: another one is refused in one line
     refused = _run("query", "x", "-c", "colour", "--model", other_bert_dir, "--store", db)
     assert refused.exit_code == 1 and "Traceback" not in refused.output

@@ -93,7 +93,9 @@ def test_numpy_head_equals_the_torch_head(tmp_path: Path) -> None:
 
 
 def _index(tiny_bert_dir: Path, corpus_file: Path, index_dir: Path, head: str) -> None:
+    # through torch, which writes no export: what a first query does without one is tested here
     args = ["index", str(corpus_file), "-c", COLOUR, "--model", str(tiny_bert_dir), "--head", head]
+    args += ["--backend", "torch"]
     result = CliRunner().invoke(main, [*args, "--index-dir", str(index_dir)])
     assert result.exit_code == 0, result.output
 

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 
 from condsearch.cli import main
 from condsearch.store import IndexStore
+from tests.conftest import assert_same_ranking
 
 WORDS = "girl dress red blue tennis court dog beach man park golf ball".split()
 
@@ -54,9 +55,11 @@ def test_ray_vectors_equal_local(tiny_bert_dir: Path, tmp_path: Path, mode: str,
         la, lb = a.load(name), b.load(name)
         assert la.ids == lb.ids and la.texts == lb.texts and len(la.ids) == 149
         assert la.manifest.fingerprint == lb.manifest.fingerprint and la.manifest.encoder == lb.manifest.encoder
+        ba, bb = la.manifest.score_background, lb.manifest.score_background  # Ray's publish records it too
+        assert ba["pairs"] == bb["pairs"] == 149 * 148 // 2 and abs(ba["mean"] - bb["mean"]) < 1e-4
         va, vb = np.load(a.root / name / "vectors.npy"), np.load(b.root / name / "vectors.npy")
         assert np.abs(va - vb).max() < 1e-5  # other batch compositions: padding differs, not values
-        np.testing.assert_array_equal(la.index.search(va[:20], 10)[1], lb.index.search(va[:20], 10)[1])
+        assert_same_ranking(la.index.search(va[:20], 10), lb.index.search(va[:20], 10))
     # the kept vectors serve a later local re-index: nothing is encoded again
     again = _index(corpus, tmp_path / "ray", tiny_bert_dir, mode)
     assert all(r["encoded"] == 0 for r in again)

@@ -393,7 +393,7 @@ def test_missing_manifest_is_store_error(tmp_path: Path) -> None:
         store.load(name)
 
 
-@pytest.mark.parametrize("version", [0, 6, "1", "2", "3", "4", "5", None])
+@pytest.mark.parametrize("version", [0, 7, "1", "2", "3", "4", "5", "6", None])
 def test_wrong_format_version_is_store_error(tmp_path: Path, version) -> None:
     store = IndexStore(tmp_path)
     name, _ = _write(store)

@@ -397,6 +397,16 @@ BAD_FIELDS: list[tuple[str, object]] = [
     ("files", {ROWS_FILE: {"sha256": "0" * 64}}),
     ("files", {"../../etc/passwd": {"sha256": "0" * 64, "size": 1}}),
     ("spec", 5),
+    ("score_background", 5),
+    ("score_background", {"mean": 0.5}),
+    ("score_background", {"sample_rows": 1, "pairs": 0, "seed": 0, "mean": 0.5, "std": 0.1, "quantiles": {}}),
+    ("score_background", {"sample_rows": 2, "pairs": 1, "seed": 0, "mean": "0.5", "std": 0.1, "quantiles": {}}),
+    ("score_background", {"sample_rows": 2, "pairs": 1, "seed": 0, "mean": 0.5, "std": -1.0, "quantiles": {}}),
+    ("score_background", {"sample_rows": 2, "pairs": 1, "seed": 0, "mean": 0.5, "std": 0.1, "quantiles": [0.9]}),
+    (
+        "score_background",
+        {"sample_rows": 2, "pairs": 1, "seed": 0, "mean": 0.5, "std": 0.1, "quantiles": {"0.9": None}},
+    ),
 ]
 
 

@@ -28,6 +28,7 @@ from condsearch.cli.options import (
 )
 from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError
 
 if TYPE_CHECKING:
@@ -142,6 +143,15 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
 @router_options
 @encoder_options
 @quantize_option
+@click.option(
+    "--backend",
+    type=click.Choice(BACKEND_CHOICES),
+    default=CpuConfig.backend,
+    show_default=True,
+    help="What runs the encoder. auto: onnxruntime on the CPU with every core wherever a one-shot query of "
+    "the index would run it (BERT-style, condition-mean pooling; its checked float32 export, written first "
+    "if missing), else torch; torch: always transformers. The index is the same either way.",
+)
 @threads_option
 @index_dir_option
 @device_option
@@ -156,7 +166,8 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     (rows are matched by id); the old index answers until the new one is in. The corpus is
     read and encoded in chunks, and an interrupted run resumes after its last finished chunk.
     With --mode csr, sentence states are cached once (env CONDSEARCH_CACHE_DIR), so each
-    further condition costs only the router's per-pair remainder. --ray encodes on Ray Data
+    further condition costs only the router's per-pair remainder. On the CPU a BERT-style model
+    runs on onnxruntime where a one-shot query would (--backend). --ray encodes on Ray Data
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus import scan_corpus
@@ -172,13 +183,13 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
         store = open_store(params["index_dir"])
         start = time.perf_counter()
-        reports = _encode(data, conditions, spec, store, params, build)
+        reports, backend = _encode(data, conditions, spec, store, params, build)
         elapsed = time.perf_counter() - start
         if params["store_spec"] is not None:
             _publish(store, reports, params["store_spec"])
     except CondsearchError as exc:
         raise fail(exc) from exc
-    _print_reports(store, reports, len(data), elapsed, as_json=params["as_json"])
+    _print_reports(store, reports, len(data), elapsed, backend, as_json=params["as_json"])
 
 
 def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dict[str, Any]]:
@@ -229,21 +240,22 @@ def _encode(
     store: IndexStore,
     params: Mapping[str, Any],
     build: dict[str, Any],
-) -> list[BuildReport]:
-    """Encode and index data under each condition, here or (--ray) on Ray Data."""
+) -> tuple[list[BuildReport], str]:
+    """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend."""
     if params["ray_address"] is None:
+        from condsearch.backends import backend_of, load_bulk_vectorizer
         from condsearch.ingest import index_conditions
-        from condsearch.vectorizer import load_vectorizer
 
-        return index_conditions(
-            data, conditions, load_vectorizer(spec), store, full=params["full"], progress=True, **build
-        )
-    # Ray encodes every row: --full is what it does anyway
+        vec = load_bulk_vectorizer(spec, backend=params["backend"])
+        reports = index_conditions(data, conditions, vec, store, full=params["full"], progress=True, **build)
+        return reports, backend_of(vec)
+    # Ray encodes every row (--full is what it does anyway), with torch on its actors (int8: its export)
     from condsearch.scale.config import RayConfig
     from condsearch.scale.ray_encode import ray_index_conditions
 
     ray = RayConfig(address=params["ray_address"], actors=params["ray_actors"], work_dir=params["ray_work_dir"])
-    return ray_index_conditions(data, conditions, spec, store, config=ray, **build)
+    reports = ray_index_conditions(data, conditions, spec, store, config=ray, **build)
+    return reports, "onnxruntime" if spec.quantize == "int8" else "torch"
 
 
 def _publish(store: IndexStore, reports: list[BuildReport], store_spec: str) -> None:
@@ -259,9 +271,9 @@ def _publish(store: IndexStore, reports: list[BuildReport], store_spec: str) -> 
 
 
 def _print_reports(
-    store: IndexStore, reports: list[BuildReport], n_rows: int, elapsed: float, *, as_json: bool
+    store: IndexStore, reports: list[BuildReport], n_rows: int, elapsed: float, backend: str, *, as_json: bool
 ) -> None:
-    """Print what each index holds (stdout: a line, or a JSON object with --json) and the rate (stderr)."""
+    """Print what each index holds (stdout: a line, or a JSON object with --json), the rate and backend (stderr)."""
     names = [r.name for r in reports]
     for r in reports:
         if r.n_reused or r.n_resumed:
@@ -287,6 +299,7 @@ def _print_reports(
                         "search_params": m.search_params,
                         "encoded": report.n_encoded,
                         "reused": report.n_reused,
+                        "backend": backend,
                         "path": str(store.root / name),
                     },
                     ensure_ascii=False,
@@ -294,4 +307,7 @@ def _print_reports(
             )
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
-    click.echo(f"condsearch: {n_rows * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s)", err=True)
+    click.echo(
+        f"condsearch: {n_rows * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {backend})",
+        err=True,
+    )

@@ -27,6 +27,7 @@ from condsearch.errors import CondsearchError, first_line
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
+    from condsearch.calibration import Background
     from condsearch.search import Answer
 
 
@@ -79,6 +80,14 @@ _FEW_QUERIES = 16
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
 @query_profile_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per query: query, condition, results.")
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help=(
+        "Also give each score's z against the index's background (its rows' pair scores, recorded when it was "
+        "written): z=3 is 3 standard deviations above a random pair of its rows. The score is unchanged."
+    ),
+)
 @quantize_check_option
 @threads_option
 @index_dir_option
@@ -94,6 +103,7 @@ def query_cmd(
     model: str | None,
     profile: str | None,
     as_json: bool,
+    calibrated: bool,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -102,6 +112,7 @@ def query_cmd(
     store_spec: str | None,
 ) -> None:
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
+    from condsearch.calibration import Background
     from condsearch.search import FaissIndex, answer
     from condsearch.spec import Runtime
     from condsearch.vectorizer import vectorizer_for
@@ -123,14 +134,16 @@ def query_cmd(
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:
+                background = Background.of(index.manifest) if calibrated else None
                 found = answer(index, checked(index.manifest), queries, k)
         except CondsearchError as exc:
             raise fail(exc) from exc
-        _print_answers(found, as_json)
+        _print_answers(found, as_json, background)
         return
     try:
         store = open_store(index_dir)
         stored = store.load(store.find(condition, corpus_name))
+        background = Background.of(stored.manifest) if calibrated else None  # before any model loads
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
@@ -144,7 +157,7 @@ def query_cmd(
         found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k)
     except CondsearchError as exc:
         raise fail(exc) from exc
-    _print_answers(found, as_json)
+    _print_answers(found, as_json, background)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
         from condsearch.one_shot import cache_onnx_export
 
@@ -152,20 +165,24 @@ def query_cmd(
     _quick_exit()
 
 
-def _print_answers(found: Answer, as_json: bool) -> None:
-    """Print the k notice (stderr), then each query's results: a JSON line, or rank, score, id and text."""
+def _print_answers(found: Answer, as_json: bool, background: Background | None = None) -> None:
+    """Print the k notice (stderr), then each query's results: a JSON line, or rank, score, id and text.
+
+    With a background, each result carries its z too (``"z"``; ``z=+3.12`` after the score).
+    """
     from condsearch.answers import query_answer
 
     if found.notice:
         click.echo(f"condsearch: {found.notice}", err=True)
-    answers = [query_answer(hits) for hits in found.hits]
+    answers = [query_answer(background.calibrate(h) if background else h) for h in found.hits]
     for qi, answer in enumerate(answers):
         if as_json:
             click.echo(json_line(answer))
             continue
         click.echo(f"query: {answer['query']}\ncondition: {answer['condition']}")
         for row in answer["results"]:
-            click.echo(f"{row['rank']:>4}  {row['score']:.4f}  {row['id']}  {row['text']}")
+            z = f"  z={row['z']:+.2f}" if "z" in row else ""
+            click.echo(f"{row['rank']:>4}  {row['score']:.4f}{z}  {row['id']}  {row['text']}")
         if qi + 1 < len(answers):
             click.echo("")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -81,6 +82,7 @@ class Encoder(ABC):
         #: f(c; I(∅)) by condition, kept only when :meth:`remember_conditions` asked for it
         self._condition_memo: OrderedDict[str, np.ndarray] | None = None
         self._memo_size = 0
+        self._memo_lock = threading.Lock()
 
     def remember_conditions(self, size: int = CONDITION_MEMO_SIZE) -> None:
         """Keep the last ``size`` conditions' own vectors f(c; I(∅)), so a query pays one pass, not two.
@@ -100,20 +102,19 @@ class Encoder(ABC):
         memo = self._condition_memo
         if memo is None:
             return self.encode_pairs([(c, None) for c in conditions], batch_size=batch_size, cache=cache)
-        missing = [c for c in conditions if c not in memo]
+        with self._memo_lock:  # a Python API store may be searched from several threads
+            known = {c: memo[c] for c in conditions if c in memo}
+        missing = [c for c in conditions if c not in known]
         if missing:
-            for c, vec in zip(
-                missing,
-                self.encode_pairs([(c, None) for c in missing], batch_size=batch_size, cache=cache),
-                strict=True,
-            ):
-                memo[c] = vec
-        for c in conditions:
-            memo.move_to_end(c)
-        rows = np.stack([memo[c] for c in conditions])
-        while len(memo) > self._memo_size:
-            memo.popitem(last=False)
-        return rows
+            computed = self.encode_pairs([(c, None) for c in missing], batch_size=batch_size, cache=cache)
+            known.update(zip(missing, computed, strict=True))
+        with self._memo_lock:
+            for c in conditions:
+                memo[c] = known[c]
+                memo.move_to_end(c)
+            while len(memo) > self._memo_size:
+                memo.popitem(last=False)
+        return np.stack([known[c] for c in conditions])
 
     @abstractmethod
     def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:

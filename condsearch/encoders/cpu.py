@@ -1,16 +1,23 @@
-"""CPU speed settings: int8 quantisation and threads (the single home of their defaults).
+"""CPU speed settings: int8 quantisation, what runs the model, threads (the single home of their defaults).
 
 Kept free of torch so that the CLI's choices and ``--help`` import nothing heavy.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Literal
 
 Quantize = Literal["none", "int8"]
 #: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .onnx_export)
 QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
+
+#: what runs a float32 encoder for bulk work (`serve`, `index`): ``auto`` is onnxruntime on the CPU wherever
+#: a one-shot `query` of the index would run it (BERT-style, condition-mean pooling, its checked ONNX
+#: export; see :mod:`condsearch.backends`), else transformers (torch); ``torch`` is always transformers
+Backend = Literal["auto", "torch"]
+BACKEND_CHOICES: tuple[Backend, ...] = ("auto", "torch")
 
 
 @dataclass(frozen=True)
@@ -21,6 +28,8 @@ class CpuConfig:
     quantize: Quantize = "none"
     #: intra-op threads for torch and onnxruntime; None keeps torch's default, one per physical core
     threads: int | None = None
+    #: what runs the encoder for bulk work (see ``Backend``)
+    backend: Backend = "auto"
 
 
 def check_quantize(value: str) -> Quantize:
@@ -43,3 +52,11 @@ def apply_threads(threads: int | None) -> int:
             raise ModelError(f"--threads must be at least 1, got {threads}")
         torch.set_num_threads(threads)
     return torch.get_num_threads()
+
+
+def available_cores() -> int:
+    """Return the cores this process may run on (its affinity, else the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1

@@ -78,7 +78,8 @@ class _Last(nn.Module):
 
 
 @contextmanager
-def _root_quiet() -> Iterator[None]:
+def root_quiet() -> Iterator[None]:
+    """Raise the root logger to ERROR while inside (onnx and its quantiser advise on it), then restore it."""
     root = logging.getLogger()
     level = root.level
     root.setLevel(logging.ERROR)
@@ -137,7 +138,7 @@ def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, v
     try:
         # the TorchScript exporter's deprecation notice and onnxruntime's pre-processing advice
         # (logged on the root logger) concern neither the user nor this model
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), _root_quiet():
+        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), root_quiet():
             warnings.simplefilter("ignore")
             torch.onnx.export(
                 _Last(_traceable(encoder.model)),

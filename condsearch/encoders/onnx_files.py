@@ -48,6 +48,13 @@ USABLE_KEY = "usable"
 #: what an export depends on besides the model; a missing one is a one-line error
 RUNTIME_PACKAGES = ("onnxruntime", "onnx", "torch")
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+#: rows per onnxruntime run: a batch runs as runs of this many pairs of like token length, each
+#: padded only to its own longest. On 512 C-STS dev pairs (about 24 tokens, batches of 64 sorted
+#: by characters, 2 loaded cores) int8 went 306 -> 464 pairs/s and the float32 export 160 -> 196
+#: (issue 28, benchmarks/results/int8_study.json): less padding (1.20 -> about 1.04 tokens per
+#: real token), and smaller activations (batches of 16 alone gave most of it; runs of 8 or 32 did no
+#: better: benchmarks/results/int8_study_runs.json)
+RUN_ROWS = 16
 
 
 class _Encoded(dict):  # type: ignore[type-arg]
@@ -142,12 +149,16 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
 class OnnxBertEncoder(Encoder):
     """:class:`~condsearch.encoders.bert.BertStyleEncoder`'s vectors (condition-mean pooling) from onnxruntime.
 
-    Tokenisation and pooling are the torch encoder's (:mod:`.bert_inputs`). In float32 its
+    Tokenisation and pooling are the torch encoder's (:mod:`.bert_inputs`); a batch runs as runs
+    of :attr:`run_rows` pairs of like length (:data:`RUN_ROWS`), which changes float32 vectors by
+    rounding only, int8 ones by their activation scales (one per run). In float32 its
     ``describe()`` equals the torch encoder's for the same model, adapter and token limit; int8
     adds ``quantize`` and ``quantize_runtime``, so that int8 vectors never mix with float32 ones.
     """
 
     pooling = "condition-mean"
+    #: pairs per onnxruntime run (0: the whole batch in one run); see :data:`RUN_ROWS`
+    run_rows = RUN_ROWS
 
     def __init__(
         self,
@@ -179,9 +190,20 @@ class OnnxBertEncoder(Encoder):
     def encode_batch(self, pairs: Sequence[Pair]) -> np.ndarray:
         batch, pool = case_inputs(self.tokenizer, pairs, self.max_length, self.stats)
         zeros = np.zeros_like(batch["input_ids"])
-        (hidden,) = self.session.run(None, {name: batch.get(name, zeros) for name in self._inputs})
-        summed = (hidden * pool[:, :, None]).sum(axis=1)
-        return (summed / np.maximum(pool.sum(axis=1, keepdims=True), 1.0)).astype(np.float32)
+        mask = batch.get("attention_mask")
+        # right-padded: a row's real tokens come first, so a run cut to its longest row loses only padding
+        lengths = mask.sum(axis=1) if mask is not None else np.full(len(pairs), zeros.shape[1])
+        order = np.argsort(-lengths, kind="stable")
+        rows = self.run_rows if self.run_rows > 0 else len(pairs)
+        out = np.empty((len(pairs), self.dim), dtype=np.float32)
+        for start in range(0, len(pairs), rows):
+            run = order[start : start + rows]
+            width = int(lengths[run].max())
+            (hidden,) = self.session.run(None, {name: batch.get(name, zeros)[run, :width] for name in self._inputs})
+            weights = pool[run, :width]
+            summed = (hidden * weights[:, :, None]).sum(axis=1)
+            out[run] = summed / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
+        return out
 
 
 def _session(path: Path, threads: int) -> Any:

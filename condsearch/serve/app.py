@@ -23,8 +23,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
 from condsearch.answers import index_summary, query_answer
+from condsearch.calibration import Background
 from condsearch.errors import CondsearchError, first_line
 from condsearch.index import search_threads
+from condsearch.manifest import Manifest
 from condsearch.search import Answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
@@ -49,6 +51,11 @@ class QueryRequest(BaseModel):
     condition: str = Field(description="The condition whose index to search.")
     k: int = Field(ServeConfig.k, ge=1, description="Results per query; more than the index holds returns every row.")
     corpus: str | None = Field(None, description="Corpus name, when several corpora share the condition.")
+    calibrated: bool = Field(
+        False,
+        description="Also give each result's `z`: its score's standard score against the index's background "
+        "(its rows' pair scores, recorded when it was written). An index that records none gets a 409.",
+    )
 
     @field_validator("query", "condition", "corpus")
     @classmethod
@@ -96,6 +103,7 @@ class Hit(BaseModel):
     rank: int
     id: str | int
     score: float
+    z: float | None = Field(None, description="With `calibrated`: (score - mean) / std of the index's background.")
     text: str
 
 
@@ -159,6 +167,14 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     if first.get("type") == "model_attributes_type":
         return 422, "the body must be a JSON object"
     return 422, f"{'.'.join(loc)}: {msg}" if loc else msg
+
+
+def _background(manifest: Manifest) -> Background:
+    """Return the background a calibrated request needs; a 409 where the index records none."""
+    try:
+        return Background.of(manifest)
+    except CondsearchError as exc:
+        raise RequestError(409, str(exc)) from exc
 
 
 def _given_key(request: Request) -> bytes:
@@ -254,12 +270,13 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         entry = await run_in_threadpool(resident.get, body.condition, body.corpus)
+        background = _background(entry.manifest) if body.calibrated else None
         future = batcher.submit(QueryJob(entry, tuple(texts), body.k))
         try:
             found = await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
         except asyncio.TimeoutError as exc:
             raise RequestError(503, "the server is too busy; try again") from exc
-        hits = found.hits
+        hits = [background.calibrate(h) for h in found.hits] if background else found.hits
         # what was found, not what was asked: an approximate index may return fewer than k
         counts = [len(h) for h in hits]
         return JSONResponse(

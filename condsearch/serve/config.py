@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import ipaddress
-import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
+from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
 API_KEY_HEADER = "X-API-Key"
 
-#: what runs the encoders: ``auto`` is onnxruntime on the CPU wherever the index's model allows it (as a
-#: one-shot `query` does: BERT-style, condition-mean pooling, its checked ONNX export), else transformers
-#: (torch); ``torch`` is always transformers
-Backend = Literal["auto", "torch"]
-BACKEND_CHOICES: tuple[Backend, ...] = ("auto", "torch")
+__all__ = [
+    "API_KEY_ENV",
+    "API_KEY_HEADER",
+    "BACKEND_CHOICES",
+    "Backend",
+    "ServeConfig",
+    "available_cores",
+    "is_loopback",
+]
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,8 @@ class ServeConfig:
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built
     quantize: str | None = None
-    #: what runs the encoders (see ``Backend``)
-    backend: Backend = "auto"
+    #: what runs the encoders (see :data:`condsearch.encoders.cpu.Backend`)
+    backend: Backend = CpuConfig.backend
     #: the encoders' intra-op threads on the CPU, torch's or onnxruntime's (None: every core)
     threads: int | None = None
     #: FAISS's OpenMP threads for searching (None: FAISS's own default, every core). Encoding and
@@ -77,14 +80,6 @@ class ServeConfig:
     def encode_threads(self) -> int:
         """Return the encoders' intra-op threads: ``threads``, else every core this process may use."""
         return self.threads or available_cores()
-
-
-def available_cores() -> int:
-    """Return the cores this process may run on (its affinity, else the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def is_loopback(host: str) -> bool:

@@ -7,8 +7,9 @@ re-read at most every ``reload_interval_s``), and shares one loaded model (encod
 head) between every index built with the same one. ``answer_batch`` answers a batch through
 :func:`condsearch.search.answer_batch`: one forward pass per (model, condition), one search per index.
 
-On the CPU a model runs on onnxruntime wherever the index allows it (:func:`load_served_vectorizer`),
-as a one-shot `condsearch query` does, so that the server's answers are the query's.
+On the CPU a model runs on onnxruntime wherever the index allows it
+(:func:`condsearch.backends.load_served_vectorizer`), as a one-shot `condsearch query` does, so that
+the server's answers are the query's.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from condsearch.backends import backend_of, load_served_vectorizer
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
 from condsearch.index import search_threads as set_search_threads
 from condsearch.search import (
@@ -34,17 +36,19 @@ from condsearch.search import (
     find_index,
     vectorizer_key,
 )
-from condsearch.serve.config import Backend, ServeConfig, available_cores
+from condsearch.serve.config import Backend, ServeConfig
 from condsearch.spec import Runtime
 from condsearch.store import Manifest
-from condsearch.vectorizer import Vectorizer, vectorizer_for
+from condsearch.vectorizer import Vectorizer
 
-__all__ = [  # the errors and the model key live in condsearch.errors and condsearch.search; named here as before
+__all__ = [  # the errors, the model key and the backends live in condsearch.errors, .search and .backends
     "AmbiguousCondition",
     "LoadedIndex",
     "QueryJob",
     "Resident",
     "UnknownCondition",
+    "backend_of",
+    "load_served_vectorizer",
     "vectorizer_key",
 ]
 
@@ -52,51 +56,6 @@ log = logging.getLogger(__name__)
 
 #: how the server's requests name the corpus, in its errors
 CORPUS_FIELD = '"corpus"'
-
-
-def runs_on_cpu(device: str | None) -> bool:
-    """Return whether models asked for on device run on the CPU (None: CUDA when present, as everywhere else)."""
-    if device is not None:
-        return device == "cpu"
-    import importlib.util
-
-    if importlib.util.find_spec("torch") is None:
-        return True
-    import torch
-
-    return not torch.cuda.is_available()
-
-
-def load_served_vectorizer(
-    manifest: Manifest, *, backend: Backend = ServeConfig.backend, runtime: Runtime, quantize: str | None = None
-) -> Vectorizer:
-    """Load the model an index was built with, run as the server runs it.
-
-    ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
-    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head);
-    an export not yet cached is written now from the torch model and checked against it, as a
-    first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
-    export) transformers runs it; an int8 index runs its int8 export either way.
-    """
-    onnx = backend == "auto" and runs_on_cpu(runtime.device)
-    if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
-        runtime = replace(runtime, threads=available_cores())
-    vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=onnx)
-    if onnx and vec.backend == "torch":
-        from condsearch.one_shot import cache_onnx_export, load_one_shot
-
-        cache_onnx_export(manifest, vec)
-        light = load_one_shot(manifest, threads=runtime.threads)
-        if light is not None:
-            return light.serving()
-    return vec.serving()
-
-
-def backend_of(vec: Vectorizer) -> str:
-    """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
-    from condsearch.encoders.onnx_files import OnnxBertEncoder
-
-    return "onnxruntime" if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder) else "torch"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""What runs a model for bulk work, the server's and `condsearch index`'s: onnxruntime or torch.
+
+``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
+its checked float32 ONNX export wherever a one-shot query of the index runs it (see
+:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
+every core; otherwise (``torch``, CUDA, another kind of model or pooling, a ``dtype``, CSR, a
+refused export) transformers (torch) runs it. An int8 encoder is its int8 export either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
+
+if TYPE_CHECKING:
+    from condsearch.manifest import Manifest
+    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.vectorizer import Vectorizer
+
+log = logging.getLogger(__name__)
+
+
+def runs_on_cpu(device: str | None) -> bool:
+    """Return whether models asked for on device run on the CPU (None: CUDA when present, as everywhere else)."""
+    if device is not None:
+        return device == "cpu"
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def onnx_allowed(backend: Backend, device: str | None) -> bool:
+    """Return whether ``backend`` lets onnxruntime run a float32 model asked for on ``device``."""
+    return backend == "auto" and runs_on_cpu(device)
+
+
+def backend_of(vec: Vectorizer) -> str:
+    """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
+    from condsearch.encoders.onnx_files import OnnxBertEncoder
+
+    return "onnxruntime" if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder) else "torch"
+
+
+def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.backend) -> Vectorizer:
+    """Load the spec's vectorizer to encode a corpus with (`condsearch index`), run as ``backend`` asks.
+
+    The spec loads through torch first (:func:`condsearch.vectorizer.load_vectorizer`), which
+    resolves everything left to ``auto``. Under ``auto`` on the CPU, a CASE model that a one-shot
+    query of the index it builds would run on onnxruntime is run so here as well, with
+    ``spec.runtime.threads`` or every core (its export written and checked against torch first
+    where none is cached); the index records the same manifest either way, so the result is the
+    same index up to float32 rounding. Anything else keeps torch.
+    """
+    from condsearch.artifacts.profiles import MODE_CASE
+    from condsearch.vectorizer import load_vectorizer
+
+    vec = load_vectorizer(spec)
+    if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not onnx_allowed(backend, spec.runtime.device):
+        return vec
+    from condsearch.ingest import VectorizerInfo
+    from condsearch.one_shot import ModelRecord, load_onnx_twin
+
+    threads = spec.runtime.threads or available_cores()
+    light = load_onnx_twin(ModelRecord.of_vectorizer(vec), vec, threads=threads)
+    if light is None or VectorizerInfo.of(light) != VectorizerInfo.of(vec):  # never another manifest
+        return vec
+    log.info("encoding on onnxruntime (%d threads), from the checked float32 export", threads)
+    return light
+
+
+def load_served_vectorizer(
+    manifest: Manifest, *, backend: Backend = CpuConfig.backend, runtime: Runtime, quantize: str | None = None
+) -> Vectorizer:
+    """Load the model an index was built with, run as the server runs it.
+
+    ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
+    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head);
+    an export not yet cached is written now from the torch model and checked against it, as a
+    first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
+    export) transformers runs it; an int8 index runs its int8 export either way.
+    """
+    from condsearch.vectorizer import vectorizer_for
+
+    onnx = onnx_allowed(backend, runtime.device)
+    if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
+        runtime = replace(runtime, threads=available_cores())
+    vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=onnx)
+    if onnx and vec.backend == "torch":
+        from condsearch.one_shot import load_onnx_twin
+
+        light = load_onnx_twin(manifest, vec, threads=runtime.threads or available_cores())
+        if light is not None:
+            return light.serving()
+    return vec.serving()

@@ -1,0 +1,149 @@
+"""Calibrated scores (our own design, issue 25): each index's background score distribution, and z against it.
+
+A score is the cosine of a query's and a row's vectors made under the index's condition, and where
+scores sit depends on the model, profile and condition: the default's top scores crowd near 0.95,
+plain MiniLM's spread lower and wider. So a raw threshold means little across indexes. When an
+index is written the store records its *background* (:func:`score_background`): the scores between
+its own rows, over every distinct pair of a seeded sample of up to :data:`SAMPLE_ROWS` rows of the
+vectors written (no self pairs), summarised as their count, mean, standard deviation and a few
+upper quantiles. A calibrated query reports beside each raw score its standard score against that
+background, ``z = (score - mean) / std`` (:class:`Background`): a z of 3 is three standard
+deviations above the score of a random pair of that index's rows.
+
+The background is per index; z compares within one index as the raw score does, and is no
+probability. The sample is seeded, so writing the same vectors records the same background.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shlex
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from condsearch.answers import SCORE_PLACES
+from condsearch.errors import CondsearchError
+
+if TYPE_CHECKING:
+    from condsearch.hits import Hits
+    from condsearch.manifest import Manifest
+
+log = logging.getLogger(__name__)
+
+#: rows sampled for the background: their distinct pairs (499,500 of them) are scored in one product
+SAMPLE_ROWS = 1000
+#: the sample's seed, recorded with it
+SEED = 0
+#: the upper quantiles of the pair scores recorded, named by str(q) in the manifest
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+#: the fields of a recorded background (the manifest's ``score_background``; {} where none is recorded)
+FIELDS = ("sample_rows", "pairs", "seed", "mean", "std", "quantiles")
+
+
+class Rows(Protocol):
+    """An (n, d) array of vectors read by rows: a NumPy array or a :class:`condsearch.vectors.VectorFile`."""
+
+    def __len__(self) -> int: ...
+
+    def take(self, rows: np.ndarray, axis: int = 0) -> np.ndarray: ...
+
+
+def sample_rows(n: int) -> np.ndarray:
+    """Return the sorted rows of an n-row index its background scores: all up to SAMPLE_ROWS, else a seeded sample."""
+    if n <= SAMPLE_ROWS:
+        return np.arange(n, dtype=np.int64)
+    return np.sort(np.random.default_rng(SEED).choice(n, size=SAMPLE_ROWS, replace=False)).astype(np.int64)
+
+
+def pair_scores(sample: np.ndarray) -> np.ndarray:
+    """Return the inner products (cosines, for unit vectors) of every distinct pair of the sample's rows, as float64."""
+    x = np.ascontiguousarray(sample, dtype=np.float32)
+    upper = np.triu_indices(len(x), k=1)
+    return (x @ x.T)[upper].astype(np.float64)
+
+
+def score_background(vectors: Rows) -> dict[str, object]:
+    """Return the background an index of these vectors records; {} for fewer than 2 rows or scores not finite."""
+    rows = sample_rows(len(vectors))
+    if len(rows) < 2:
+        return {}
+    scores = pair_scores(vectors.take(rows, axis=0))
+    mean, std = float(scores.mean()), float(scores.std())
+    quantiles = {str(q): float(v) for q, v in zip(QUANTILES, np.quantile(scores, QUANTILES), strict=True)}
+    if not all(math.isfinite(v) for v in (mean, std, *quantiles.values())):
+        log.warning("the index's vectors score pairs that are not finite; recording no score background")
+        return {}
+    return {
+        "sample_rows": len(rows),
+        "pairs": len(scores),
+        "seed": SEED,
+        "mean": round(mean, SCORE_PLACES),
+        "std": round(std, SCORE_PLACES),
+        "quantiles": {q: round(v, SCORE_PLACES) for q, v in quantiles.items()},
+    }
+
+
+def background_problem(raw: object) -> str:
+    """Return what is wrong with a manifest's ``score_background``, in a few words, or "" when nothing is."""
+    if raw == {}:
+        return ""
+    if not isinstance(raw, dict) or sorted(raw) != sorted(FIELDS):
+        return f"field 'score_background' should be {{}} or an object of {', '.join(FIELDS)}"
+    counts = [raw[k] for k in ("sample_rows", "pairs", "seed")]
+    if not all(type(c) is int and c >= 0 for c in counts) or raw["sample_rows"] < 2 or raw["pairs"] < 1:
+        return "field 'score_background' should be of a sample of at least 2 rows and 1 pair"
+    quantiles = raw["quantiles"]
+    numbers = [raw["mean"], raw["std"], *(quantiles.values() if isinstance(quantiles, dict) else [None])]
+    if not all(_is_number(v) for v in numbers) or raw["std"] < 0:
+        return "field 'score_background' should be of finite numbers: mean, std >= 0, quantiles {quantile: score}"
+    return ""
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Background:
+    """An index's recorded background: the mean and standard deviation of its rows' pair scores."""
+
+    mean: float
+    std: float
+    pairs: int
+    quantiles: dict[str, float]
+
+    @classmethod
+    def of(cls, manifest: Manifest) -> Background:
+        """Return the background an index records; CondsearchError, naming the fix, where it records none."""
+        raw: dict[str, Any] = manifest.score_background  # checked on read: background_problem
+        condition = manifest.condition
+        if not raw and manifest.n_vectors < 2:
+            raise CondsearchError(
+                f"the index of {condition!r} holds {manifest.n_vectors} row(s): too few for a score background, "
+                "so its scores cannot be calibrated"
+            )
+        if not raw:
+            rebuild = f"condsearch index {shlex.quote(manifest.corpus_path)} --condition {shlex.quote(condition)}"
+            raise CondsearchError(
+                f"the index of {condition!r} records no score background (written before condsearch recorded "
+                f"one); re-index it to calibrate its scores: {rebuild} (with the flags it was built with; "
+                "unchanged rows are reused)"
+            )
+        if raw["std"] <= 0:
+            raise CondsearchError(
+                f"the score background of {condition!r}'s index has no spread (all its pairs score the same); "
+                "its scores cannot be calibrated"
+            )
+        quantiles = {str(q): float(v) for q, v in raw["quantiles"].items()}
+        return cls(float(raw["mean"]), float(raw["std"]), int(raw["pairs"]), quantiles)
+
+    def z(self, score: float) -> float:
+        """Return score's standard score against this background: (score - mean) / std."""
+        return (score - self.mean) / self.std
+
+    def calibrate(self, hits: Hits) -> Hits:
+        """Return hits with each hit's z set (the raw scores unchanged)."""
+        return replace(hits, hits=tuple(replace(h, z=self.z(h.score)) for h in hits), calibrated=True)
