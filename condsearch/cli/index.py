@@ -14,6 +14,7 @@ from condsearch.ann import IndexConfig, check_index_options
 from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
+    backend_option,
     device_option,
     encoder_options,
     index_dir_option,
@@ -28,7 +29,6 @@ from condsearch.cli.options import (
 )
 from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError
 
 if TYPE_CHECKING:
@@ -143,12 +143,8 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
 @router_options
 @encoder_options
 @quantize_option
-@click.option(
-    "--backend",
-    type=click.Choice(BACKEND_CHOICES),
-    default=CpuConfig.backend,
-    show_default=True,
-    help="What runs the encoder. auto: onnxruntime on the CPU with every core wherever a one-shot query of "
+@backend_option(
+    "What runs the encoder. auto: onnxruntime on the CPU with every core wherever a one-shot query of "
     "the index would run it (BERT-style, condition-mean pooling; its checked float32 export, written first "
     "if missing), else torch; torch: always transformers. The index is the same either way.",
 )

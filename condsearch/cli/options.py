@@ -17,6 +17,7 @@ from click.core import ParameterSource
 
 from condsearch.artifacts.profiles import MODE_CASE, MODES
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
+from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError, first_line
 from condsearch.scale.config import RayConfig, check_address
 
@@ -88,6 +89,13 @@ def threads_option(command: F) -> F:
         default=CpuConfig.threads,
         help="Threads for the encoder's matrix products on the CPU [default: every core].",
     )(command)
+
+
+def backend_option(help: str) -> Callable[[F], F]:
+    """Return ``--backend auto|torch`` (what runs the encoder; one default: ``CpuConfig.backend``) with help."""
+    return click.option(
+        "--backend", type=click.Choice(BACKEND_CHOICES), default=CpuConfig.backend, show_default=True, help=help
+    )
 
 
 def quantize_option(command: F) -> F:

@@ -8,6 +8,7 @@ import click
 
 from condsearch.cli.common import CONTEXT, fail
 from condsearch.cli.options import (
+    backend_option,
     device_option,
     index_dir_option,
     quantize_check_option,
@@ -17,7 +18,7 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CondsearchError
-from condsearch.serve.config import API_KEY_ENV, BACKEND_CHOICES, ServeConfig, is_loopback
+from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 
 @click.command("serve", context_settings=CONTEXT)
@@ -56,12 +57,8 @@ from condsearch.serve.config import API_KEY_ENV, BACKEND_CHOICES, ServeConfig, i
     help="A request body larger than this gets a 413 before it is read.",
 )
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
-@click.option(
-    "--backend",
-    type=click.Choice(BACKEND_CHOICES),
-    default=ServeConfig.backend,
-    show_default=True,
-    help="What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
+@backend_option(
+    "What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
     "(BERT-style, as a one-shot query runs it, so answers equal `query --json`), else torch; "
     "torch: always transformers.",
 )
