@@ -171,6 +171,13 @@ def test_encode_throughput_smoke(arch: str | None, tiny_bert_dir: Path, tmp_path
     assert result["model"] == (arch or str(tiny_bert_dir))
 
 
+def test_batch_order_smoke_pads_less_by_tokens(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    result = _run("batch_order", ["--smoke", "--model", str(tiny_bert_dir)], tmp_path / "o.json")
+    arms = result["arms"]
+    assert set(arms) == {"characters", "tokens"} and all(a["pairs_per_s"] > 0 for a in arms.values())
+    assert 1.0 <= arms["tokens"]["padded_per_real_token"] <= arms["characters"]["padded_per_real_token"]
+
+
 def test_encode_throughput_int8_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("onnxruntime")
     result = _run(

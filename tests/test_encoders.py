@@ -194,6 +194,24 @@ def test_pooling_is_batch_invariant(tiny_encoder: BertStyleEncoder) -> None:
         np.testing.assert_allclose(alone[0], together[i], rtol=0, atol=1e-5)
 
 
+def test_a_bert_encoder_batches_by_token_count_not_characters(
+    tiny_encoder: BertStyleEncoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from condsearch.encoders.bert_inputs import token_lengths
+
+    # whole words are one token each in the tiny vocabulary, unknown letters one token per letter
+    pairs = [("colour", "dress dress dress dress"), ("colour", "q w e r t y u i o p"), ("colour", "xq")]
+    tokens = token_lengths(tiny_encoder.tokenizer, pairs)
+    chars = [len(s or "") for _, s in pairs]
+    assert tokens[1] > tokens[0] and chars[0] > chars[1]  # the two orders disagree
+    seen: list[tuple[str, str | None]] = []
+    inner = tiny_encoder.encode_batch
+    monkeypatch.setattr(tiny_encoder, "encode_batch", lambda batch: (seen.extend(batch), inner(batch))[1])
+    out = tiny_encoder.encode_pairs(pairs, batch_size=1)
+    assert seen == sorted(pairs, key=lambda p: -tokens[pairs.index(p)])
+    np.testing.assert_allclose(out, inner(pairs), rtol=0, atol=1e-5)  # rows back in input order
+
+
 def test_encode_pairs_batch_size_does_not_change_vectors(tiny_encoder: BertStyleEncoder) -> None:
     one = tiny_encoder.encode_pairs(PAIRS, batch_size=1)
     all_ = tiny_encoder.encode_pairs(PAIRS, batch_size=64)

@@ -142,7 +142,8 @@ def test_the_onnxruntime_encoder_batches_by_length(tiny_bert_dir: Path) -> None:
     assert backend_of(vec) == "onnxruntime" and isinstance(vec.encoder, OnnxBertEncoder)
     lengths: list[list[int]] = []
     run = vec.encoder.encode_batch
-    vec.encoder.encode_batch = lambda pairs: lengths.append([len(c) + len(s or "") for c, s in pairs]) or run(pairs)  # type: ignore[method-assign]
+    count = vec.encoder.sort_lengths  # token counts, as encode_pairs sorts by
+    vec.encoder.encode_batch = lambda pairs: lengths.append(count(pairs)) or run(pairs)  # type: ignore[method-assign]
     texts = ["short", SENTENCES[0], "a girl", SENTENCES[6], "a much longer sentence about a dog in the park"]
     out = vec.encode(texts, COLOUR, batch_size=2)
     flat = [n for batch in lengths[1:] for n in batch]  # after the condition's own vector

@@ -130,6 +130,10 @@ class Encoder(ABC):
             info[ADAPTER_KEY] = self.adapter_path
         return info
 
+    def sort_lengths(self, pairs: Sequence[Pair]) -> list[int]:
+        """Return the lengths :meth:`encode_pairs` batches pairs by: characters, a cheap proxy for tokens."""
+        return [len(c) + len(s or "") for c, s in pairs]
+
     def encode_pairs(
         self,
         pairs: Sequence[Pair],
@@ -164,8 +168,9 @@ class Encoder(ABC):
                     todo.append(i)
                 else:
                     out[i] = vec
-        # Sorting by length keeps padding small; character length is a cheap proxy for tokens.
-        todo.sort(key=lambda i: -(len(distinct[i][0]) + len(distinct[i][1] or "")))
+        # Longest first, so that each batch pads little (stable: equal lengths keep their order)
+        lengths = self.sort_lengths([distinct[i] for i in todo])
+        todo = [todo[j] for j in sorted(range(len(todo)), key=lambda j: -lengths[j])]
         bar = progress_bar(total=len(todo), desc=desc, unit="pair", enabled=progress and bool(todo))
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]

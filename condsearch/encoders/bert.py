@@ -10,7 +10,7 @@ import torch
 
 from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import Encoder, Pair
-from condsearch.encoders.bert_inputs import case_inputs, max_length_for
+from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
 from condsearch.encoders.pooling import mean_pool
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
@@ -23,7 +23,7 @@ def pick_device(device: str | None) -> torch.device:
     return parse_devices(device)[0]
 
 
-class BertStyleEncoder(Encoder):
+class BertStyleEncoder(TokenSorted, Encoder):
     """Encode ``[CLS] s [SEP] c [SEP]`` and mean-pool the condition's tokens only.
 
     With no sentence, the condition alone (``[CLS] c [SEP]``) is encoded and its

@@ -27,7 +27,7 @@ import numpy as np
 from condsearch.artifacts.adapters import read_adapter
 from condsearch.cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
-from condsearch.encoders.bert_inputs import case_inputs, max_length_for
+from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
 
@@ -146,7 +146,7 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION else None
 
 
-class OnnxBertEncoder(Encoder):
+class OnnxBertEncoder(TokenSorted, Encoder):
     """:class:`~condsearch.encoders.bert.BertStyleEncoder`'s vectors (condition-mean pooling) from onnxruntime.
 
     Tokenisation and pooling are the torch encoder's (:mod:`.bert_inputs`); a batch runs as runs
