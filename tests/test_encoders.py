@@ -210,6 +210,7 @@ def test_a_bert_encoder_batches_by_token_count_not_characters(
     out = tiny_encoder.encode_pairs(pairs, batch_size=1)
     assert seen == sorted(pairs, key=lambda p: -tokens[pairs.index(p)])
     np.testing.assert_allclose(out, inner(pairs), rtol=0, atol=1e-5)  # rows back in input order
+    assert token_lengths(tiny_encoder.tokenizer, []) == []  # nothing left to encode (every pair cached)
 
 
 def test_encode_pairs_batch_size_does_not_change_vectors(tiny_encoder: BertStyleEncoder) -> None:

@@ -88,7 +88,7 @@ def case_inputs(
 
 def token_lengths(tokenizer: Any, pairs: Sequence[Pair]) -> list[int]:
     """Return each pair's untruncated token count as :func:`case_inputs` would encode it, special tokens included."""
-    return _lengths(tokenizer, *_segments(pairs))
+    return _lengths(tokenizer, *_segments(pairs)) if pairs else []  # a tokenizer refuses an empty batch
 
 
 class TokenSorted:
