@@ -65,7 +65,13 @@ from condsearch.encoders import load_encoder, onnx_trace  # noqa: E402
 from condsearch.encoders.base import Encoder, Pair  # noqa: E402
 from condsearch.encoders.bert import BertStyleEncoder  # noqa: E402
 from condsearch.encoders.bert_inputs import case_inputs  # noqa: E402
-from condsearch.encoders.onnx_export import export_onnx, pooled_cosines, root_quiet, write_export  # noqa: E402
+from condsearch.encoders.onnx_export import (  # noqa: E402
+    export_hidden,
+    export_onnx,
+    pooled_cosines,
+    root_quiet,
+    write_export,
+)
 from condsearch.encoders.onnx_files import (  # noqa: E402
     INPUTS,
     META_FILE,
@@ -218,19 +224,9 @@ def export(encoder: BertStyleEncoder, trace: str, path: Path) -> None:
     """Export the encoder's model, traced as asked, to path (weights inside), as export_onnx does."""
     batch, _ = encoder._tokenize([("a condition", "a sentence, with a comma"), ("short", None)])
     batch.setdefault("token_type_ids", torch.zeros_like(batch["input_ids"]))
-    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(
-            _Last(traced_module(encoder, trace)),
-            tuple(batch[name] for name in INPUTS),
-            str(path),
-            input_names=list(INPUTS),
-            output_names=["hidden"],
-            dynamic_axes=axes,
-            opset_version=17,
-            dynamo=False,
-        )
+        export_hidden(_Last(traced_module(encoder, trace)), tuple(batch[name] for name in INPUTS), path)
 
 
 def fuse(src: Path, dst: Path, config: Any) -> dict[str, int]:

@@ -127,29 +127,34 @@ def _traceable(model: nn.Module) -> nn.Module:
     return as_plain(model) or model
 
 
+def export_hidden(module: nn.Module, args: tuple[torch.Tensor, ...], path: Path) -> None:
+    """Export a module of (input_ids, attention_mask, token_type_ids) -> last hidden state, batch and tokens dynamic."""
+    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
+    torch.onnx.export(
+        module,
+        args,
+        str(path),
+        input_names=list(INPUTS),
+        output_names=["hidden"],
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+    )
+
+
 def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, versions: dict[str, str]) -> None:
     """Write the export of a CPU float32 encoder (model, tokenizer, meta not yet usable) into an empty folder."""
     batch, _ = encoder._tokenize(_PROBE)
     if "token_type_ids" not in batch:
         batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
     args = tuple(batch[name] for name in INPUTS)
-    axes = {name: {0: "batch", 1: "tokens"} for name in (*INPUTS, "hidden")}
     plain = folder / ("model.float32.onnx" if precision == "int8" else MODEL_FILE)
     try:
         # the TorchScript exporter's deprecation notice and onnxruntime's pre-processing advice
         # (logged on the root logger) concern neither the user nor this model
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), root_quiet():
             warnings.simplefilter("ignore")
-            torch.onnx.export(
-                _Last(_traceable(encoder.model)),
-                args,
-                str(plain),
-                input_names=list(INPUTS),
-                output_names=["hidden"],
-                dynamic_axes=axes,
-                opset_version=17,
-                dynamo=False,
-            )
+            export_hidden(_Last(_traceable(encoder.model)), args, plain)
             if precision == "int8":
                 from onnxruntime.quantization import QuantType, quantize_dynamic
 
