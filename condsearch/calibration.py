@@ -116,8 +116,11 @@ class Background:
     quantiles: dict[str, float]
 
     @classmethod
-    def of(cls, manifest: Manifest) -> Background:
-        """Return the background an index records; CondsearchError, naming the fix, where it records none."""
+    def of(cls, manifest: Manifest, *, name_paths: bool = True) -> Background:
+        """Return the background an index records; CondsearchError, naming the fix, where it records none.
+
+        ``name_paths`` False (the server, whose errors name no paths): the fix leaves out the corpus path.
+        """
         raw: dict[str, Any] = manifest.score_background  # checked on read: background_problem
         condition = manifest.condition
         if not raw and manifest.n_vectors < 2:
@@ -126,7 +129,8 @@ class Background:
                 "so its scores cannot be calibrated"
             )
         if not raw:
-            rebuild = f"condsearch index {shlex.quote(manifest.corpus_path)} --condition {shlex.quote(condition)}"
+            corpus = shlex.quote(manifest.corpus_path) if name_paths else "CORPUS"
+            rebuild = f"condsearch index {corpus} --condition {shlex.quote(condition)}"
             raise CondsearchError(
                 f"the index of {condition!r} records no score background (written before condsearch recorded "
                 f"one); re-index it to calibrate its scores: {rebuild} (with the flags it was built with; "

@@ -299,4 +299,5 @@ def test_the_server_refuses_calibration_of_an_old_index_with_a_409(client: TestC
     assert response.status_code == 409, response.text
     error = response.json()["error"]
     assert "records no score background" in error and "\n" not in error
+    assert str(store.root) not in error and ".parquet" not in error  # the server's errors name no paths
     assert client.post("/query", json={**body, "condition": SPORT, "calibrated": True}).status_code == 200

@@ -172,7 +172,7 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
 def _background(manifest: Manifest) -> Background:
     """Return the background a calibrated request needs; a 409 where the index records none."""
     try:
-        return Background.of(manifest)
+        return Background.of(manifest, name_paths=False)
     except CondsearchError as exc:
         raise RequestError(409, str(exc)) from exc
 
