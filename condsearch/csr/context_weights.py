@@ -5,10 +5,12 @@ A context router's folder is a router folder (``router.json`` + ``router.safeten
 ``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.train.lowrank`'s
 delta adapters are (``<parameter>.delta`` whole, or ``.delta_b`` / ``.delta_a`` factors) and merged
 with :func:`condsearch.encoders.lora.apply_deltas`. The change is stored whole when that fits in
-:data:`MAX_DELTA_BYTES` (the top 2 layers of MiniLM-L6 at float16 take 7.1 MB); otherwise each matrix
-as its best approximation at the largest rank that fits (where that is smaller than the matrix), the
-rest whole: the top 3 layers of MiniLM-L6 at rank 279 (10.0 MB), all of it, embeddings included, at
-rank 67 (9.9 MB). ``router.json`` records the rank.
+:data:`MAX_DELTA_BYTES` (the top 2 layers of MiniLM-L6 at float16 take 7.1 MB); otherwise compactly
+(:mod:`condsearch.csr.compact_delta`): the token table's changed rows as signs, each matrix as int8
+factors at the largest rank that fits (where those are smaller than the matrix), the rest whole.
+The top 3 layers of MiniLM-L6 then fit at full rank; all of it, embeddings included, with the
+21,600 token rows that WN18RR's texts use, at rank 206 in 10 MB and 88 in 5 MB. ``router.json``
+records the rank.
 
 The weights file's sha256 is the router's checksum: it reaches the index manifest, the incremental
 re-index fingerprint and, for this variant, the sentence-cache key, since the cached states
@@ -33,12 +35,12 @@ from condsearch.artifacts.files import (
 from condsearch.artifacts.routers import read_router_config, router_checksum
 from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import replacing_dir
+from condsearch.csr.compact_delta import decode, encode_factors, encode_sign_rows, factor_bytes
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.encoders.lora import apply_deltas
 from condsearch.errors import ModelError
-from condsearch.train.lowrank import delta_bytes, weight_deltas
 
-#: the largest backbone change kept whole (bytes at float16); a larger one is stored at DELTA_RANK
+#: the largest backbone change kept whole (bytes at float16); a larger one is stored compactly within it
 MAX_DELTA_BYTES = 10_000_000
 
 
@@ -54,29 +56,39 @@ def base_weights(location: str, trust_remote_code: bool = False) -> dict[str, to
     return {n: p.detach() for n, p in model.named_parameters()}
 
 
-def _factored(shape: tuple[int, ...], rank: int) -> bool:
-    """Return whether a tensor is stored as rank-``rank`` factors: a matrix that they make smaller."""
-    return len(shape) == 2 and (shape[0] + shape[1]) * min(rank, *shape) < shape[0] * shape[1]
+def _factored(shape: tuple[int, ...], rank: int, bytes_per_value: int = 2) -> bool:
+    """Return whether a tensor is stored as int8 rank-``rank`` factors: a matrix that they make smaller."""
+    return len(shape) == 2 and factor_bytes(shape, rank) < math.prod(shape) * bytes_per_value
 
 
-def _values(shape: tuple[int, ...], rank: int) -> int:
-    return (shape[0] + shape[1]) * min(rank, *shape) if _factored(shape, rank) else math.prod(shape)
+def _size(shape: tuple[int, ...], rank: int, bytes_per_value: int) -> int:
+    if _factored(shape, rank, bytes_per_value):
+        return factor_bytes(shape, rank)
+    return math.prod(shape) * bytes_per_value
 
 
 def fitting_rank(shapes: Iterable[tuple[int, ...]], max_bytes: int, bytes_per_value: int = 2) -> int:
     """Return the largest rank r (at least 1) at which tensors of these shapes take at most max_bytes:
-    matrices as rank-r factors where those are smaller, everything else whole."""
+    matrices as int8 rank-r factors where those are smaller, everything else whole at bytes_per_value."""
     shapes = list(shapes)
     matrices = [s for s in shapes if len(s) == 2]
 
     def size(r: int) -> int:
-        return bytes_per_value * sum(_values(s, r) for s in shapes)
+        return sum(_size(s, r, bytes_per_value) for s in shapes)
 
     lo, hi = 1, max((min(s) for s in matrices), default=1)
     while lo < hi:  # the largest r with size(r) <= max_bytes; size grows with r
         mid = (lo + hi + 1) // 2
         lo, hi = (mid, hi) if size(mid) <= max_bytes else (lo, mid - 1)
     return lo
+
+
+def _token_table(model: torch.nn.Module) -> str | None:
+    """Return the parameter name of model's input token table (None: it has none that we can find)."""
+    get = getattr(model, "get_input_embeddings", None)
+    table = get() if callable(get) else None
+    weight = getattr(table, "weight", None)
+    return next((n for n, p in model.named_parameters() if p is weight), None)
 
 
 def backbone_delta(
@@ -87,29 +99,37 @@ def backbone_delta(
     rank: int | None = None,
     dtype: torch.dtype = torch.float16,
 ) -> tuple[dict[str, torch.Tensor], int | None]:
-    """Return the adapter tensors of model - base at dtype, and the rank used (None: stored whole).
+    """Return the adapter tensors of model - base, and the rank used (None: stored whole at dtype).
 
-    The change is stored whole when it fits in max_bytes; else each matrix whose rank-``rank``
-    factors are smaller than it is stored as those (rank None: the largest rank that fits), the
-    rest whole. Tensors that did not change are left out, as is the pooler (no router reads it).
+    The change is stored whole at dtype when it fits in max_bytes. Else it is stored compactly
+    (:mod:`condsearch.csr.compact_delta`): the input token table's changed rows as signs, each
+    matrix whose int8 rank-``rank`` factors are smaller than it as those (rank None: the largest
+    rank that fits what the table left), the rest whole. Tensors that did not change are left
+    out, as is the pooler (no router reads it).
     """
     tuned = {n: p.detach().float().cpu() for n, p in model.named_parameters() if not n.startswith("pooler.")}
-    whole: dict[str, torch.Tensor] = {}
+    changed: dict[str, torch.Tensor] = {}
     for name, weight in tuned.items():
         if name not in base or tuple(base[name].shape) != tuple(weight.shape):
             raise ModelError(f"{name}: the trained weights do not fit the base model")
         delta = weight - base[name].float().cpu()
         if torch.any(delta):
-            whole[f"{name}.delta"] = delta
+            changed[name] = delta
     size = torch.finfo(dtype).bits // 8
-    used: int | None = None
-    if delta_bytes(whole, size) > max_bytes:
-        changed = {n: w for n, w in tuned.items() if f"{n}.delta" in whole}
-        used = rank or fitting_rank((tuple(w.shape) for w in changed.values()), max_bytes, size)
-        factored = {n: w for n, w in changed.items() if _factored(tuple(w.shape), used)}
-        whole = {k: v for k, v in whole.items() if k.removesuffix(".delta") not in factored}
-        whole.update(weight_deltas({n: base[n] for n in factored}, factored, used))
-    return {k: v.to(dtype).contiguous() for k, v in whole.items()}, used
+    if sum(d.numel() for d in changed.values()) * size <= max_bytes:
+        return {f"{n}.delta": d.to(dtype).contiguous() for n, d in changed.items()}, None
+    out: dict[str, torch.Tensor] = {}
+    table = _token_table(model)
+    if table in changed:
+        out.update(encode_sign_rows(table, changed.pop(table)))
+    left = max_bytes - sum(t.numel() * t.element_size() for t in out.values())
+    used = rank or fitting_rank((tuple(d.shape) for d in changed.values()), left, size)
+    for name, delta in changed.items():
+        if _factored(tuple(delta.shape), used, size):
+            out.update(encode_factors(name, delta, used))
+        else:
+            out[f"{name}.delta"] = delta.to(dtype)
+    return {k: v.contiguous() for k, v in out.items()}, used
 
 
 def save_context_router(
@@ -130,6 +150,7 @@ def save_context_router(
             "router_config": router.config.to_dict(),
             "backbone_delta": {
                 "rank": rank,
+                "encoding": "whole" if rank is None else "compact",
                 "tensors": len({k.rsplit(".", 1)[0] for k in delta}),
                 "bytes": sum(t.numel() * t.element_size() for t in delta.values()),
             },
@@ -142,7 +163,8 @@ def save_context_router(
 def apply_backbone_delta(router: ContextRouter, delta: Mapping[str, torch.Tensor], where: object) -> None:
     """Add a backbone change to a context router's weights in place (ModelError when it does not fit)."""
     try:
-        apply_deltas(router.model, delta)
+        shapes = {n: tuple(p.shape) for n, p in router.model.named_parameters()}
+        apply_deltas(router.model, decode(delta, shapes))
     except ValueError as exc:
         raise ModelError(f"{where}: {exc}") from exc
 
