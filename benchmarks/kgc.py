@@ -19,13 +19,17 @@ objective (in-batch and self-negatives, additive margin, learnable temperature),
   state cache train, on cached entity states (cheap; what the first WN18RR router used).
 
 Long runs are checkpointed (``--checkpoint-dir``, ``--resume``); with ``--save`` the best dev
-weights so far are written there each time dev improves (a context router as a low-rank
-change of the base model, both towers within 10 MB):
+weights so far are written there each time dev improves (a context router as a compact change
+of the base model, both towers within 10 MB). ``--weights-from`` a run's checkpoint folder scores
+its best dev weights exactly, or with ``--save`` writes and scores them as saved (the committed
+artifact, regenerated from a run):
 
     python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --json-out results/kgc.json
     python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --router none --split dev --max-test 1000
     python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --train --epochs 10 --batch-size 256 \
         --checkpoint-dir build/kgc-context --save benchmarks/weights/wn18rr-minilm-context --split dev
+    python benchmarks/kgc.py --data-dir ../shared/data/wn18rr --weights-from build/kgc-context \
+        --save benchmarks/weights/wn18rr-minilm-context --split dev --max-test 1000
 """
 
 from __future__ import annotations
@@ -73,6 +77,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--k", type=int, default=100, help="FAISS top-k per query before the exact fallback")
     p.add_argument("--device", default=None)
     p.add_argument("--cache-dir", type=Path, default=None, help="CSR state cache root (default the user cache)")
+    p.add_argument(
+        "--weights-from",
+        type=Path,
+        default=None,
+        help="a whole-backbone run's --checkpoint-dir: score its best dev weights exactly, "
+        "or with --save as saved (the committed artifact, regenerated)",
+    )
     t = p.add_argument_group("training (--train)")
     t.add_argument("--train", action="store_true", help="train first (starting from --router)")
     t.add_argument(
@@ -161,7 +172,7 @@ def _variant(args: argparse.Namespace) -> object:
     from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT
     from condsearch.csr.router import PRESETS
 
-    name = args.variant or (CONTEXT if args.train else None)
+    name = args.variant or (CONTEXT if args.train or args.weights_from else None)
     if name == CONTEXT:
         if args.router_layer is not None or args.hyper_rank is not None:
             raise CondsearchError("--router-layer and --hyper-rank apply to the paper/extended router; use --context-k")
@@ -181,7 +192,7 @@ def _variant(args: argparse.Namespace) -> object:
 def _router_spec(args: argparse.Namespace) -> str:
     if args.router != "auto":
         return str(args.router)
-    if args.smoke or args.train:
+    if args.smoke or args.train or args.weights_from:
         return "none"
     return str(AUTO_ROUTER) if AUTO_ROUTER.is_dir() else "none"
 
@@ -227,6 +238,50 @@ def _save_towers(
         saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
         checksum = checksum or saved  # the query tower's
     return checksum
+
+
+def _meta(encoder: Any, data_dir: Path, backbone: str, config: object) -> dict[str, object]:
+    """Return what a saved WN18RR router records of its making."""
+    return {
+        "model_id": encoder.model_id,
+        "model_revision": encoder.revision,
+        "task": "link prediction (SimKGC protocol)",
+        "data": Path(data_dir).name,
+        "max_length": encoder.max_length,
+        "backbone": backbone,
+        "config": config,
+    }
+
+
+def _router_label(args: argparse.Namespace, encoder: Any, checkpoint: dict[str, Any] | None) -> str:
+    if args.train:
+        return "trained here (--train)"
+    if checkpoint is not None:
+        return f"checkpoint {checkpoint['checkpoint']}, step {checkpoint['best_dev'].get('step')}" + (
+            ", as saved" if checkpoint["saved"] else ", exact"
+        )
+    return str(encoder.router_name)
+
+
+def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """Give the towers a whole-backbone run's best dev weights (--weights-from) and, with --save, save
+    them as the committed artifact is saved, so that what is scored next is the saved router.
+    Return the candidate tower and what to report of the checkpoint."""
+    from kgclib.encoding import tail_tower
+    from kgclib.training import load_best_weights
+
+    if args.train:
+        raise CondsearchError("--weights-from scores a run's checkpoint; to train on, use --checkpoint-dir --resume")
+    if base is None or args.frozen_lower:
+        raise CondsearchError("--weights-from reads a whole-backbone context router's checkpoint")
+    tail = tail_tower(encoder.router) if args.towers == 2 else None
+    row, config = load_best_weights(args.weights_from, encoder.router, tail)
+    info: dict[str, Any] = {"checkpoint": str(args.weights_from), "best_dev": row, "saved": args.save is not None}
+    if args.save is not None:
+        meta = {**_meta(encoder, data_dir, "whole backbone", config), "best_dev": row}
+        info["checksum"] = _save_towers(encoder, tail, base, args.save, meta)
+        _log(f"saved the checkpoint's step-{row.get('step')} weights to {args.save}; scoring them as saved")
+    return tail, info
 
 
 def _profile(encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int) -> dict[str, object]:
@@ -333,6 +388,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     timing["entity_states_seconds"] = round(time.perf_counter() - start, 1)
     answers = known_answers(data.splits.values(), data.n_relations)
     tail = load_tail_tower(encoder.router, Path(router), base) if router != "none" else None
+    checkpoint = None
+    if args.weights_from is not None:
+        tail, checkpoint = _from_checkpoint(args, encoder, base, data_dir)
     training = None
     if args.train:
         epochs, batch, max_examples, lr = args.epochs, args.batch_size, args.max_examples, args.lr
@@ -359,15 +417,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 **run_info(str(encoder.device)),
             }
         _log(f"training ({args.towers} tower(s), {backbone}): {asdict(config)}; choosing on {len(dev)} dev triples")
-        meta: dict[str, object] = {
-            "model_id": encoder.model_id,
-            "model_revision": encoder.revision,
-            "task": "link prediction (SimKGC protocol)",
-            "data": Path(data_dir).name,
-            "max_length": encoder.max_length,
-            "backbone": backbone,
-            "config": asdict(config),
-        }
+        meta = _meta(encoder, data_dir, backbone, asdict(config))
 
         def dev_scores() -> dict[str, float]:
             out = evaluate_link_prediction(encoder, entities, data, dev, answers, k=args.k, tail=tail)
@@ -436,8 +486,10 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "max_test": args.max_test,
         "model": encoder.model_id,
         "model_revision": encoder.revision,
-        "router": "trained here (--train)" if args.train else encoder.router_name,
-        "router_checksum": training.get("checksum") if training else encoder.router_checksum,
+        "router": _router_label(args, encoder, checkpoint),
+        "router_checksum": (training or checkpoint or {}).get("checksum")
+        if args.train or checkpoint
+        else encoder.router_checksum,
         "router_layer": encoder.router.layer,
         "router_variant": encoder.router.config.variant,
         "router_label": encoder.router.config.describe(),
@@ -454,6 +506,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     result["timing"] = timing
     if training is not None:
         result["training"] = training
+    if checkpoint is not None:
+        result["checkpoint"] = checkpoint
     return result
 
 

@@ -79,6 +79,20 @@ def test_kgc_smoke_trains_and_ranks(tiny_bert_dir: Path, tmp_path: Path) -> None
     assert again["config"]["router_checksum"] == result["config"]["router_checksum"]
 
 
+def test_kgc_scores_a_runs_checkpoint_exactly_and_as_saved(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    model, ck = ["--smoke", "--model", str(tiny_bert_dir)], str(tmp_path / "ck")
+    trained = _run("kgc", [*model, "--train", "--checkpoint-dir", ck], tmp_path / "a")
+    best = max(trained["training"]["history"], key=lambda row: row["dev"])
+    exact = _run("kgc", [*model, "--weights-from", ck], tmp_path / "b")
+    assert exact["checkpoint"]["best_dev"]["step"] == best["step"] and exact["config"]["router_checksum"] is None
+    assert exact["mrr"] == pytest.approx(trained["mrr"])  # the run scored its best weights after training
+    saved = _run("kgc", [*model, "--weights-from", ck, "--save", str(tmp_path / "r")], tmp_path / "c")
+    again = _run("kgc", [*model, "--router", str(tmp_path / "r")], tmp_path / "d")
+    assert again["config"]["router_checksum"] == saved["config"]["router_checksum"] is not None
+    assert again["mrr"] == pytest.approx(saved["mrr"])
+    assert load_script("kgc").main([*model, "--train", "--weights-from", ck]) == 1  # one line: train or score
+
+
 def test_kgc_profile_times_float32_and_bf16_steps(tiny_bert_dir: Path, tmp_path: Path) -> None:
     argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--profile-steps", "1"]
     prof = _run("kgc", argv, tmp_path / "out.json")["profile"]

@@ -358,3 +358,38 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
     np.testing.assert_allclose(entity_vectors(again, tokens, tail=again_tail), saved_c, atol=2e-3)
     size = sum(f.stat().st_size for f in (tmp_path / "r").rglob("*.safetensors"))
     assert size <= 10_000_000
+
+
+def test_a_checkpoints_best_dev_weights_load_into_fresh_towers(context_csr, kg, tmp_path: Path) -> None:
+    from kgclib.encoding import entity_tokens, tail_tower
+    from kgclib.training import load_best_weights
+
+    from condsearch.errors import ModelError
+
+    tokens = entity_tokens(context_csr, kg.entity_texts)
+    router, tail = context_csr.router, tail_tower(context_csr.router)
+    start = [{n: p.detach().clone() for n, p in t.trainable_parameters().items()} for t in (router, tail)]
+    scores = iter([1.0, 3.0, 7.0, 2.0, 4.0, 5.0, 6.0, 0.5, 0.5, 0.5])  # the best (7.0) is not the last
+
+    def evaluate() -> dict[str, float]:
+        return {"mrr": next(scores), "condition_sensitivity": 0.0}
+
+    config = KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1, checkpoint_every=1)
+    history = train_kgc(
+        context_csr, tokens, kg, config, tail=tail, evaluate=evaluate, eval_every=1, checkpoint_dir=tmp_path / "ck"
+    )
+    assert max(r["dev"] for r in history) == 7.0 and history[-1]["dev"] != 7.0
+    best = [{n: p.detach().clone() for n, p in t.trainable_parameters().items()} for t in (router, tail)]
+    with torch.no_grad():  # a fresh process: the towers hold the base model again
+        for t, values in zip((router, tail), start, strict=True):
+            for n, p in t.trainable_parameters().items():
+                p.copy_(values[n])
+    row, config_saved = load_best_weights(tmp_path / "ck", router, tail)
+    assert row["dev"] == 7.0 and isinstance(config_saved, dict) and config_saved["towers"] == 2
+    for t, values in zip((router, tail), best, strict=True):
+        for n, p in t.trainable_parameters().items():
+            assert torch.equal(p, values[n]), n
+    with pytest.raises(ModelError, match="does not hold these towers"):
+        load_best_weights(tmp_path / "ck", router, None)  # a one-tower router cannot take a two-tower run
+    with pytest.raises(ModelError, match="no training checkpoint"):
+        load_best_weights(tmp_path, router, tail)

@@ -289,3 +289,35 @@ def train_kgc(
         last = float(np.mean(running[-steps_per_epoch:])) if running else math.nan
         state.history.append({"step": step, "loss": last})
     return state.history
+
+
+def load_best_weights(folder: Path, router: Tower, tail: Tower | None) -> tuple[dict[str, float], object]:
+    """Copy a training checkpoint's best dev weights (its latest, when none is marked best) into the
+    towers in place; return that weights' history row (step and dev metrics) and the run's config.
+
+    Raises ModelError when the checkpoint's tensors are not these towers' trainable parameters.
+    """
+    import json
+
+    from condsearch.artifacts.weights import load_weights
+    from condsearch.errors import ModelError
+    from condsearch.train.checkpoint import BEST_FILE, STATE_FILE, TRAINABLE_FILE
+
+    folder = Path(folder)
+    if not (folder / STATE_FILE).is_file():
+        raise ModelError(f"{folder}: no training checkpoint here")
+    name = BEST_FILE if (folder / BEST_FILE).is_file() else TRAINABLE_FILE
+    saved = load_weights(folder / name, "checkpoint tensors")
+    params = dict(router.trainable_parameters())  # keyed as train_kgc checkpoints them
+    if tail is not None:
+        params.update({f"tail.{n}": p for n, p in tail.trainable_parameters().items()})
+    if set(saved) - {"log_inv_t"} != set(params):
+        raise ModelError(f"{folder}: the checkpoint does not hold these towers' trainable parameters")
+    with torch.no_grad():
+        for key, p in params.items():
+            p.copy_(saved[key].to(p.device, p.dtype))
+    info = json.loads((folder / STATE_FILE).read_text())
+    history = info.get("history") or [{}]
+    scored = [row for row in history if isinstance(row.get("dev"), float) and math.isfinite(row["dev"])]
+    row = max(scored, key=lambda r: r["dev"]) if name == BEST_FILE and scored else history[-1]
+    return row, info.get("config")
