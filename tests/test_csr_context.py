@@ -249,6 +249,17 @@ def test_a_compact_change_loads_exactly_as_saved(tmp_path: Path, deep_bert_dir: 
     torch.testing.assert_close(decoded[f"{table}.delta"], expected, atol=1e-3, rtol=1e-3)
 
 
+def test_a_compact_change_fits_its_budget_on_disk(tmp_path: Path, deep_bert_dir: Path) -> None:
+    encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
+    _perturb(encoder)  # every value changes: the whole change is as large as the model
+    whole = sum(p.numel() * 2 for n, p in encoder.router.model.named_parameters() if not n.startswith("pooler."))
+    budget = int(whole * 0.6)
+    _save(encoder, deep_bert_dir, tmp_path / "router", max_bytes=budget)
+    rank = json.loads((tmp_path / "router" / "router.json").read_text())["backbone_delta"]["rank"]
+    assert rank is not None and rank >= 1
+    assert (tmp_path / "router" / "router.safetensors").stat().st_size <= budget  # the header counted too
+
+
 def test_the_rank_is_the_largest_that_fits() -> None:
     shapes = [(384, 384), (1536, 384), (384,), (2, 384)]
 

@@ -42,6 +42,8 @@ from condsearch.errors import ModelError
 
 #: the largest backbone change kept whole (bytes at float16); a larger one is stored compactly within it
 MAX_DELTA_BYTES = 10_000_000
+#: a bound on what the weights file's header takes per tensor (its JSON entry: name, dtype, shape, offsets)
+HEADER_BYTES_PER_TENSOR = 160
 
 
 def base_weights(location: str, trust_remote_code: bool = False) -> dict[str, torch.Tensor]:
@@ -101,7 +103,8 @@ def backbone_delta(
 ) -> tuple[dict[str, torch.Tensor], int | None]:
     """Return the adapter tensors of model - base, and the rank used (None: stored whole at dtype).
 
-    The change is stored whole at dtype when it fits in max_bytes. Else it is stored compactly
+    The change is stored whole at dtype when it fits in max_bytes. Else it is stored compactly, the
+    weights file's header counted
     (:mod:`condsearch.csr.compact_delta`): the input token table's changed rows as signs, each
     matrix whose int8 rank-``rank`` factors are smaller than it as those (rank None: the largest
     rank that fits what the table left), the rest whole. Tensors that did not change are left
@@ -116,13 +119,14 @@ def backbone_delta(
         if torch.any(delta):
             changed[name] = delta
     size = torch.finfo(dtype).bits // 8
-    if sum(d.numel() for d in changed.values()) * size <= max_bytes:
+    if sum(d.numel() * size + HEADER_BYTES_PER_TENSOR for d in changed.values()) <= max_bytes:
         return {f"{n}.delta": d.to(dtype).contiguous() for n, d in changed.items()}, None
     out: dict[str, torch.Tensor] = {}
     table = _token_table(model)
     if table in changed:
         out.update(encode_sign_rows(table, changed.pop(table)))
-    left = max_bytes - sum(t.numel() * t.element_size() for t in out.values())
+    keys = len(out) + sum(4 if d.ndim == 2 else 1 for d in changed.values())  # at most, with every matrix factored
+    left = max_bytes - sum(t.numel() * t.element_size() for t in out.values()) - HEADER_BYTES_PER_TENSOR * keys
     used = rank or fitting_rank((tuple(d.shape) for d in changed.values()), left, size)
     for name, delta in changed.items():
         if _factored(tuple(delta.shape), used, size):
