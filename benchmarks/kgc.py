@@ -51,8 +51,8 @@ from common import log, quiet_transformers, run_info, write_outputs  # noqa: E40
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
 
 WEIGHTS_DIR = Path(__file__).parent / "weights"
-#: what ``--router auto`` evaluates: the best WN18RR router on dev so far (the extended one, frozen lower layers)
-AUTO_ROUTER = WEIGHTS_DIR / "wn18rr-minilm-router"
+#: what ``--router auto`` evaluates: the best WN18RR router on dev so far (the context router, whole backbone)
+AUTO_ROUTER = WEIGHTS_DIR / "wn18rr-minilm-context"
 SIMKGC = {"mrr": 66.55, "hit@1": 58.65, "hit@3": 71.65, "hit@10": 80.01}  # released metrics.json, ×100
 CSR_PAPER = {"mrr": 66.1, "hit@1": 58.1, "hit@3": 71.1}
 
