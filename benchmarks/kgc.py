@@ -197,49 +197,6 @@ def _router_spec(args: argparse.Namespace) -> str:
     return str(AUTO_ROUTER) if AUTO_ROUTER.is_dir() else "none"
 
 
-def _save_towers(
-    encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path, meta: dict[str, object], keep_weights: bool = False
-) -> str:
-    """Save the trained router (and its candidate tower) into out; return the router's checksum.
-
-    A context router is saved as its backbone's change from the base model, each tower within
-    an equal share of 10 MB (at reduced rank when it does not fit); both towers are then given
-    exactly what was saved, so what is evaluated next is the saved router (unless
-    ``keep_weights``: mid-training, the exact weights stay).
-    """
-    from kgclib.encoding import TAIL_FOLDER
-
-    from condsearch.csr.context import ContextRouter
-    from condsearch.csr.context_weights import (
-        MAX_DELTA_BYTES,
-        apply_backbone_delta,
-        backbone_delta,
-        save_context_router,
-    )
-    from condsearch.csr.weights import save_router
-
-    if not isinstance(encoder.router, ContextRouter):
-        checksum = save_router(encoder.router, out, meta)
-        if tail is not None:
-            save_router(tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"})
-        return checksum
-    assert base is not None
-    towers = [(encoder.router, out, meta)]
-    if tail is not None:
-        towers.append((tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"}))
-    checksum = ""
-    for router, folder, info in towers:
-        delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
-        if not keep_weights:
-            with torch.no_grad():
-                for name, p in router.model.named_parameters():
-                    p.copy_(base[name].to(p.device, p.dtype))
-            apply_backbone_delta(router, delta, "the trained router")
-        saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
-        checksum = checksum or saved  # the query tower's
-    return checksum
-
-
 def _meta(encoder: Any, data_dir: Path, backbone: str, config: object) -> dict[str, object]:
     """Return what a saved WN18RR router records of its making."""
     return {
@@ -267,7 +224,7 @@ def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir
     """Give the towers a whole-backbone run's best dev weights (--weights-from) and, with --save, save
     them as the committed artifact is saved, so that what is scored next is the saved router.
     Return the candidate tower and what to report of the checkpoint."""
-    from kgclib.encoding import tail_tower
+    from kgclib.encoding import save_towers, tail_tower
     from kgclib.training import load_best_weights
 
     if args.train:
@@ -279,7 +236,7 @@ def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir
     info: dict[str, Any] = {"checkpoint": str(args.weights_from), "best_dev": row, "saved": args.save is not None}
     if args.save is not None:
         meta = {**_meta(encoder, data_dir, "whole backbone", config), "best_dev": row}
-        info["checksum"] = _save_towers(encoder, tail, base, args.save, meta)
+        info["checksum"] = save_towers(encoder, tail, base, args.save, meta)
         _log(f"saved the checkpoint's step-{row.get('step')} weights to {args.save}; scoring them as saved")
     return tail, info
 
@@ -342,6 +299,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         evaluate_link_prediction,
         load_entity_states,
         load_tail_tower,
+        save_towers,
         tail_tower,
     )
     from kgclib.training import KgcTrainConfig, train_kgc
@@ -433,7 +391,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
 
         def save_best(row: dict[str, float]) -> None:
             if args.save is not None:  # training goes on with its exact weights, not the saved low-rank ones
-                _save_towers(encoder, tail, base, args.save, {**meta, "best_dev": row}, keep_weights=True)
+                save_towers(encoder, tail, base, args.save, {**meta, "best_dev": row}, keep_weights=True)
                 _log(f"saved the best router so far (step {row['step']:.0f}, dev MRR {row['dev']:.2f}) to {args.save}")
 
         start = time.perf_counter()
@@ -469,7 +427,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         if args.save and best["step"] == 0:
             _log(f"not saving: no checkpoint beat the start on dev (MRR {best.get('dev'):.2f})")
         elif args.save:
-            training["checksum"] = _save_towers(encoder, tail, base, args.save, {**meta, "training": training})
+            training["checksum"] = save_towers(encoder, tail, base, args.save, {**meta, "training": training})
             _log(f"saved the router to {args.save}; what follows scores the weights as saved")
     triples = data.splits[args.split][: args.max_test]
     graph = link_graph(data.splits["train"], data.n_entities) if args.rerank else None

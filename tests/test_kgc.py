@@ -333,8 +333,14 @@ def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, k
 
 
 def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr, kg, tmp_path: Path) -> None:
-    import kgc
-    from kgclib.encoding import entity_tokens, entity_vectors, load_tail_tower, query_vectors, tail_tower
+    from kgclib.encoding import (
+        entity_tokens,
+        entity_vectors,
+        load_tail_tower,
+        query_vectors,
+        save_towers,
+        tail_tower,
+    )
 
     from condsearch.csr import load_csr_encoder
     from condsearch.csr.context_weights import base_weights
@@ -344,10 +350,10 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
     train_kgc(context_csr, tokens, kg, KgcTrainConfig(epochs=2, batch_size=4, lr=1e-2, warmup_steps=1), tail=tail)
     base = base_weights(context_csr.source.location)
     exact = {n: p.detach().clone() for n, p in tail.model.named_parameters()}
-    kgc._save_towers(context_csr, tail, base, tmp_path / "mid", {}, keep_weights=True)  # as a run saves its best
+    save_towers(context_csr, tail, base, tmp_path / "mid", {}, keep_weights=True)  # as a run saves its best
     assert all(torch.equal(p, exact[n]) for n, p in tail.model.named_parameters())  # training goes on unchanged
     assert (tmp_path / "mid" / "tail" / "router.safetensors").is_file()
-    kgc._save_towers(context_csr, tail, base, tmp_path / "r", {"model_id": context_csr.model_id})
+    save_towers(context_csr, tail, base, tmp_path / "r", {"model_id": context_csr.model_id})
     heads, rels = np.array([0, 3]), np.array([0, 3])
     saved_q = query_vectors(context_csr, tokens, heads, rels, kg.conditions)  # the towers now hold what was saved
     saved_c = entity_vectors(context_csr, tokens, tail=tail)

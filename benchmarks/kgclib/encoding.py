@@ -21,6 +21,7 @@ import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,6 +79,47 @@ def load_tail_tower(router: Tower, folder: Path, base: dict[str, torch.Tensor] |
     else:
         load_router_weights(tail, sub)
     return tail.to(next(router.parameters()).device).eval()
+
+
+def save_towers(
+    encoder: Any, tail: Any, base: dict[str, Any] | None, out: Path, meta: dict[str, object], keep_weights: bool = False
+) -> str:
+    """Save the trained router (and its candidate tower) into out; return the router's checksum.
+
+    A context router is saved as its backbone's change from the base model, each tower within
+    an equal share of 10 MB (at reduced rank when it does not fit); both towers are then given
+    exactly what was saved, so what is evaluated next is the saved router (unless
+    ``keep_weights``: mid-training, the exact weights stay).
+    """
+    from condsearch.csr.context import ContextRouter
+    from condsearch.csr.context_weights import (
+        MAX_DELTA_BYTES,
+        apply_backbone_delta,
+        backbone_delta,
+        save_context_router,
+    )
+    from condsearch.csr.weights import save_router
+
+    if not isinstance(encoder.router, ContextRouter):
+        checksum = save_router(encoder.router, out, meta)
+        if tail is not None:
+            save_router(tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"})
+        return checksum
+    assert base is not None
+    towers = [(encoder.router, out, meta)]
+    if tail is not None:
+        towers.append((tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"}))
+    checksum = ""
+    for router, folder, info in towers:
+        delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
+        if not keep_weights:
+            with torch.no_grad():
+                for name, p in router.model.named_parameters():
+                    p.copy_(base[name].to(p.device, p.dtype))
+            apply_backbone_delta(router, delta, "the trained router")
+        saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
+        checksum = checksum or saved  # the query tower's
+    return checksum
 
 
 @dataclass(frozen=True)

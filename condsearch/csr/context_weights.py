@@ -9,8 +9,8 @@ with :func:`condsearch.encoders.lora.apply_deltas`. The change is stored whole w
 (:mod:`condsearch.csr.compact_delta`): the token table's changed rows as signs, each matrix as int8
 factors at the largest rank that fits (where those are smaller than the matrix), the rest whole.
 The top 3 layers of MiniLM-L6 then fit at full rank; all of it, embeddings included, with the
-21,600 token rows that WN18RR's texts use, at rank 206 in 10 MB and 88 in 5 MB. ``router.json``
-records the rank.
+21,600 token rows that WN18RR's texts use, at rank 205 in 10 MB and 87 in 5 MB (each tower of the
+WN18RR artifact). The budget counts the weights file's header. ``router.json`` records the rank.
 
 The weights file's sha256 is the router's checksum: it reaches the index manifest, the incremental
 re-index fingerprint and, for this variant, the sentence-cache key, since the cached states
@@ -103,9 +103,9 @@ def backbone_delta(
 ) -> tuple[dict[str, torch.Tensor], int | None]:
     """Return the adapter tensors of model - base, and the rank used (None: stored whole at dtype).
 
-    The change is stored whole at dtype when it fits in max_bytes. Else it is stored compactly, the
-    weights file's header counted
-    (:mod:`condsearch.csr.compact_delta`): the input token table's changed rows as signs, each
+    The change is stored whole at dtype when it fits in max_bytes (the weights file's header
+    counted). Else it is stored compactly (:mod:`condsearch.csr.compact_delta`), within the same
+    budget: the input token table's changed rows as signs, each
     matrix whose int8 rank-``rank`` factors are smaller than it as those (rank None: the largest
     rank that fits what the table left), the rest whole. Tensors that did not change are left
     out, as is the pooler (no router reads it).
