@@ -31,6 +31,14 @@ def test_int8_factors_hold_a_low_rank_change_to_within_rounding() -> None:
     assert torch.linalg.norm(product - delta) <= 0.01 * torch.linalg.norm(delta)
 
 
+def test_components_the_change_lacks_are_stored_as_zeros() -> None:
+    delta = _low_rank(12, 8, rank=1)  # rank 1, asked for 3: the last two components are (nearly) zero
+    back = decode(encode_factors("w", delta, rank=3), {"w": (12, 8)})
+    product = back["w.delta_b"] @ back["w.delta_a"]
+    assert torch.isfinite(product).all()
+    assert torch.linalg.norm(product - delta) <= 0.01 * torch.linalg.norm(delta)
+
+
 def test_a_rank_above_the_matrix_is_cut_to_it() -> None:
     state = encode_factors("w", _low_rank(6, 4, rank=4), rank=50)
     assert state["w.qdelta_b"].shape == (6, 4) and state["w.qdelta_a"].shape == (4, 4)

@@ -44,9 +44,10 @@ def sign_rows_bytes(rows: int, columns: int) -> int:
 
 def _int8(values: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Round values to int8 with one scale per slice along dim (the slice's largest magnitude / 127)."""
-    scale = values.abs().amax(dim=dim, keepdim=True).clamp_min(torch.finfo(torch.float16).tiny) / 127
-    scale = scale.half().float()  # the scale as stored, so that rounding uses it
-    return (values / scale).round().clamp(-127, 127).to(torch.int8), scale.squeeze(dim).half()
+    scale = (values.abs().amax(dim=dim, keepdim=True) / 127).half().float()  # as stored, so rounding uses it
+    # a slice below float16's range (a rank component the change does not have) is stored as zeros
+    q = torch.where(scale > 0, values / scale.clamp_min(torch.finfo(torch.float32).tiny), torch.zeros(()))
+    return q.round().clamp(-127, 127).to(torch.int8), scale.squeeze(dim).half()
 
 
 def encode_factors(name: str, delta: torch.Tensor, rank: int) -> dict[str, torch.Tensor]:
