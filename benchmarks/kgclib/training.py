@@ -16,6 +16,7 @@ lower layers option, and the only one for the paper/extended router), so the cac
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -27,8 +28,18 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.artifacts.weights import load_weights
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.train.checkpoint import TrainingState, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.errors import ModelError
+from condsearch.train.checkpoint import (
+    BEST_FILE,
+    STATE_FILE,
+    TRAINABLE_FILE,
+    TrainingState,
+    has_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
 from condsearch.train.schedule import linear_schedule
 
 from .data import Answers, KgData, known_answers, with_inverse
@@ -297,12 +308,6 @@ def load_best_weights(folder: Path, router: Tower, tail: Tower | None) -> tuple[
 
     Raises ModelError when the checkpoint's tensors are not these towers' trainable parameters.
     """
-    import json
-
-    from condsearch.artifacts.weights import load_weights
-    from condsearch.errors import ModelError
-    from condsearch.train.checkpoint import BEST_FILE, STATE_FILE, TRAINABLE_FILE
-
     folder = Path(folder)
     if not (folder / STATE_FILE).is_file():
         raise ModelError(f"{folder}: no training checkpoint here")
