@@ -106,6 +106,7 @@ class FinetuneConfig:
     head_dropout: float = 0.15
     init_head: str | None = None  # a trained head folder to start the jointly trained head from
     anchor_weight: float = 0.0  # ours (issue 25): pull plain vectors toward the base model's (condsearch.train.anchor)
+    blend: float = 1.0  # ours (issue 25): fit B × the CASE cosine + (1 − B) × the base model's plain cosine
     lora: LoraConfig = field(default_factory=LoraConfig)
     seed: int = 0
 
@@ -122,6 +123,8 @@ class FinetuneConfig:
             raise ValueError("layer_decay must be in (0, 1]")
         if self.anchor_weight < 0:
             raise ValueError("anchor_weight must be >= 0")
+        if not 0.0 < self.blend <= 1.0:
+            raise ValueError("blend must be in (0, 1]")
 
     @property
     def loss_settings(self) -> LossSettings:
@@ -141,7 +144,7 @@ class FinetuneConfig:
 
 
 #: fields added after checkpoints were first written, with the value those checkpoints imply
-_ADDED_FIELDS: dict[str, object] = {"layer_decay": 1.0, "anchor_weight": 0.0}
+_ADDED_FIELDS: dict[str, object] = {"layer_decay": 1.0, "anchor_weight": 0.0, "blend": 1.0}
 _LAYER = re.compile(r"\blayers?\.(\d+)\.")
 
 
@@ -214,13 +217,39 @@ def trainable_parameters(
     return params
 
 
+@dataclass(frozen=True)
+class Blend:
+    """Ours (issue 25): the score trained and chosen on is B × the CASE cosine + (1 − B) × ``plain``, each
+    pair's cosine of the base model's plain vectors (the texts alone), fixed before training."""
+
+    share: float  # B, the CASE cosine's share
+    plain: torch.Tensor  # (len(data),) float32
+
+    @classmethod
+    def of(cls, share: float, base: dict[str, torch.Tensor], data: CstsData) -> Blend:
+        """Read each pair's plain cosine off ``base`` (unit vectors keyed by text, as Anchor.of gives)."""
+        first = torch.stack([base[t] for t in data.sentence1])
+        second = torch.stack([base[t] for t in data.sentence2])
+        return cls(share, (first * second).sum(dim=1).float())
+
+    def mix(self, cos: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
+        plain = self.plain if rows is None else self.plain[list(rows)]
+        return self.share * cos + (1.0 - self.share) * plain.to(cos.device)
+
+
 def evaluate_encoder(
-    encoder: TrainableEncoder, head: ProjectionHead | None, data: CstsData, *, batch_size: int = ENCODE_BATCH_SIZE
+    encoder: TrainableEncoder,
+    head: ProjectionHead | None,
+    data: CstsData,
+    *,
+    batch_size: int = ENCODE_BATCH_SIZE,
+    blend: Blend | None = None,
 ) -> dict[str, float]:
-    """Return dev Spearman/Pearson ×100 of the current weights (eval mode, no cache)."""
+    """Return dev Spearman/Pearson ×100 of the current weights (eval mode, no cache), of the blended
+    score with ``blend``."""
     encoder.model.eval()
     features = case_features(encoder, data, batch_size=batch_size, cache=None)
-    return evaluate_head(head, features)
+    return evaluate_head(head, features, mix=blend.mix if blend is not None else None)
 
 
 def prepare(encoder: TrainableEncoder, config: FinetuneConfig) -> ProjectionHead | None:
@@ -263,12 +292,13 @@ def batch_loss(
     settings: LossSettings,
     labels: torch.Tensor,
     contrastive: ContrastiveProjection | None = None,
+    blend: Blend | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Return the objective on one batch of pair groups (with gradients) and each term's value.
 
     labels: (len(data),) scaled labels on the encoder's device. With ``contrastive`` (g),
     C-MSE and BCL compare in g's space, as CCL does; without it BCL compares the vectors
-    themselves.
+    themselves. With ``blend``, the cosine losses see the blended score.
     """
     idx = [i for g in batch for i in g]
     conds = [data.condition[i] for i in idx]
@@ -280,6 +310,8 @@ def batch_loss(
         positive = head(positive) if positive is not None else None
     first, second = vecs[: len(idx)], vecs[len(idx) :]
     cos = nn.functional.cosine_similarity(first, second, dim=1)
+    if blend is not None:
+        cos = blend.mix(cos, idx)
     anchor, negative, pair = first, second, None
     if contrastive is not None:
         anchor, negative = contrastive(first), contrastive(second)
@@ -322,6 +354,12 @@ def fit_encoder(
     anchor = None
     if config.anchor_weight > 0:  # before any checkpoint is loaded: the model is still the base here
         anchor = Anchor.of(encoder, train.sentence1 + train.sentence2, config.anchor_weight, eval_batch_size)
+    blend = blend_dev = None
+    if config.blend < 1.0:  # likewise: the plain cosines are the base model's
+        texts = train.sentence1 + train.sentence2 + (dev.sentence1 + dev.sentence2 if dev is not None else [])
+        base = Anchor.of(encoder, texts, 1.0, eval_batch_size).vectors
+        blend = Blend.of(config.blend, base, train)
+        blend_dev = Blend.of(config.blend, base, dev) if dev is not None else None
     settings = config.loss_settings
     contrastive = None
     if settings.needs_projection:
@@ -381,7 +419,7 @@ def fit_encoder(
         desc = f"epoch {epoch}/{config.epochs}"
         bar = progress_bar(total=steps_per_epoch, initial=done, desc=desc, unit="step", enabled=progress)
         for i, batch in enumerate(batches[done:], start=done + 1):
-            loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive)
+            loss, terms = batch_loss(encoder, head, train, batch, settings, y_all, contrastive, blend)
             if anchor is not None:
                 rows = [i for g in batch for i in g]
                 pull = anchor.loss(encoder, [train.sentence1[i] for i in rows] + [train.sentence2[i] for i in rows])
@@ -409,7 +447,7 @@ def fit_encoder(
         row: dict[str, float] = {"epoch": epoch, **{k: v / max(1, n_rows) for k, v in sums.items()}}
         row["train_seconds"] = round(before + time.perf_counter() - start, 1)
         if dev is not None:
-            scores = evaluate_encoder(encoder, head, dev, batch_size=eval_batch_size)
+            scores = evaluate_encoder(encoder, head, dev, batch_size=eval_batch_size, blend=blend_dev)
             row.update({f"dev_{k}": v for k, v in scores.items() if k != "n"})
         best.offer(epoch, row.get("dev_spearman", float(epoch)), params, row)  # no dev: the last epoch is best
         state.epoch, state.best_epoch, state.best_score = epoch, best.epoch, best.score

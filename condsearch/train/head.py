@@ -67,13 +67,18 @@ def case_features(
     return PairFeatures(both[:n], both[n:], data.labels)
 
 
-def evaluate_head(head: ProjectionHead | None, features: PairFeatures) -> dict[str, float]:
-    """Return Spearman/Pearson ×100 of cos(g(x1), g(x2)) against the labels."""
+def evaluate_head(
+    head: ProjectionHead | None,
+    features: PairFeatures,
+    *,
+    mix: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Return Spearman/Pearson ×100 of cos(g(x1), g(x2)) (or of ``mix`` of it) against the labels."""
     a, b = features.x1, features.x2
     if head is not None:
         a, b = head.project(a), head.project(b)
     cos = nn.functional.cosine_similarity(torch.from_numpy(a), torch.from_numpy(b), dim=1)
-    return correlations(cos.numpy(), features.labels)
+    return correlations((mix(cos) if mix is not None else cos).numpy(), features.labels)
 
 
 def fit_head(

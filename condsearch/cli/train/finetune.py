@@ -66,6 +66,14 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
         ),
         config_option(
             defaults,
+            "blend",
+            "--blend",
+            type=click.FloatRange(0, 1, min_open=True),
+            help="Ours: fit and choose on B × the CASE cosine + (1 - B) × the base model's plain cosine of the two "
+            "texts, to train the CASE vectors as the CASE part of such a blend (1: off).",
+        ),
+        config_option(
+            defaults,
             "layer_decay",
             "--layer-decay",
             type=click.FloatRange(0, 1, min_open=True),
