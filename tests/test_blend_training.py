@@ -13,7 +13,8 @@ from condsearch.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train.anchor import Anchor
-from condsearch.train.finetune import Blend, FinetuneConfig, evaluate_encoder, fit_encoder
+from condsearch.train.blend import Blend
+from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder
 from condsearch.train.head import case_features
 from tests.test_finetune_resume import _data
 

@@ -39,6 +39,7 @@ from condsearch.progress import progress_bar
 from condsearch.train.adapter import encoder_settings
 from condsearch.train.anchor import Anchor
 from condsearch.train.best_epoch import BestEpoch
+from condsearch.train.blend import Blend
 from condsearch.train.checkpoint import (
     TrainingState,
     data_digest,
@@ -215,26 +216,6 @@ def trainable_parameters(
     if contrastive is not None:
         params.update({f"contrastive.{n}": p for n, p in contrastive.named_parameters()})
     return params
-
-
-@dataclass(frozen=True)
-class Blend:
-    """Ours (issue 25): the score trained and chosen on is B × the CASE cosine + (1 − B) × ``plain``, each
-    pair's cosine of the base model's plain vectors (the texts alone), fixed before training."""
-
-    share: float  # B, the CASE cosine's share
-    plain: torch.Tensor  # (len(data),) float32
-
-    @classmethod
-    def of(cls, share: float, base: dict[str, torch.Tensor], data: CstsData) -> Blend:
-        """Read each pair's plain cosine off ``base`` (unit vectors keyed by text, as Anchor.of gives)."""
-        first = torch.stack([base[t] for t in data.sentence1])
-        second = torch.stack([base[t] for t in data.sentence2])
-        return cls(share, (first * second).sum(dim=1).float())
-
-    def mix(self, cos: torch.Tensor, rows: Sequence[int] | None = None) -> torch.Tensor:
-        plain = self.plain if rows is None else self.plain[list(rows)]
-        return self.share * cos + (1.0 - self.share) * plain.to(cos.device)
 
 
 def evaluate_encoder(
