@@ -71,6 +71,7 @@ def _shown_default(name: str, flag: str) -> str:
         ("lora", "--lora-rank", LoraConfig.rank),
         ("full", "--layer-decay", FinetuneConfig.layer_decay),
         ("full", "--anchor-weight", FinetuneConfig.anchor_weight),
+        ("full", "--blend", FinetuneConfig.blend),
     ],
 )
 def test_defaults_come_from_the_configs(name: str, flag: str, value: object) -> None:
@@ -105,6 +106,7 @@ VALUES: dict[str, list[str]] = {
     "--bcl-sigma": ["0.7", "--loss", "mse+bcl"],
     "--layer-decay": ["0.5"],
     "--anchor-weight": ["0.5"],
+    "--blend": ["0.5"],
     "--head-lr": ["0.01"],
     "--init-head": ["{head}"],
     "--checkpoint-dir": ["{tmp}/ckpt"],
