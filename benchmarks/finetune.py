@@ -3,7 +3,7 @@
 
 Each run named in --runs (``KIND:OBJECTIVES``, e.g. ``lora:mse``, ``full:mse+wacl``,
 ``lora:mse=1,bcl=0.5``, ``lora:mse+cmse``) fine-tunes the default model (or --model) from scratch with
-:func:`condsearch.train.finetune.fit_and_save_encoder` — the code behind
+:func:`condsearch.train.finetune_save.fit_and_save_encoder` — the code behind
 ``condsearch train lora|full`` — keeps the epoch with the best dev Spearman, and records
 dev Spearman per epoch and the training time. The saved adapters or model folders stay in
 --work-dir, so the best one can be shipped or indexed with.
@@ -32,7 +32,8 @@ from common import log, quiet_transformers, run_info, synthetic_csts, write_csts
 
 from condsearch.csts import CstsData  # noqa: E402
 from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
-from condsearch.train.finetune import FinetuneConfig, fit_and_save_encoder  # noqa: E402
+from condsearch.train.finetune import FinetuneConfig  # noqa: E402
+from condsearch.train.finetune_save import fit_and_save_encoder  # noqa: E402
 from condsearch.train.lora import LoraConfig  # noqa: E402
 from condsearch.train.losses import parse_loss_spec  # noqa: E402
 

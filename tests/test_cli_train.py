@@ -126,8 +126,8 @@ NEEDS |= {"--init-head": ["--head-on-top"], "--batch-size": ["--dev", "{csv}"]}
 REFUSED = {("lora", f) for f in ("--prompt-template", "--unconditional-template", "--bidirectional-layers", "--preset")}
 TARGETS = {
     "head": "condsearch.train.head.fit_and_save_head",
-    "lora": "condsearch.train.finetune.fit_and_save_encoder",
-    "full": "condsearch.train.finetune.fit_and_save_encoder",
+    "lora": "condsearch.train.finetune_save.fit_and_save_encoder",
+    "full": "condsearch.train.finetune_save.fit_and_save_encoder",
     "router": "condsearch.train.router.fit_and_save_router",
 }
 

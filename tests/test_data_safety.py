@@ -37,7 +37,7 @@ def _untouched(folder: Path) -> bool:
 def test_markers_are_the_writers_own_file_names() -> None:
     from condsearch.artifacts import files
     from condsearch.train import checkpoint
-    from condsearch.train import finetune as finetune_run
+    from condsearch.train import finetune_save as finetune_run
 
     assert ARTIFACT_MARKERS == {
         "checkpoint": checkpoint.STATE_FILE,
@@ -108,12 +108,12 @@ def _no_training(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*args: object, **kwargs: object) -> None:
         pytest.fail("training started before --out was checked")
 
-    import condsearch.train.finetune
+    import condsearch.train.finetune_save
     import condsearch.train.head
     import condsearch.train.router
 
     monkeypatch.setattr(condsearch.train.head, "fit_and_save_head", fail)
-    monkeypatch.setattr(condsearch.train.finetune, "fit_and_save_encoder", fail)
+    monkeypatch.setattr(condsearch.train.finetune_save, "fit_and_save_encoder", fail)
     monkeypatch.setattr(condsearch.train.router, "fit_and_save_router", fail)
 
 

@@ -319,7 +319,8 @@ def test_save_full_model_refuses_non_finite_weights(
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
     from condsearch.spec import EncoderSpec, Runtime
-    from condsearch.train.finetune import FinetuneResult, _save_full
+    from condsearch.train.finetune import FinetuneResult
+    from condsearch.train.finetune_save import _save_full
 
     out = _copy(genuine, "full", tmp_path)
     before = _snapshot(out)

@@ -9,7 +9,8 @@ the C-STS files, fits, writes the artifact into ``out`` and returns a JSON summa
 ``condsearch train … --json`` prints).
 
 - ``head``: :class:`HeadTrainConfig`, ``fit_head``, ``fit_and_save_head`` (frozen encoder, cached outputs);
-- ``finetune``: :class:`FinetuneConfig`, ``fit_encoder``, ``fit_and_save_encoder`` (``train lora`` / ``train full``);
+- ``finetune``: :class:`FinetuneConfig`, ``fit_encoder``; ``finetune_save``: ``fit_and_save_encoder`` (``train lora`` /
+  ``train full``);
 - ``router``: :class:`RouterTrainConfig`, ``fit_router``, ``fit_and_save_router`` (``train router``).
 
 Their shared parts: ``losses`` (the objectives and pair batching), ``schedule`` (the one LR

@@ -209,7 +209,7 @@ def full_cmd(ctx: click.Context, **params: Any) -> None:
 
 def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) -> None:
     """Check the flags against each other, build the config, fine-tune, save, report."""
-    from condsearch.train.finetune import fit_and_save_encoder
+    from condsearch.train.finetune_save import fit_and_save_encoder
 
     losses = _parse_losses(params["loss"])
     if not params["head_on_top"] and (flags := given(ctx, *_HEAD_FLAGS)):
@@ -274,7 +274,7 @@ def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
 
 def _init_head(spec: str | None, model: str | None) -> str | None:
     """Resolve --init-head (a folder or a shipped head's name) to a folder path, or raise UsageError."""
-    from condsearch.train.finetune import resolve_init_head
+    from condsearch.train.finetune_save import resolve_init_head
 
     try:
         return resolve_init_head(spec, model)
