@@ -233,10 +233,42 @@ def top_k(corpus: np.ndarray, queries: np.ndarray, exclude: np.ndarray, k: int) 
     """Return (scores, rows) of the k best corpus rows per query, leaving out row exclude[i] for query i."""
     scores = queries @ corpus.T
     scores[np.arange(len(queries)), exclude] = -np.inf
+    return best_k(scores, k)
+
+
+def best_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (scores, columns) of each row's k best columns, best first."""
     rows = np.argpartition(-scores, k, axis=1)[:, :k]
     part = np.take_along_axis(scores, rows, axis=1)
     order = np.argsort(-part, axis=1, kind="stable")
     return np.take_along_axis(part, order, axis=1), np.take_along_axis(rows, order, axis=1)
+
+
+def query_sample(
+    tax: Taxonomy, roots: Sequence[str], where: dict[str, int], n_queries: int, seed: int
+) -> tuple[set[str], list[str]]:
+    """Return (the category's members in the corpus, the seeded sample of members with a sibling there)."""
+    members = tax.descendants(list(roots)) & set(where)
+    candidates = sorted(e for e in members if tax.siblings(e) & set(where))
+    rng = np.random.default_rng(seed)
+    return members, [candidates[i] for i in sorted(rng.permutation(len(candidates))[:n_queries])]
+
+
+def condition_metrics(
+    tax: Taxonomy, scores: np.ndarray, hits: np.ndarray, chosen: list[str], members: set[str], corpus_ids: list[str]
+) -> dict[str, float]:
+    """Return one condition's figures from each query's top-K (scores, corpus rows), best first."""
+    sib = [len({corpus_ids[h] for h in hit} & tax.siblings(e)) / K for e, hit in zip(chosen, hits, strict=True)]
+    cat = [sum(corpus_ids[h] in members for h in hit) / K for hit in hits]
+    return {
+        "queries": len(chosen),
+        "members": len(members),
+        "sibling_p10": float(np.mean(sib)),
+        "in_category": float(np.mean(cat)),
+        "top1": float(scores[:, 0].mean()),
+        "top10": float(scores[:, K - 1].mean()),
+        "spread": float((scores[:, 0] - scores[:, K - 1]).mean()),
+    }
 
 
 def evaluate(
@@ -256,10 +288,7 @@ def evaluate(
     shared: np.ndarray | None = None
     out: dict[str, dict[str, float]] = {}
     for condition, roots in conditions.items():
-        members = tax.descendants(list(roots)) & set(where)
-        candidates = sorted(e for e in members if tax.siblings(e) & set(where))
-        rng = np.random.default_rng(seed)
-        chosen = [candidates[i] for i in sorted(rng.permutation(len(candidates))[:n_queries])]
+        members, chosen = query_sample(tax, list(roots), where, n_queries, seed)
         if conditional or shared is None:
             vectors = embed(corpus_texts, condition)
             if not conditional:
@@ -268,17 +297,7 @@ def evaluate(
             vectors = shared
         rows = np.array([where[e] for e in chosen])
         scores, hits = top_k(vectors, vectors[rows], rows, K)
-        sib = [len({corpus_ids[h] for h in hit} & tax.siblings(e)) / K for e, hit in zip(chosen, hits, strict=True)]
-        cat = [sum(corpus_ids[h] in members for h in hit) / K for hit in hits]
-        out[condition] = {
-            "queries": len(chosen),
-            "members": len(members),
-            "sibling_p10": float(np.mean(sib)),
-            "in_category": float(np.mean(cat)),
-            "top1": float(scores[:, 0].mean()),
-            "top10": float(scores[:, K - 1].mean()),
-            "spread": float((scores[:, 0] - scores[:, K - 1]).mean()),
-        }
+        out[condition] = condition_metrics(tax, scores, hits, chosen, members, corpus_ids)
     return out
 
 

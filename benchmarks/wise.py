@@ -8,7 +8,12 @@ straight line from the base model (α = 0) to the fine-tuned one (α = 1): for a
 only ``delta_b`` is scaled, so the product is α times the original. The folder written is an
 ordinary delta adapter that ``--profile FOLDER`` and ``benchmarks/csts.py --head FOLDER`` load.
 
+``--router FOLDER`` does the same to a context router (ours): its backbone change, stored compactly
+or whole, is decoded, scaled and written at float32 (20 MB for the shipped router: a measuring artifact,
+not one to ship), a router folder that ``--mode csr --router OUT`` loads.
+
     python benchmarks/wise.py --alpha 0.5 --out build/full-a0.5   # from the shipped `full` profile
+    python benchmarks/wise.py --alpha 0.75 --router default --out build/csr-a0.75   # the shipped router
 """
 
 from __future__ import annotations
@@ -23,7 +28,9 @@ from safetensors.torch import load_file, save_file
 
 from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as LEGACY_ADAPTER_CONFIG
 from condsearch.artifacts.files import NATIVE_ADAPTER_WEIGHTS as LEGACY_ADAPTER_WEIGHTS
+from condsearch.artifacts.files import ROUTER_CONFIG, ROUTER_WEIGHTS
 from condsearch.artifacts.profiles import resolve_profile
+from condsearch.artifacts.routers import read_router_config
 
 _SCALED = (".delta", ".delta_b")
 
@@ -46,6 +53,42 @@ def scale_delta(source: Path, alpha: float, out: Path, *, note: str = "") -> Pat
     return out
 
 
+def scale_router(source: Path, alpha: float, out: Path, model: str | None = None) -> Path:
+    """Write source's context router with its backbone change multiplied by alpha into out; return out."""
+    from condsearch.csr.compact_delta import decode
+    from condsearch.csr.context_weights import base_weights
+    from condsearch.models import resolve_model
+
+    meta = read_router_config(source)
+    config = meta.get("router_config")
+    if not isinstance(config, dict) or config.get("variant") != "context":
+        raise SystemExit(f"{source}: not a context router (the paper and extended routers hold no backbone change)")
+    base = base_weights(resolve_model(model or str(meta.get("model_id") or "") or None).location)
+    change = decode(load_file(str(source / ROUTER_WEIGHTS)), {n: tuple(p.shape) for n, p in base.items()})
+    scaled = {k: (v.float() * alpha if k.endswith(_SCALED) else v.float()).contiguous() for k, v in change.items()}
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(scaled, str(out / ROUTER_WEIGHTS))
+    bytes_ = sum(t.numel() * t.element_size() for t in scaled.values())
+    meta["backbone_delta"] = {
+        **dict(meta.get("backbone_delta") or {}),
+        "rank": None,
+        "encoding": "whole",
+        "bytes": bytes_,
+    }
+    meta["wise_alpha"] = alpha
+    meta["source"] = f"benchmarks/wise.py --router {source} --alpha {alpha}"
+    (out / ROUTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return out
+
+
+def shipped_router() -> Path:
+    """Return the folder of the shipped context router."""
+    folder = resolve_profile(None, mode="csr").router
+    if folder is None:
+        raise SystemExit("no shipped router")
+    return Path(folder)
+
+
 def shipped_delta(profile: str = "full") -> Path:
     """Return the folder of a shipped profile's delta adapter."""
     folder = resolve_profile(None, profile=profile).adapter
@@ -58,12 +101,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--alpha", type=float, required=True, help="share of the fine-tune's change to keep (0..1)")
     p.add_argument("--source", type=Path, default=None, help="delta adapter folder [default: the shipped `full`]")
+    p.add_argument(
+        "--router", default=None, help="scale this context router folder instead ('default': the shipped one)"
+    )
+    p.add_argument("--model", default=None, help="the router's base model [default: the one it records]")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     if not 0.0 <= args.alpha <= 2.0:
         p.error("--alpha must lie in [0, 2]")
-    source = args.source or shipped_delta()
-    scale_delta(source, args.alpha, args.out)
+    if args.router is not None and args.source is not None:
+        p.error("--router and --source: name one")
+    if args.router is not None:
+        source = shipped_router() if args.router == "default" else Path(args.router)
+        scale_router(source, args.alpha, args.out, args.model)
+    else:
+        scale_delta(args.source or shipped_delta(), args.alpha, args.out)
     print(args.out, file=sys.stderr)
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -382,3 +383,66 @@ def test_int8_study_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     assert all(row["pairs_per_s"] > 0 and row["pooled_least"] > 0.9 for row in rows.values())
     assert rows["int8-dyn-fused-att"]["fused_operators"]["Attention"] == 2  # one per layer of the tiny BERT
     assert result["machine"]["cpu"] and "torch" in result["reference"]
+
+
+def test_mix_scores_a_mixture_as_its_concatenated_vectors(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """mix.py's weighted cosine sum is the blend's concatenation: the same figures as ood.py and blend.py."""
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    argv = ["--smoke", "--model", str(tiny_bert_dir), *cache, "--systems", "case=case:none,plain=plain"]
+    result = _run("mix", [*argv, "--mixes", "case@0.5+plain@0.5", "--grid", "0.5"], tmp_path / "mix.json")
+    rows = {row["label"]: row for row in result["rows"]}
+    assert list(rows) == ["1 case", "1 plain", "0.5 case + 0.5 plain"]
+    systems = ["--systems", "case:none,plain,blend:0.5:case:none"]
+    ood = _run("ood", ["--smoke", "--model", str(tiny_bert_dir), *cache, *systems], tmp_path / "ood.json")["results"]
+    for label, spec in (("1 case", "case:none"), ("1 plain", "plain"), ("0.5 case + 0.5 plain", "blend:0.5:case:none")):
+        for metric in ("sibling_p10", "in_category", "spread"):
+            expected = np.mean([v[metric] for v in ood[spec].values()])
+            assert rows[label][metric] == pytest.approx(expected, abs=0.05 if metric != "spread" else 1e-4)
+    blend = _run(
+        "blend",
+        ["--smoke", "--model", str(tiny_bert_dir), "--profile", "none", "--betas", "1,0.5,0"],
+        tmp_path / "b.json",
+    )
+    spearman = [row["spearman"] for row in blend["rows"]]
+    assert [rows[k]["csts"] for k in ("1 case", "0.5 case + 0.5 plain", "1 plain")] == pytest.approx(spearman, abs=0.02)
+    assert result["grid_points"] == 3 and result["best"] is None  # no tiny model reaches issue 25's bound
+    front = [(r["csts"], r["sibling_p10"]) for r in result["pareto"]]
+    assert front == sorted(front, key=lambda f: -f[0]) and all(a[1] < b[1] for a, b in itertools.pairwise(front))
+
+
+def test_mix_grid_and_mixes_are_checked() -> None:
+    mix = load_script("mix")
+    weights = mix.grid(["a", "b", "c"], 0.5)
+    assert len(weights) == 6 and all(sum(w.values()) == pytest.approx(1) for w in weights)
+    assert {"a": 0.5, "c": 0.5} in weights and {"b": 1.0} in weights
+    assert mix.parse_mix("a@0.25+b@0.75", ["a", "b"]) == {"a": 0.25, "b": 0.75}
+    for bad in ("a@0.5+b@0.4", "z@1", "a"):
+        with pytest.raises(SystemExit):
+            mix.parse_mix(bad, ["a", "b"])
+    with pytest.raises(SystemExit, match="whole number of steps"):
+        mix.grid(["a", "b"], 0.3)
+    rows = [
+        {"csts": 66.0, "sibling_p10": 0.2},
+        {"csts": 65.0, "sibling_p10": 0.19},
+        {"csts": 64.0, "sibling_p10": 0.21},
+    ]
+    assert mix.pareto(rows) == [rows[0], rows[2]]
+
+
+def test_distill_pairs_adds_rows_labelled_by_the_plain_cosine(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from condsearch.csts import read_csts
+    from condsearch.encoders import load_encoder
+    from condsearch.index import normalize
+    from condsearch.spec import EncoderSpec
+
+    distill = load_script("distill_pairs")
+    out = tmp_path / "train.csv"
+    assert distill.main(["--smoke", "--model", str(tiny_bert_dir), "--out", str(out)]) == 0
+    data = read_csts(out)
+    assert len(data) == 48 + 16
+    extra = range(48, 64)
+    assert {data.condition[i] for i in extra} <= set(distill.GENERIC_CONDITIONS)
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), profile="none"))
+    for i in extra:
+        a, b = normalize(encoder.encode_pairs([(data.sentence1[i], None), (data.sentence2[i], None)]))
+        assert data.labels[i] == pytest.approx(min(max(1 + 4 * float(a @ b), 1), 5), abs=1e-4)

@@ -249,6 +249,38 @@ def test_a_compact_change_loads_exactly_as_saved(tmp_path: Path, deep_bert_dir: 
     torch.testing.assert_close(decoded[f"{table}.delta"], expected, atol=1e-3, rtol=1e-3)
 
 
+def test_wise_scales_a_saved_routers_change(tmp_path: Path, deep_bert_dir: Path) -> None:
+    """benchmarks/wise.py --router: the base model plus alpha times the saved change, compact or whole."""
+    from tests.test_benchmarks import load_script
+
+    encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
+    _perturb(encoder, rank=2)
+    _save(encoder, deep_bert_dir, tmp_path / "router", max_bytes=0, rank=4)  # compact: int8 factors, sign rows
+    wise = load_script("wise")
+    loaded = {}
+    for alpha in (1.0, 0.5):
+        out = wise.scale_router(tmp_path / "router", alpha, tmp_path / f"a{alpha}", str(deep_bert_dir))
+        assert json.loads((out / "router.json").read_text())["wise_alpha"] == alpha
+        again = _encoder(deep_bert_dir, tmp_path / "cache", router=str(out))
+        loaded[alpha] = {n: p.detach() for n, p in again.router.model.named_parameters()}
+        if alpha == 1.0:  # the decoded change, stored whole: the same vectors as the source router
+            source = _encoder(deep_bert_dir, tmp_path / "cache", router=str(tmp_path / "router"))
+            np.testing.assert_allclose(
+                again.encode(SENTENCES, CONDITION), source.encode(SENTENCES, CONDITION), atol=1e-5
+            )
+    for name, p in _base(deep_bert_dir).items():
+        if not name.startswith("pooler."):
+            torch.testing.assert_close(loaded[0.5][name], p + 0.5 * (loaded[1.0][name] - p), atol=1e-6, rtol=0)
+    assert any(not torch.equal(loaded[0.5][n], loaded[1.0][n]) for n in loaded[1.0])
+    paper = tmp_path / "paper"
+    paper.mkdir()
+    (paper / "router.json").write_text(
+        json.dumps({"format_version": 2, "layer": 2, "router_config": {"variant": "paper"}})
+    )
+    with pytest.raises(SystemExit, match="not a context router"):
+        wise.scale_router(paper, 0.5, tmp_path / "out", str(deep_bert_dir))
+
+
 def test_a_compact_change_fits_its_budget_on_disk(tmp_path: Path, deep_bert_dir: Path) -> None:
     encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
     _perturb(encoder)  # every value changes: the whole change is as large as the model
