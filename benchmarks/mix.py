@@ -39,6 +39,7 @@ from ood import (  # noqa: E402
     Embed,
     K,
     Taxonomy,
+    add_system_options,
     best_k,
     choose_corpus,
     condition_metrics,
@@ -116,9 +117,14 @@ def parse_mix(text: str, names: list[str]) -> Weights:
     weights: Weights = {}
     for part in text.split("+"):
         name, sep, value = part.partition("@")
-        if not sep or name not in names:
-            raise SystemExit(f"--mixes {text!r}: each part is NAME@WEIGHT with NAME one of {', '.join(names)}")
-        weights[name] = float(value)
+        try:
+            if not sep or name not in names:
+                raise ValueError
+            weights[name] = float(value)
+        except ValueError:
+            raise SystemExit(
+                f"--mixes {text!r}: each part is NAME@WEIGHT with NAME one of {', '.join(names)}"
+            ) from None
     if min(weights.values()) < 0 or abs(sum(weights.values()) - 1) > 1e-6:
         raise SystemExit(f"--mixes {text!r}: weights must be non-negative and sum to 1")
     return weights
@@ -126,8 +132,8 @@ def parse_mix(text: str, names: list[str]) -> Weights:
 
 def grid(names: list[str], step: float) -> list[Weights]:
     """Return every weighting of names on the simplex in steps of ``step``."""
-    n = round(1 / step)
-    if abs(n * step - 1) > 1e-9:
+    n = round(1 / step) if 0 < step <= 1 else 0
+    if n == 0 or abs(n * step - 1) > 1e-9:
         raise SystemExit(f"--grid {step}: 1 must be a whole number of steps")
     out = []
     for cut in itertools.combinations(range(n + len(names) - 1), len(names) - 1):  # stars and bars
@@ -167,18 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mixes", default="", help="comma-separated mixtures to report, each NAME@W+NAME@W")
     p.add_argument("--grid", type=float, default=None, help="also score every weighting in steps of this")
     p.add_argument("--csts-bound", type=float, default=CSTS_BOUND, help="the C-STS a grid choice must reach")
-    p.add_argument("--cache-dir", type=Path, default=None, help="keep each system's gloss vectors here")
-    p.add_argument("--model", default=None)
-    p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json-out", type=Path, default=None)
-    p.add_argument("--md-out", type=Path, default=None)
+    add_system_options(p)  # ood.py's: --model, --cache-dir (the glosses' vectors), --seed, --batch-size, outputs
     p.add_argument("--smoke", action="store_true", help="synthetic C-STS rows and ood.py's made-up taxonomy")
     args = p.parse_args(argv)
     if not args.smoke and args.csts is None:
         p.error("--csts is required (except with --smoke)")
     quiet_transformers()
-    systems = dict(item.split("=", 1) for item in args.systems.split(",") if item.strip())
+    items = [item.strip() for item in args.systems.split(",") if item.strip()]
+    if not items or any("=" not in item for item in items):
+        p.error(f"--systems {args.systems!r}: each entry is NAME=SPEC")
+    systems = dict(item.split("=", 1) for item in items)
     names = list(systems)
     mixes = [parse_mix(m, names) for m in args.mixes.split(",") if m.strip()]
     if args.smoke:

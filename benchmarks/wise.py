@@ -9,8 +9,8 @@ only ``delta_b`` is scaled, so the product is α times the original. The folder 
 ordinary delta adapter that ``--profile FOLDER`` and ``benchmarks/csts.py --head FOLDER`` load.
 
 ``--router FOLDER`` does the same to a context router (ours): its backbone change, stored compactly
-or whole, is decoded, scaled and written at float32 (20 MB for the shipped router: a measuring artifact,
-not one to ship), a router folder that ``--mode csr --router OUT`` loads.
+or whole, is decoded, scaled and written at float32, each tensor whole or as its two factors (20 MB
+for the shipped router: a measuring artifact, not one to ship). ``--mode csr --router OUT`` loads it.
 
     python benchmarks/wise.py --alpha 0.5 --out build/full-a0.5   # from the shipped `full` profile
     python benchmarks/wise.py --alpha 0.75 --router default --out build/csr-a0.75   # the shipped router
@@ -72,7 +72,7 @@ def scale_router(source: Path, alpha: float, out: Path, model: str | None = None
     meta["backbone_delta"] = {
         **dict(meta.get("backbone_delta") or {}),
         "rank": None,
-        "encoding": "whole",
+        "encoding": "decoded",  # float32: each change whole or as its float factors, as decode gives them
         "bytes": bytes_,
     }
     meta["wise_alpha"] = alpha

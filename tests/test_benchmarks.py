@@ -416,11 +416,12 @@ def test_mix_grid_and_mixes_are_checked() -> None:
     assert len(weights) == 6 and all(sum(w.values()) == pytest.approx(1) for w in weights)
     assert {"a": 0.5, "c": 0.5} in weights and {"b": 1.0} in weights
     assert mix.parse_mix("a@0.25+b@0.75", ["a", "b"]) == {"a": 0.25, "b": 0.75}
-    for bad in ("a@0.5+b@0.4", "z@1", "a"):
+    for bad in ("a@0.5+b@0.4", "z@1", "a", "a@x"):
         with pytest.raises(SystemExit):
             mix.parse_mix(bad, ["a", "b"])
-    with pytest.raises(SystemExit, match="whole number of steps"):
-        mix.grid(["a", "b"], 0.3)
+    for step in (0.3, 0.0, 2.0):
+        with pytest.raises(SystemExit, match="whole number of steps"):
+            mix.grid(["a", "b"], step)
     rows = [
         {"csts": 66.0, "sibling_p10": 0.2},
         {"csts": 65.0, "sibling_p10": 0.19},
