@@ -18,10 +18,20 @@ import numpy as np
 
 from condsearch import __version__
 from condsearch.csts import CstsData
+from condsearch.errors import CondsearchError, first_line
 
 T = TypeVar("T")
 
 PACKAGES = ("torch", "transformers", "faiss-cpu", "faiss-gpu-cu12", "numpy", "scipy", "sentence-transformers")
+
+
+def exit_code(main: Callable[[], int], script: str) -> int:
+    """Run a script's main; a condsearch error (a missing file, a foreign artifact) is one line on stderr, exit 1."""
+    try:
+        return main()
+    except CondsearchError as exc:
+        print(f"{script}: error: {first_line(exc)}", file=sys.stderr)
+        return 1
 
 
 def log(tag: str, msg: str) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import log, quiet_transformers, synthetic_csts, write_csts_csv  # noqa: E402
+from common import exit_code, log, quiet_transformers, synthetic_csts, write_csts_csv  # noqa: E402
 
 from condsearch.csts import LABEL_MAX, LABEL_MIN, CstsData, read_csts  # noqa: E402
 
@@ -90,4 +90,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_code(main, "distill_pairs.py"))

@@ -32,7 +32,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 sys.path.insert(0, str(Path(__file__).parent))
-from common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
+from common import exit_code, log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from ood import (  # noqa: E402
     CONDITIONS,
     SPLITS,
@@ -247,4 +247,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_code(main, "mix.py"))

@@ -26,6 +26,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+sys.path.insert(0, str(Path(__file__).parent))
+from common import exit_code  # noqa: E402
+
 from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as LEGACY_ADAPTER_CONFIG
 from condsearch.artifacts.files import NATIVE_ADAPTER_WEIGHTS as LEGACY_ADAPTER_WEIGHTS
 from condsearch.artifacts.files import ROUTER_CONFIG, ROUTER_WEIGHTS
@@ -63,7 +66,8 @@ def scale_router(source: Path, alpha: float, out: Path, model: str | None = None
     config = meta.get("router_config")
     if not isinstance(config, dict) or config.get("variant") != "context":
         raise SystemExit(f"{source}: not a context router (the paper and extended routers hold no backbone change)")
-    base = base_weights(resolve_model(model or str(meta.get("model_id") or "") or None).location)
+    recorded = meta.get("model_id")
+    base = base_weights(resolve_model(model or (str(recorded) if recorded else None)).location)
     change = decode(load_file(str(source / ROUTER_WEIGHTS)), {n: tuple(p.shape) for n, p in base.items()})
     scaled = {k: (v.float() * alpha if k.endswith(_SCALED) else v.float()).contiguous() for k, v in change.items()}
     out.mkdir(parents=True, exist_ok=True)
@@ -121,4 +125,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(exit_code(main, "wise.py"))

@@ -447,3 +447,23 @@ def test_distill_pairs_adds_rows_labelled_by_the_plain_cosine(tiny_bert_dir: Pat
     for i in extra:
         a, b = normalize(encoder.encode_pairs([(data.sentence1[i], None), (data.sentence2[i], None)]))
         assert data.labels[i] == pytest.approx(min(max(1 + 4 * float(a @ b), 1), 5), abs=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("script", "argv"),
+    [
+        ("mix", ["--csts", "missing.csv", "--systems", "a=plain"]),
+        ("distill_pairs", ["--train", "missing.csv", "--out", "out.csv"]),
+        ("wise", ["--alpha", "0.5", "--router", "missing", "--out", "out"]),
+    ],
+)
+def test_new_benchmarks_report_bad_input_in_one_line(
+    script: str, argv: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = load_script("common")
+    module = load_script(script)
+    argv = [str(tmp_path / a) if a.startswith(("missing", "out")) else a for a in argv]
+    assert common.exit_code(lambda: module.main(argv), f"{script}.py") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{script}.py: error: ") and "missing" in err[0]
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "out").exists()
