@@ -34,6 +34,7 @@ def test_page_files_ship_in_the_package_and_hold_no_html_injection() -> None:
     script = read_page_file("search.js").decode()
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in script, sink
+    assert "URLSearchParams" not in script  # form decoding makes a key's "+" a space (the browser test below)
     html = read_page_file("index.html").decode()
     assert not re.search(r"<script(?![^>]*\ssrc=)", html)  # no inline script
     assert not re.search(r"<[^>]*\son[a-z]+\s*=", html)  # no inline event handler
@@ -219,3 +220,34 @@ def test_the_page_asks_for_the_key_and_shows_hostile_text_as_text(browser, hosti
     fresh.goto(f"{hostile_server}/#key={KEY}")
     _expect(fresh.locator("#right option")).to_have_count(2)
     assert fresh.url == f"{hostile_server}/" and fresh.input_value("#key") == KEY
+
+
+BASE64_KEY = "q+Zr/9w+AbC=="  # base64's '+', '/' and '=' (issue 37)
+
+
+@pytest.fixture
+def base64_key_server(browser: object, tmp_path: Path) -> Iterator[str]:
+    """A server with a base64 API key over an empty index folder: the page lists nothing, or asks for the key."""
+    (tmp_path / "idx").mkdir()
+    with serve(tmp_path / "idx", api_key=BASE64_KEY) as server:
+        yield server.url
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize(
+    "fragment",
+    [
+        f"key={BASE64_KEY}",  # as the docs say: the key as it is, '+' and all
+        "key=q%2BZr%2F9w%2BAbC%3D%3D",  # percent-encoded, as encodeURIComponent writes it
+        f"other=1&key={BASE64_KEY}",
+    ],
+)
+def test_the_key_from_the_fragment_keeps_plus_signs(browser, base64_key_server: str, fragment: str) -> None:
+    """`/#key=KEY` reads the key as written: a '+' stays a '+' (form decoding made it a space)."""
+    page = browser.new_page()  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{base64_key_server}/#{fragment}")
+    _expect(page.locator("#status")).to_contain_text("No indexes to search yet")  # the key was accepted
+    assert page.input_value("#key") == BASE64_KEY
+    assert page.url == f"{base64_key_server}/" and not errors

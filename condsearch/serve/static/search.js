@@ -35,8 +35,25 @@
 
   // ------------------------------------------------------------------ the API key
 
+  function fragmentValue(name) {
+    // Not URLSearchParams: its form decoding turns "+" into a space, and base64 keys hold "+".
+    // Percent escapes are decoded (the browser writes non-ASCII so); a value that is not valid
+    // percent-encoding (a lone "%") is taken as written.
+    for (const part of location.hash.slice(1).split("&")) {
+      const eq = part.indexOf("=");
+      if (eq < 0 || part.slice(0, eq) !== name) continue;
+      const raw = part.slice(eq + 1);
+      try {
+        return decodeURIComponent(raw);
+      } catch {
+        return raw;
+      }
+    }
+    return null;
+  }
+
   function keyFromFragment() {
-    const key = new URLSearchParams(location.hash.slice(1)).get("key");
+    const key = fragmentValue("key");
     if (key !== null) {
       // take the key out of the address bar and this history entry (a fragment never reaches a server)
       history.replaceState(null, "", location.pathname + location.search);
