@@ -31,6 +31,7 @@ from condsearch.search import Answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
+from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
 
@@ -186,6 +187,16 @@ def _given_key(request: Request) -> bytes:
     return given
 
 
+class _SecuredApp(FastAPI):
+    """FastAPI with :class:`~condsearch.serve.headers.SecurityHeaders` outside every other layer.
+
+    ``add_middleware`` would put it inside Starlette's error middleware, whose 500s would then go out bare.
+    """
+
+    def build_middleware_stack(self) -> Any:
+        return SecurityHeaders(super().build_middleware_stack())
+
+
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
     batcher: MicroBatcher[QueryJob, Answer] = MicroBatcher(
@@ -201,7 +212,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         batcher.close()
         resident.close()
 
-    app = FastAPI(
+    app = _SecuredApp(
         title="condsearch",
         version=__version__,
         description="Conditional semantic search: rank an index's rows for queries under its condition.",

@@ -16,18 +16,14 @@ from importlib import resources
 from fastapi import FastAPI
 from fastapi.responses import Response
 
+from condsearch.serve.headers import SECURITY_HEADERS
+
 #: what the page may load and talk to: its own files and this server, nothing inline, no frames
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-cache",
-}
+HEADERS = {**SECURITY_HEADERS, "Content-Security-Policy": CONTENT_SECURITY_POLICY, "Cache-Control": "no-cache"}
 
 
 @dataclass(frozen=True)

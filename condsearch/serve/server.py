@@ -23,6 +23,7 @@ from condsearch.search import IndexSource
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import Resident
+from condsearch.serve.headers import with_security_headers
 from condsearch.store import IndexStore
 
 
@@ -74,10 +75,10 @@ def _head_timeout_protocol(head_timeout_s: float) -> type[H11Protocol]:
 
 
 class _HeadTimeoutProtocol(H11Protocol):
-    """uvicorn's h11 protocol, closing a connection that is answering nothing ``timeout_s`` after it
-    opened or after its last answer: a request head that never completes, or a refused body that
-    never ends, holds a socket for that long at most (uvicorn's keep-alive timer stops at the first
-    byte of a request)."""
+    """uvicorn's h11 protocol, its own 400s carrying the security headers, and closing a connection
+    that is answering nothing ``timeout_s`` after it opened or after its last answer: a request head
+    that never completes, or a refused body that never ends, holds a socket for that long at most
+    (uvicorn's keep-alive timer stops at the first byte of a request)."""
 
     timeout_s: float = 10.0
     _head_timer: asyncio.TimerHandle | None = None
@@ -94,6 +95,18 @@ class _HeadTimeoutProtocol(H11Protocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
         super().connection_lost(exc)
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn's own answer to a request it cannot parse, before any app runs: the same
+        # security headers as every other answer (condsearch.serve.headers)
+        headers = with_security_headers([(b"content-type", b"text/plain; charset=utf-8"), (b"connection", b"close")])
+        for event in (
+            h11.Response(status_code=400, headers=headers, reason=b"Bad Request"),
+            h11.Data(data=msg.encode("ascii", "replace")),
+            h11.EndOfMessage(),
+        ):
+            self.transport.write(self.conn.send(event))
+        self.transport.close()
 
     def _arm_head_timer(self) -> None:
         if self._head_timer is not None:
