@@ -173,12 +173,17 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
 
 
+#: torch's intra-op threads in the tests (1 unless `make test-numerics` asks for others)
+TORCH_THREADS_ENV = "CONDSEARCH_TEST_TORCH_THREADS"
+
+
 def pytest_configure(config: pytest.Config) -> None:
     import torch
 
     # The stand-in models are tiny: waking a thread pool costs more than the work itself
-    # (on a busy two-core machine, ~10 ms per matmul instead of ~0.03 ms).
-    torch.set_num_threads(1)
+    # (on a busy two-core machine, ~10 ms per matmul instead of ~0.03 ms). `make test-numerics`
+    # asks for more, so that kernels split their sums otherwise and a fragile tolerance fails here.
+    torch.set_num_threads(int(os.environ.get(TORCH_THREADS_ENV, "1")))
 
 
 def router_csts_csv(path: Path) -> Path:
@@ -195,16 +200,29 @@ def router_csts_csv(path: Path) -> Path:
     return path
 
 
-def assert_same_ranking(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray], tol: float = 1e-5) -> None:
-    """Scores agree within tol rank by rank; ids agree wherever a score is apart from its neighbours (no ties).
+def assert_same_ranking(
+    a: tuple[np.ndarray, np.ndarray],
+    b: tuple[np.ndarray, np.ndarray],
+    tol: float | Callable[[object], float] = 1e-5,
+) -> None:
+    """Assert two top-k answers agree up to ties: each id's score within tolerance, the same ids past the cut.
 
-    Two builds of one index (another backend, other batches) differ in the last bits of float32, so
-    rows whose scores tie may come back in either order.
+    ``a`` and ``b`` are (scores, ids), both (n_queries, k). ``tol`` bounds how far one id's score may
+    differ between them, or is a function of an id giving its own bound (:mod:`tests.tolerance`
+    derives them from float32 rounding). Two builds of one index (another backend, other batches,
+    another CPU) differ in the last bits of float32, so rows whose scores tie within tolerance may
+    come back in either order, and one tied at the k-th score may be swapped for another.
     """
     (scores_a, ids_a), (scores_b, ids_b) = a, b
-    np.testing.assert_allclose(scores_a, scores_b, atol=tol, rtol=0)
+    assert np.shape(scores_a) == np.shape(scores_b) and np.shape(ids_a) == np.shape(ids_b)
+    tol_of = tol if callable(tol) else (lambda _id: float(tol))  # type: ignore[operator]
     for q in range(len(scores_a)):
-        s = scores_a[q]
-        for r in range(len(s)):
-            if all(abs(s[r] - s[o]) > 4 * tol for o in (r - 1, r + 1) if 0 <= o < len(s)):
-                assert ids_a[q][r] == ids_b[q][r], (q, r)
+        got_a = {i: float(s) for i, s in zip(ids_a[q].tolist(), scores_a[q], strict=True)}
+        got_b = {i: float(s) for i, s in zip(ids_b[q].tolist(), scores_b[q], strict=True)}
+        for i in got_a.keys() & got_b.keys():
+            assert abs(got_a[i] - got_b[i]) <= tol_of(i), (q, i, got_a[i], got_b[i], tol_of(i))
+        # an id in one answer only must tie with the other answer's last score (at the cut)
+        for mine, other in ((got_a, got_b), (got_b, got_a)):
+            last = min(other, key=other.__getitem__)
+            for i in mine.keys() - other.keys():
+                assert mine[i] <= other[last] + tol_of(i), (q, i, mine[i], last, other[last])
