@@ -1,0 +1,1 @@
+"""A multi-domain labelled text set built from registry packages (issue 39): see README.md here."""
