@@ -2,8 +2,9 @@
 
 The commands only parse flags, call one library function and print: ``index`` (index.py);
 ``query``, ``list`` and ``verify`` (query.py); ``serve`` (serve.py); ``export`` (export.py);
-``train head|lora|full|router`` (train/). Options shared by several commands have one home,
-options.py; what every command shares besides (one-line errors, JSON lines) is common.py.
+``train head|lora|full|router`` (train/); ``pairs`` (pairs.py). Options shared by several
+commands have one home, options.py; what every command shares besides (one-line errors, JSON
+lines) is common.py.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from condsearch import __version__
 from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
+from condsearch.cli.pairs import pairs_cmd
 from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli.serve import serve_cmd
 from condsearch.cli.train import train_cmd
@@ -95,5 +97,5 @@ def demo_corpus_cmd(out: Path) -> None:
     click.echo(f"wrote {n} rows to {out}")
 
 
-for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd):
+for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd, pairs_cmd):
     main.add_command(command)

@@ -21,6 +21,7 @@ from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.head import write_head_files
 from condsearch.train.checkpoint import default_checkpoint_dir
 from condsearch.train.finetune import EpochCallback, FinetuneConfig, FinetuneResult, TrainableEncoder, fit_encoder
+from condsearch.train.mixture import TrainData, describe_sources
 
 FULL_SUMMARY_FILE = MODEL_SUMMARY  # the marker of a model folder
 
@@ -49,7 +50,7 @@ def resolve_init_head(spec: str | None, model: str | None) -> str | None:
 
 
 def fit_and_save_encoder(
-    train_csv: Path,
+    train_csv: TrainData,
     out: Path,
     config: FinetuneConfig,
     *,
@@ -82,8 +83,9 @@ def fit_and_save_encoder(
     from condsearch.encoders.decoder import PromptEncoder
     from condsearch.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
+    from condsearch.train.mixture import read_training
 
-    train = read_csts(train_csv)
+    train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     settings = {"pooling": "auto", **(encoder_settings or {})}
     encoder = load_encoder(
@@ -136,7 +138,7 @@ def _summary(
     out: Path,
     config: FinetuneConfig,
     result: FinetuneResult,
-    train_csv: Path,
+    train_csv: TrainData,
     dev_csv: Path | None,
     n_train: int,
 ) -> dict[str, object]:
@@ -144,7 +146,7 @@ def _summary(
         "out": str(out),
         "finetune": config.kind,
         "train_rows": n_train,
-        "train_csv": Path(train_csv).name,
+        "train_csv": describe_sources(train_csv),
         "config": config.record(),
         "history": result.history,
         "best_epoch": result.best_epoch,

@@ -22,6 +22,7 @@ from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.head import HeadConfig, ProjectionHead
 from condsearch.metrics import correlations
 from condsearch.train.best_epoch import BestEpoch, best_row
+from condsearch.train.mixture import TrainData, describe_sources
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def fit_head(
 
 
 def fit_and_save_head(
-    train_csv: Path,
+    train_csv: TrainData,
     out: Path,
     config: HeadTrainConfig,
     *,
@@ -151,8 +152,9 @@ def fit_and_save_head(
     from condsearch.encoders import load_encoder
     from condsearch.head import save_head
     from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.train.mixture import read_training
 
-    train = read_csts(train_csv)
+    train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     encoder = load_encoder(
         EncoderSpec(
@@ -179,7 +181,7 @@ def fit_and_save_head(
         "dim": config.dim,
         "train_rows": len(train),
         "config": asdict(config),
-        "train_csv": Path(train_csv).name,
+        "train_csv": describe_sources(train_csv),
     }
     described = encoder.describe()
     if "prompt_template" in described:  # prompted encoders: record the prompts the head was trained on

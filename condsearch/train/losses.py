@@ -24,14 +24,20 @@ BCL_TEMPERATURE = 5.0
 
 
 def pair_groups(data: CstsData) -> list[list[int]]:
-    """Group row indices by sentence pair: [high, low] when a pair has two rows, else [row]."""
+    """Group row indices by sentence pair: [high, low] when a pair has two rows, else [row].
+
+    A pair given k times over (a training CSV weighted k, :mod:`condsearch.train.mixture`) has 2k
+    rows: they make k groups, each of one of the k highest rows and one of the k lowest.
+    """
     groups: dict[tuple[str, str], list[int]] = {}
     for i, key in enumerate(zip(data.sentence1, data.sentence2, strict=True)):
         groups.setdefault(key, []).append(i)
-    out = []
+    out: list[list[int]] = []
     for rows in groups.values():
-        if len(rows) == 2:
-            out.append(sorted(rows, key=lambda r: -float(data.labels[r])))
+        if len(rows) % 2 == 0:
+            ordered = sorted(rows, key=lambda r: -float(data.labels[r]))
+            half = len(rows) // 2
+            out.extend([ordered[k], ordered[half + k]] for k in range(half))
         else:
             out.extend([r] for r in rows)
     return out

@@ -37,6 +37,7 @@ from condsearch.progress import progress_bar
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
 from condsearch.train.losses import group_positions, pair_groups, wacl_loss
+from condsearch.train.mixture import TrainData, describe_sources
 from condsearch.train.schedule import linear_schedule
 
 log = logging.getLogger(__name__)
@@ -306,7 +307,7 @@ def fit_router(
 
 
 def fit_and_save_router(
-    train_csv: Path,
+    train_csv: TrainData,
     out: Path,
     config: RouterTrainConfig,
     *,
@@ -328,8 +329,9 @@ def fit_and_save_router(
     from condsearch.csr.encoder import load_csr_encoder
     from condsearch.csts import read_csts
     from condsearch.train.checkpoint import default_checkpoint_dir
+    from condsearch.train.mixture import read_training
 
-    train = read_csts(train_csv)
+    train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     encoder = load_csr_encoder(
         model,
@@ -362,7 +364,7 @@ def fit_and_save_router(
         "router_config": router_config.to_dict(),
         "train_rows": len(train),
         "config": asdict(resolved),
-        "train_csv": Path(train_csv).name,
+        "train_csv": describe_sources(train_csv),
         "gains": [round(g, 4) for g in encoder.router.gains()],
         "history": history,
     }

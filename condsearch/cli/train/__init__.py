@@ -83,22 +83,34 @@ class TrainGroup(click.Group):
 
 @click.group("train", cls=TrainGroup)
 def train_cmd() -> None:
-    """Train a head, a LoRA adapter, a whole model or a CSR router on a C-STS style CSV.
+    """Train a head, a LoRA adapter, a whole model or a CSR router on C-STS style CSVs.
 
-    The CSV holds sentence1, sentence2, condition and label (1-5). Each subcommand writes one
+    A CSV holds sentence1, sentence2, condition and label (1-5); several may be given, each as
+    PATH:WEIGHT to weight it (2: its pairs twice an epoch, 0.5: half of them, drawn by --seed;
+    `condsearch pairs` writes such a CSV from a labelled table). Each subcommand writes one
     artifact into --out: `head` a projection head (use it with --profile OUT), `lora` an adapter
     (--profile OUT), `full` a model folder (--model OUT), `router` a CSR router (--mode csr --router
     OUT). `condsearch train SUBCOMMAND --help` lists its options.
     """
 
 
+def _sources(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[Any, ...]:
+    """Return TRAIN_CSV[:WEIGHT]... as condsearch.train.mixture.TrainSource, or raise BadParameter."""
+    from condsearch.train.mixture import parse_train_source
+
+    try:
+        return tuple(parse_train_source(v) for v in values)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from exc
+
+
 def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
-    """Add what every subcommand takes: TRAIN_CSV, --out, --dev, the model, and the config's epochs, lr, batch, seed.
+    """Add what every subcommand takes: the TRAIN_CSVs, --out, --dev, the model, the config's epochs, lr, batch, seed.
 
     defaults: the subcommand's config at its defaults (HeadTrainConfig(), FinetuneConfig(kind=...), ...).
     """
     decorators = [
-        click.argument("train_csv", type=click.Path(path_type=Path)),
+        click.argument("train_csv", nargs=-1, required=True, metavar="TRAIN_CSV[:WEIGHT]...", callback=_sources),
         click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path), help=out_help),
         click.option(
             "--dev",

@@ -11,6 +11,7 @@ from condsearch.cli.options import config_from, config_option, encoder_options
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.train.head import HeadTrainConfig
+from condsearch.train.mixture import TrainSource
 
 _DEFAULTS = HeadTrainConfig()
 _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bidirectional_layers", "preset")
@@ -29,7 +30,7 @@ _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bi
 @encode_batch_option(ENCODE_BATCH_SIZE, "Pairs per encoder forward pass.")
 @click.option("--no-cache", is_flag=True, help="Do not read or write the encoder-output cache.")
 @encoder_options
-def head_cmd(train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any) -> None:
+def head_cmd(train_csv: tuple[TrainSource, ...], out: Path, dev_csv: Path | None, as_json: bool, **params: Any) -> None:
     """Train the CASE projection head on the frozen encoder.
 
     The encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.

@@ -12,6 +12,7 @@ from condsearch.cli.options import config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
 from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
+from condsearch.train.mixture import TrainSource
 from condsearch.train.router import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig
 
 _DEFAULTS = RouterTrainConfig()
@@ -88,7 +89,12 @@ _CONTEXT_FLAGS = ("k", "init")
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint (mid-epoch ones included).")
 @click.pass_context
 def router_cmd(
-    ctx: click.Context, train_csv: Path, out: Path, dev_csv: Path | None, as_json: bool, **params: Any
+    ctx: click.Context,
+    train_csv: tuple[TrainSource, ...],
+    out: Path,
+    dev_csv: Path | None,
+    as_json: bool,
+    **params: Any,
 ) -> None:
     """Train a CSR router: the paper, extended or context variant.
 
