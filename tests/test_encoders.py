@@ -15,6 +15,7 @@ from condsearch.encoders import BertStyleEncoder, load_encoder
 from condsearch.errors import ModelError
 from condsearch.spec import EncoderSpec, Runtime
 from tests.conftest import HashEncoder
+from tests.tolerance import assert_rows_close, case_tolerance, pooled_tolerance
 
 # ---------------------------------------------------------------- Encoder base class
 
@@ -186,14 +187,15 @@ def test_tiny_bert_loads_as_bert_style_encoder(tiny_bert_dir: Path, tiny_encoder
     assert described["pooling"] == "condition-mean" and described["max_length"] == 128 and described["dim"] == 32
 
 
+@pytest.mark.numerics
 def test_pooling_is_batch_invariant(tiny_encoder: BertStyleEncoder) -> None:
     together = tiny_encoder.encode_batch(PAIRS)
     assert together.shape == (len(PAIRS), 32) and together.dtype == np.float32
-    for i, pair in enumerate(PAIRS):
-        alone = tiny_encoder.encode_batch([pair])
-        np.testing.assert_allclose(alone[0], together[i], rtol=0, atol=1e-5)
+    alone = np.concatenate([tiny_encoder.encode_batch([pair]) for pair in PAIRS])
+    assert_rows_close(alone, together, pooled_tolerance(tiny_encoder, PAIRS))
 
 
+@pytest.mark.numerics
 def test_a_bert_encoder_batches_by_token_count_not_characters(
     tiny_encoder: BertStyleEncoder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,22 +211,25 @@ def test_a_bert_encoder_batches_by_token_count_not_characters(
     monkeypatch.setattr(tiny_encoder, "encode_batch", lambda batch: (seen.extend(batch), inner(batch))[1])
     out = tiny_encoder.encode_pairs(pairs, batch_size=1)
     assert seen == sorted(pairs, key=lambda p: -tokens[pairs.index(p)])
-    np.testing.assert_allclose(out, inner(pairs), rtol=0, atol=1e-5)  # rows back in input order
+    assert_rows_close(out, inner(pairs), pooled_tolerance(tiny_encoder, pairs))  # rows back in input order
     assert token_lengths(tiny_encoder.tokenizer, []) == []  # nothing left to encode (every pair cached)
 
 
+@pytest.mark.numerics
 def test_encode_pairs_batch_size_does_not_change_vectors(tiny_encoder: BertStyleEncoder) -> None:
     one = tiny_encoder.encode_pairs(PAIRS, batch_size=1)
     all_ = tiny_encoder.encode_pairs(PAIRS, batch_size=64)
-    np.testing.assert_allclose(one, all_, rtol=0, atol=1e-5)
+    assert_rows_close(one, all_, pooled_tolerance(tiny_encoder, PAIRS))
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("pair", PAIRS, ids=lambda p: f"{p[0]}|{(p[1] or '<none>')[:12]}")
 def test_only_condition_tokens_are_pooled(tiny_bert_dir: Path, tiny_encoder: BertStyleEncoder, pair) -> None:
     got = tiny_encoder.encode_batch(PAIRS)[PAIRS.index(pair)]
-    np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, *pair), rtol=0, atol=1e-5)
+    assert_rows_close(got[None], _manual_pooled(tiny_bert_dir, *pair)[None], pooled_tolerance(tiny_encoder, [pair]))
 
 
+@pytest.mark.numerics
 def test_sentence_steers_the_condition_vector(tiny_encoder: BertStyleEncoder) -> None:
     vecs = tiny_encoder.encode_batch(
         [("color of the dress", "a red dress"), ("color of the dress", "a blue dress"), ("color of the dress", None)]
@@ -232,9 +237,12 @@ def test_sentence_steers_the_condition_vector(tiny_encoder: BertStyleEncoder) ->
     assert not np.allclose(vecs[0], vecs[1], atol=1e-4)
     assert not np.allclose(vecs[0], vecs[2], atol=1e-4)
     case = tiny_encoder.encode(["a red dress"], "color of the dress")
-    np.testing.assert_allclose(case[0], vecs[0] - vecs[2], atol=1e-5)
+    assert_rows_close(
+        case, (vecs[0] - vecs[2])[None], case_tolerance(tiny_encoder, ["a red dress"], "color of the dress")
+    )
 
 
+@pytest.mark.numerics
 def test_long_sentence_is_truncated_and_counted(tiny_bert_dir: Path) -> None:
     encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     long_sentence = " ".join(["the girl in the orange dress plays tennis"] * 60)  # ~480 tokens > 128
@@ -247,18 +255,19 @@ def test_long_sentence_is_truncated_and_counted(tiny_bert_dir: Path) -> None:
     assert encoder.report_truncation() is None  # reported once, then reset
     # The sentence is what gets cut: every condition token is still pooled.
     got = encoder.encode_batch([("color of the dress", long_sentence)])[0]
-    np.testing.assert_allclose(got, _manual_pooled(tiny_bert_dir, "color of the dress", long_sentence), atol=1e-5)
+    pair = ("color of the dress", long_sentence)
+    assert_rows_close(got[None], _manual_pooled(tiny_bert_dir, *pair)[None], pooled_tolerance(encoder, [pair]))
 
 
+@pytest.mark.numerics
 def test_max_length_override(tiny_bert_dir: Path) -> None:
     encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), max_length=16, runtime=Runtime(device="cpu")))
     assert encoder.max_length == 16 and encoder.describe()["max_length"] == 16
     sentence = "a girl in an orange dress serves the ball on a tennis court in the park"
     got = encoder.encode_batch([("color of the dress", sentence)])[0]
     assert encoder.stats.n_truncated == 1
-    np.testing.assert_allclose(
-        got, _manual_pooled(tiny_bert_dir, "color of the dress", sentence, max_length=16), atol=1e-5
-    )
+    want = _manual_pooled(tiny_bert_dir, "color of the dress", sentence, max_length=16)
+    assert_rows_close(got[None], want[None], pooled_tolerance(encoder, [("color of the dress", sentence)]))
 
 
 def test_non_ascii_text(tiny_encoder: BertStyleEncoder) -> None:
