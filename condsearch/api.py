@@ -9,14 +9,15 @@ replaces it) and one model per model key, shared by every index built with the s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.ann import IndexConfig
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize
-from condsearch.errors import CondsearchError
+from condsearch.errors import CondsearchError, CorpusError
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
@@ -51,11 +52,54 @@ class Model:
 
     def encode(self, texts: Sequence[str], condition: str) -> np.ndarray:
         """Return the vectors of texts under condition: (n, dim) float32, unit length."""
-        from condsearch.search import check_condition
-
         if isinstance(texts, str):
             raise CondsearchError("encode takes a list of texts; wrap one text in a list")
-        return self.vectorizer.encode(list(texts), check_condition(condition))
+        return self.vectorizer.encode(_strings(texts, "texts", "text"), _condition(condition))
+
+
+def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
+    """Return values as a list, refusing any that is not a string or not valid UTF-8, in one line."""
+    from condsearch.corpus_memory import check_utf8
+
+    if isinstance(values, bytes | bytearray) or not isinstance(values, Iterable):
+        raise CondsearchError(f"{what} must be a list of strings, not {type(values).__name__}")
+    values = list(values)
+    for value in values:
+        if not isinstance(value, str):
+            raise CondsearchError(f"{what} must be strings, not {type(value).__name__}")
+    check_utf8(values, each)
+    return values  # type: ignore[return-value]
+
+
+def _condition(condition: object, what: str = "the condition must be a string") -> str:
+    """Return a condition stripped, refusing one that is not a string, is blank or is not valid UTF-8."""
+    from condsearch.search import check_condition
+
+    if not isinstance(condition, str):
+        raise CondsearchError(f"{what}, not {type(condition).__name__}")
+    try:
+        condition.encode("utf-8")
+    except UnicodeEncodeError:
+        raise CorpusError(f"the condition {ascii(condition[:60])} is not valid UTF-8") from None
+    return check_condition(condition)
+
+
+def _conditions(conditions: object) -> list[str]:
+    """Return the conditions to index under: one string or a list of them, at least one."""
+    if isinstance(conditions, str):
+        return [_condition(conditions)]
+    if not isinstance(conditions, Sequence):
+        raise CondsearchError(f"conditions must be strings, not {type(conditions).__name__}")
+    if not conditions:
+        raise CondsearchError("no condition given: name at least one to index under")
+    return [_condition(c, "conditions must be strings") for c in conditions]
+
+
+def _k(k: object) -> int:
+    """Return k as an int: any integer (numpy's too) but a bool; a float or anything else is refused."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise CondsearchError(f"k must be an integer, not {type(k).__name__} {k!r}")
+    return int(k)
 
 
 def load_model(
@@ -163,6 +207,7 @@ class Store:
                 f"{self.location}: a Milvus store is searched here; index into a folder and publish it with "
                 "`condsearch export` or `condsearch index --store`"
             )
+        wanted = _conditions(conditions)
         if isinstance(data, str | Path):
             if ids is not None:
                 raise CondsearchError("ids= goes with a list of texts; a file's ids are its id column")
@@ -177,7 +222,6 @@ class Store:
             self._model = load_model(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
         vec = self._model.vectorizer
         store = self._store
-        wanted = [conditions] if isinstance(conditions, str) else list(conditions)
         build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
         reports = index_conditions(corpus, wanted, vec, store, corpus_name=name, **build)
         for report in reports:  # searches of these indexes reuse the model that built them
@@ -211,7 +255,8 @@ class Store:
         from condsearch.calibration import Background
         from condsearch.search import answer
 
-        texts = [queries] if isinstance(queries, str) else list(queries)
+        texts = _strings([queries] if isinstance(queries, str) else queries, "queries", "query")
+        condition, k = _condition(condition), _k(k)
         if self._resident is not None:
             loaded = self._resident.get(condition, corpus)
             background = Background.of(loaded.manifest) if calibrated else None

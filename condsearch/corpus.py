@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from condsearch.corpus_formats import (
     record_batches,
 )
 from condsearch.errors import CorpusError
+from condsearch.regular_files import check_regular_file
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,19 @@ class Corpus:
 ID_TYPES = "strings or integers"
 #: integer ids beyond the signed 64-bit range cannot be stored in the index's rows file
 _ID_MAX = (1 << 63) - 1
+_ID_MIN = -(1 << 63)
+#: an integer as Python writes one: only such a CSV id reads back as an integer and prints as written
+_PLAIN_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+
+
+def in_id_range(i: int) -> bool:
+    """Return whether an integer id fits the signed 64-bit range that ids are kept in."""
+    return _ID_MIN <= i <= _ID_MAX
+
+
+def is_plain_integer(text: str) -> bool:
+    """Return whether a CSV id is an integer written plainly within the signed 64-bit range ('7', '-12'; not '007')."""
+    return _PLAIN_INTEGER.fullmatch(text) is not None and in_id_range(int(text))
 
 
 def _plain(kind: pa.DataType) -> pa.DataType:
@@ -91,7 +106,7 @@ def _check_id(path: Path | str, id_column: str | None, i: object) -> None:
 
 @dataclass(frozen=True)
 class CorpusFile:
-    """A parquet corpus checked by :func:`scan_corpus` and read again batch by batch."""
+    """A corpus file checked by :func:`scan_corpus` and read again batch by batch."""
 
     path: str
     checksum: str
@@ -100,6 +115,8 @@ class CorpusFile:
     n_rows: int  # rows kept (non-blank texts)
     n_skipped: int = 0
     format: CorpusFormat = "parquet"
+    #: a CSV id column whose every kept id is a plain integer: read as integers
+    integer_ids: bool = False
 
     def __len__(self) -> int:
         return self.n_rows
@@ -113,7 +130,7 @@ class CorpusFile:
             numbers = raw_ids if raw_ids is not None else range(offset, offset + len(raw_texts))
             for i, t in zip(numbers, raw_texts, strict=True):
                 if t is not None and t.strip():
-                    ids.append(i)
+                    ids.append(int(i) if self.integer_ids else i)  # type: ignore[arg-type]  # str ids, checked
                     texts.append(t)
             offset += len(raw_texts)
             while len(texts) >= rows:
@@ -128,19 +145,30 @@ def _record_batches(
 ) -> Iterator[tuple[list[str | int] | None, list[str | None]]]:
     """Yield (ids or None, texts) per record batch."""
     columns = [text_column] if id_column is None else [text_column, id_column]
-    for batch in record_batches(path, fmt, text_column, columns):
-        texts = batch.column(text_column).to_pylist()
-        yield (batch.column(id_column).to_pylist() if id_column else None), texts
+    for batch in record_batches(path, fmt, columns):
+        texts = _values(path, batch, text_column)
+        yield (_values(path, batch, id_column) if id_column else None), texts
+
+
+def _values(where: Path | str, data: pa.Table | pa.RecordBatch, column: str) -> list:
+    """Return a column's values, refusing strings that are not valid UTF-8 (pyarrow does not check all it reads)."""
+    try:
+        return data.column(column).to_pylist()
+    except UnicodeDecodeError:
+        raise CorpusError(f"{where}: column {column!r} holds text that is not valid UTF-8") from None
 
 
 def _id_column(where: Path | str, columns: list[str], text_column: str, id_column: str | None) -> str | None:
-    """Return the id column to read: the one named, else 'id' where there is one; refuse missing columns."""
+    """Return the id column to read: the one named, else 'id' where there is one; refuse missing or repeated columns."""
     if text_column not in columns:
         raise CorpusError(f"{where}: no column {text_column!r}; columns are {', '.join(columns)}")
     if id_column is not None and id_column not in columns:
         raise CorpusError(f"{where}: no column {id_column!r}; columns are {', '.join(columns)}")
     if id_column is None and "id" in columns and text_column != "id":
-        return "id"
+        id_column = "id"
+    for name in (text_column, id_column):
+        if name is not None and columns.count(name) > 1:  # which of them is meant? readers differ
+            raise CorpusError(f"{where}: column {name!r} appears {columns.count(name)} times; name each column once")
     return id_column
 
 
@@ -160,27 +188,30 @@ def scan_corpus(
     """
     path = Path(path)
     fmt = format_of(path, format)
-    if not path.is_file():
-        raise CorpusError(f"{path}: no such file")
-    schema = read_schema(path, fmt, text_column)
+    check_regular_file(path, CorpusError)
+    schema = read_schema(path, fmt, text_column, id_column)
     id_column = _id_column(path, schema.names, text_column, id_column)
     _check_columns(path, schema, text_column, id_column)
     seen: set[str | int] = set()
     n_total = 0
+    csv_ids = fmt == "csv" and id_column is not None
+    integer_ids = csv_ids
     for raw_ids, texts in _record_batches(path, fmt, text_column, id_column):
         ids = raw_ids if raw_ids is not None else range(n_total, n_total + len(texts))
         n_total += len(texts)
         for i, t in zip(ids, texts, strict=True):
             if t is None or not t.strip():
                 continue
-            _check_id(path, id_column, i)
+            _check_id(path, id_column, None if csv_ids and i == "" else i)
             if i in seen:
                 raise CorpusError(f"{path}: duplicate id {i!r} in column {id_column!r}")
             seen.add(i)
+            integer_ids = integer_ids and is_plain_integer(i)  # type: ignore[arg-type]  # a CSV's ids are str
     if not seen:
         raise CorpusError(f"{path}: no non-empty texts in column {text_column!r}")
     resolved = str(path.resolve())
-    return CorpusFile(resolved, file_checksum(path), text_column, id_column, len(seen), n_total - len(seen), fmt)
+    n_skipped = n_total - len(seen)
+    return CorpusFile(resolved, file_checksum(path), text_column, id_column, len(seen), n_skipped, fmt, integer_ids)
 
 
 def file_checksum(path: Path) -> str:
@@ -201,14 +232,16 @@ def read_corpus(
 ) -> Corpus:
     """Read a corpus file whole; skip null or blank texts; refuse ids as :func:`scan_corpus` does.
 
-    Without ``id_column``, an ``id`` column is used when present, else the row number.
+    Without ``id_column``, an ``id`` column is used when present, else the row number. A CSV file's ids
+    are strings as written, or integers where every kept id is an integer written plainly
+    (:func:`is_plain_integer`), so that each prints as the file writes it.
     """
     path = Path(path)
     fmt = format_of(path, format)
-    if not path.is_file():
-        raise CorpusError(f"{path}: no such file")
-    table = read_table(path, fmt, text_column)
-    return table_corpus(table, path, text_column, id_column, path=str(path.resolve()), checksum=file_checksum(path))
+    check_regular_file(path, CorpusError)
+    table = read_table(path, fmt, text_column, id_column)
+    resolved, checksum = str(path.resolve()), file_checksum(path)
+    return table_corpus(table, path, text_column, id_column, path=resolved, checksum=checksum, csv_ids=fmt == "csv")
 
 
 def table_corpus(
@@ -219,21 +252,25 @@ def table_corpus(
     *,
     path: str,
     checksum: str | None = None,
+    csv_ids: bool = False,
 ) -> Corpus:
     """Return a table's corpus, checked as :func:`read_corpus` checks a file's (``where`` names it in errors).
 
     ``path`` is what the manifest records; ``checksum`` that of the file, else :func:`rows_checksum` of the rows kept.
+    ``csv_ids``: the id column is a CSV file's strings: an empty one is no id, and where every kept id is an
+    integer written plainly (:func:`is_plain_integer`), they are those integers.
     """
     id_column = _id_column(where, table.column_names, text_column, id_column)
     _check_columns(where, table.schema, text_column, id_column)
-    texts = table.column(text_column).to_pylist()
-    raw_ids = table.column(id_column).to_pylist() if id_column else list(range(table.num_rows))
+    texts = _values(where, table, text_column)
+    raw_ids = _values(where, table, id_column) if id_column else list(range(table.num_rows))
+    csv_ids = csv_ids and id_column is not None
     ids: list[str | int] = []
     kept: list[str] = []
     for i, t in zip(raw_ids, texts, strict=True):
         if t is None or not t.strip():
             continue
-        _check_id(where, id_column, i)
+        _check_id(where, id_column, None if csv_ids and i == "" else i)
         ids.append(i)
         kept.append(t)
     if not kept:
@@ -241,6 +278,8 @@ def table_corpus(
     if len(set(ids)) != len(ids):
         dup = _first_duplicate(ids)
         raise CorpusError(f"{where}: duplicate id {dup!r} in column {id_column!r}")
+    if csv_ids and all(is_plain_integer(i) for i in ids):  # type: ignore[arg-type]  # a CSV's ids are str
+        ids = [int(i) for i in ids]
     return Corpus(ids, kept, path, checksum or rows_checksum(ids, kept), len(texts) - len(kept))
 
 

@@ -2,9 +2,11 @@
 
 The format is named (``--format``) or told by the extension (``.parquet``/``.pq``, ``.csv``,
 ``.jsonl``/``.ndjson``); any other file is read as parquet, as every corpus was before the others.
-A CSV column's type is what pyarrow infers from its first block, but the text column is always read
-as strings; a JSON line's values keep their JSON types. Parquet and CSV stream; JSON lines stream
-where pyarrow has ``pyarrow.json.open_json`` (19 and later), else the file is read whole.
+A CSV file's text and id columns are read as strings, exactly as written (:mod:`condsearch.corpus`
+takes an empty id for none, and an id column of plainly written integers as integers), its other
+columns as pyarrow infers; a JSON line's values keep their JSON types. Parquet and CSV stream; JSON
+lines stream where pyarrow has ``pyarrow.json.open_json`` (19 and later), else the file is read
+whole. A CSV or JSON lines file is checked by :mod:`condsearch.corpus_prescan` before each parse.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from condsearch.corpus_prescan import check_text_file
 from condsearch.errors import CorpusError, first_line
 
 if TYPE_CHECKING:  # pyarrow is imported when a file is read: the CLI's --help reads this module's choices
@@ -57,14 +60,17 @@ def _unreadable(path: Path, fmt: CorpusFormat, exc: BaseException) -> CorpusErro
     return CorpusError(f"{path}: not a readable {fmt} file ({first_line(exc)})")
 
 
-def read_schema(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Schema:
-    """Return a corpus file's columns and types (a CSV's and JSON file's as inferred from their first block)."""
+def read_schema(path: Path, fmt: CorpusFormat, text_column: str, id_column: str | None = None) -> pa.Schema:
+    """Return a corpus file's columns and types (a CSV's and JSON file's as inferred from their first block).
+
+    ``id_column`` [default: 'id'] is, with ``text_column``, a CSV column read as strings.
+    """
     import pyarrow.parquet as pq
 
     try:
         if fmt == "parquet":
             return pq.read_schema(path)
-        reader = _open_stream(path, fmt, text_column, None)
+        reader = _open_stream(path, fmt, [text_column, id_column or "id"], None)
         try:
             return reader.schema
         finally:
@@ -73,31 +79,33 @@ def read_schema(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Schema:
         raise _unreadable(path, fmt, exc) from exc
 
 
-def record_batches(path: Path, fmt: CorpusFormat, text_column: str, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
-    """Yield the corpus's record batches holding only ``columns`` (parquet's of :data:`READ_BATCH_ROWS` rows)."""
+def record_batches(path: Path, fmt: CorpusFormat, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """Yield the corpus's record batches holding only ``columns``, the text and id columns (read as strings from
+    a CSV file); parquet's of :data:`READ_BATCH_ROWS` rows."""
     import pyarrow.parquet as pq
 
     try:
         if fmt == "parquet":
             yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS, columns=list(columns))
             return
-        for batch in _open_stream(path, fmt, text_column, columns):
+        for batch in _open_stream(path, fmt, columns, columns):
             yield batch.select(list(columns))
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise _unreadable(path, fmt, exc) from exc
 
 
-def read_table(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Table:
-    """Return a whole corpus file as a table."""
+def read_table(path: Path, fmt: CorpusFormat, text_column: str, id_column: str | None = None) -> pa.Table:
+    """Return a whole corpus file as a table (a CSV's ``text_column`` and ``id_column`` [default: 'id'] as strings)."""
     import pyarrow.parquet as pq
 
     try:
         if fmt == "parquet":
             return pq.read_table(path)
+        check_text_file(path, fmt)
         if fmt == "csv":
             import pyarrow.csv as pacsv
 
-            return pacsv.read_csv(path, convert_options=_csv_options(text_column, None))
+            return pacsv.read_csv(path, convert_options=_csv_options([text_column, id_column or "id"], None))
         import pyarrow.json as pajson
 
         return pajson.read_json(path)
@@ -105,21 +113,27 @@ def read_table(path: Path, fmt: CorpusFormat, text_column: str) -> pa.Table:
         raise _unreadable(path, fmt, exc) from exc
 
 
-def _csv_options(text_column: str, columns: Sequence[str] | None) -> object:
+def _csv_options(strings: Sequence[str], columns: Sequence[str] | None) -> object:
+    """Return ConvertOptions that read a CSV's ``strings`` as written, ``columns`` only [default: all]."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    # a text column of digits is still text; the other columns are typed as pyarrow infers
-    return pacsv.ConvertOptions(column_types={text_column: pa.string()}, include_columns=list(columns or ()))
+    # Typed by inference, id 00001 became the integer 1 and 2020-01-01 a date, and a text of digits a number.
+    # A string column holds no nulls: an empty value is "" ('NA' is 'NA'); other columns are typed as before.
+    return pacsv.ConvertOptions(
+        column_types={name: pa.string() for name in strings}, include_columns=list(columns or ())
+    )
 
 
 def _open_stream(
-    path: Path, fmt: CorpusFormat, text_column: str, columns: Sequence[str] | None
+    path: Path, fmt: CorpusFormat, strings: Sequence[str], columns: Sequence[str] | None
 ) -> pa.RecordBatchReader:
+    """Open a CSV (``strings`` and ``columns`` as :func:`_csv_options` takes them) or JSON lines file to stream."""
+    check_text_file(path, fmt)  # every time the file is parsed: it may have changed since the last check
     if fmt == "csv":
         import pyarrow.csv as pacsv
 
-        return pacsv.open_csv(path, convert_options=_csv_options(text_column, columns))
+        return pacsv.open_csv(path, convert_options=_csv_options(strings, columns))
     import pyarrow.json as pajson
 
     open_json = getattr(pajson, "open_json", None)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from condsearch.corpus import Corpus, table_corpus
+from condsearch.corpus import ID_TYPES, Corpus, in_id_range, table_corpus
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.errors import CorpusError, first_line
 
@@ -60,7 +60,31 @@ def memory_corpus(
         table = pa.table(columns)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise CorpusError(f"texts and ids must be strings, ids strings or integers ({first_line(exc)})") from exc
+    except (UnicodeEncodeError, OverflowError) as exc:  # a lone surrogate; an integer past 64 bits
+        check_utf8(columns["text"], "text", "texts: ")
+        check_utf8(columns.get("id", []), "id", "texts: ")
+        for i in columns.get("id", []):
+            if isinstance(i, int) and not in_id_range(i):
+                raise CorpusError(f"texts: id {i} is beyond the signed 64-bit range ids are kept in") from None
+        raise CorpusError(f"texts: ids must be {ID_TYPES} ({first_line(exc)})") from exc
     return table_corpus(table, "texts", "text", "id" if ids is not None else None, path=IN_MEMORY)
+
+
+def check_utf8(values: Sequence[object], what: str, where: str = "") -> None:
+    """Raise CorpusError in one line naming the first string of values that is not valid UTF-8.
+
+    A Python string can hold lone surrogates (``\\udcff``: what undecodable bytes become), which
+    no file, tokenizer or JSON answer takes. Other values are not looked at.
+    """
+    for n, value in enumerate(values):
+        if isinstance(value, str) and not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                shown = ascii(value[:40])
+                raise CorpusError(
+                    f"{where}{what} {n} is not valid UTF-8 (it holds a lone surrogate: {shown})"
+                ) from None
 
 
 def _arrow(data: Any) -> pa.Table:
@@ -70,5 +94,8 @@ def _arrow(data: Any) -> pa.Table:
         return pa.Table.from_batches([data])
     try:
         return pa.Table.from_pandas(data, preserve_index=False)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+    except UnicodeEncodeError as exc:
+        shown = ascii(exc.object[:40])
+        raise CorpusError(f"DataFrame: a value is not valid UTF-8 (it holds a lone surrogate: {shown})") from None
+    except (ValueError, TypeError, OverflowError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise CorpusError(f"DataFrame: cannot convert to a table ({first_line(exc)})") from exc

@@ -208,3 +208,110 @@ def test_import_is_lazy() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert {"open", "load_model", "Hits"} <= set(dir(condsearch))
+
+
+# ---------------------------------------------------------------- edges (issue 37)
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory: pytest.TempPathFactory, tiny_model: condsearch.Model) -> condsearch.Store:
+    store = condsearch.open(tmp_path_factory.mktemp("edges"), model=tiny_model)
+    store.index(["a girl in a red dress", "a dog on the beach", "two men play soccer"], COLOUR, ids=["a", "b", "c"])
+    return store
+
+
+def test_k_may_be_any_integer_but_not_a_bool_or_a_float(small_store: condsearch.Store) -> None:
+    for k in (np.int64(2), np.int32(2), np.uint8(2), 2):
+        hits = small_store.search("a girl in a red dress", condition=COLOUR, k=k)  # type: ignore[arg-type]
+        assert len(hits) == 2 and hits[0].id == "a"
+    for k in (True, 2.0, np.float64(2), "2", None):
+        with pytest.raises(CondsearchError, match=r"^k must be an integer, not ") as info:
+            small_store.search("a red dress", condition=COLOUR, k=k)  # type: ignore[arg-type]
+        assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "data,kwargs,match",
+    [
+        (
+            ["fine", "a \ud800 text"],
+            {},
+            "texts: text 1 is not valid UTF-8 (it holds a lone surrogate: 'a \\ud800 text')",
+        ),
+        (["a"], {"ids": ["\udcff"]}, "texts: id 0 is not valid UTF-8 (it holds a lone surrogate: '\\udcff')"),
+        (["a"], {"ids": [2**64]}, "texts: id 18446744073709551616 is beyond the signed 64-bit range"),
+        (["a", "b"], {"ids": [1, 2**63]}, "texts: id 9223372036854775808 is beyond the signed 64-bit range"),
+        (["a"], {"ids": [-(2**63) - 1]}, "is beyond the signed 64-bit range"),
+        (pa.table([pa.array(["a"]), pa.array(["b"])], names=["text", "text"]), {}, "Table: column 'text' appears 2"),
+        (
+            pa.table([pa.array(["a"]), pa.array(["x"]), pa.array(["y"])], names=["text", "id", "id"]),
+            {},
+            "Table: column 'id' appears 2 times",
+        ),
+        (pa.table({"text": pa.array([b"caf\xe9"]).view(pa.string())}), {}, "holds text that is not valid UTF-8"),
+    ],
+)
+def test_hostile_texts_ids_and_columns_are_corpus_errors(tmp_path: Path, tiny_model, data, kwargs, match) -> None:
+    store = condsearch.open(tmp_path / "idx", model=tiny_model)
+    with pytest.raises(CorpusError, match=re.escape(match)) as info:
+        store.index(data, COLOUR, **kwargs)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "idx").exists() or not IndexStore(tmp_path / "idx").names()
+
+
+def test_a_dataframe_with_repeated_columns_or_lone_surrogates_is_a_corpus_error(tmp_path: Path, tiny_model) -> None:
+    pd = pytest.importorskip("pandas")
+    store = condsearch.open(tmp_path / "idx", model=tiny_model)
+    frames = {
+        "Duplicate column names": pd.DataFrame([["a", "b"]], columns=["text", "text"]),
+        # pandas' own string type refuses it; an object column holds it
+        "not valid UTF-8": pd.DataFrame({"text": pd.Series(["fine", "caf\udce9"], dtype=object)}),
+    }
+    for match, frame in frames.items():
+        with pytest.raises(CorpusError, match=match) as info:
+            store.index(frame, COLOUR)
+        assert "\n" not in str(info.value)
+    assert not (tmp_path / "idx").exists() or not IndexStore(tmp_path / "idx").names()
+
+
+@pytest.mark.parametrize(
+    "conditions,match",
+    [
+        ([], "no condition given"),
+        ((), "no condition given"),
+        ([COLOUR, 5], "conditions must be strings, not int"),
+        (None, "conditions must be strings, not NoneType"),
+        ("mo\ud800od", "the condition 'mo\\ud800od' is not valid UTF-8"),
+        (["  "], "the condition is empty"),
+    ],
+)
+def test_index_refuses_no_conditions_and_bad_ones(tmp_path: Path, tiny_model, conditions, match: str) -> None:
+    store = condsearch.open(tmp_path / "idx", model=tiny_model)
+    with pytest.raises(CondsearchError, match=re.escape(match)):
+        store.index(["a dog"], conditions)
+    assert not (tmp_path / "idx").exists() or not IndexStore(tmp_path / "idx").names()
+
+
+def test_queries_and_encoded_texts_must_be_valid_strings(small_store: condsearch.Store, tiny_model) -> None:
+    for queries in ("do\ud800g", ["fine", "do\udcffg"]):
+        with pytest.raises(
+            CorpusError, match=r"query \d is not valid UTF-8 \(it holds a lone surrogate: 'do\\ud[8c]..g'\)"
+        ):
+            small_store.search(queries, condition=COLOUR)
+    for queries in ([None], ["fine", 5], [b"bytes"]):
+        with pytest.raises(CondsearchError, match="queries must be strings, not"):
+            small_store.search(queries, condition=COLOUR)  # type: ignore[arg-type]
+    for queries in (5, None, b"bytes"):
+        with pytest.raises(CondsearchError, match="queries must be a list of strings, not"):
+            small_store.search(queries, condition=COLOUR)  # type: ignore[arg-type]
+    with pytest.raises(CondsearchError, match="the condition must be a string, not NoneType"):
+        small_store.search("fine", condition=None)  # type: ignore[arg-type]
+    for texts, match in (
+        ([None], "texts must be strings, not NoneType"),
+        (["a", 5], "texts must be strings, not int"),
+        (["a \ud800"], r"text 0 is not valid UTF-8 \(it holds a lone surrogate"),
+    ):
+        with pytest.raises(CondsearchError, match=match):
+            tiny_model.encode(texts, condition=COLOUR)  # type: ignore[arg-type]
+    with pytest.raises(CondsearchError, match="not valid UTF-8"):
+        tiny_model.encode(["a dog"], condition="mo\ud800od")

@@ -254,3 +254,45 @@ def test_any_factory_and_search_params_build_or_are_refused_without_ending_the_p
     )
     assert done.returncode == 0, (done.returncode, done.stdout[-2000:], done.stderr[-3000:])
     assert done.stdout.strip().endswith("built")
+
+
+# ---------------------------------------------------------------- query -f: special files (issue 37)
+
+_QUERY_FILE_SCRIPT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a reader that never ends fails here, not the machine
+from condsearch.cli import main
+main(["query", "-c", "c", "-f", sys.argv[1], "--index-dir", sys.argv[2]])
+"""
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo"])
+def test_query_file_that_is_a_device_or_a_fifo_is_refused_without_reading(tmp_path: Path, kind: str) -> None:
+    """`query -f /dev/zero` read 1 GB a second without end; a FIFO with no writer blocked for ever."""
+    import os
+    import subprocess
+    import sys
+
+    if kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        os.mkfifo(tmp_path / "queries")
+    path, named = (
+        (Path(kind), "a character device") if kind == "/dev/zero" else (tmp_path / "queries", "a FIFO (named pipe)")
+    )
+    argv = [sys.executable, "-c", _QUERY_FILE_SCRIPT, str(path), str(tmp_path / "idx")]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 1, (done.returncode, done.stderr[-2000:])
+    expected = f"Error: cannot read queries from {path}: {named}, not a regular file; refusing to read it"
+    assert done.stderr.strip().splitlines() == [expected]
+
+
+def test_query_file_dash_reads_stdin_and_a_missing_file_is_one_line(hashed: Path, tmp_path: Path) -> None:
+    argv = ["query", "-c", CONDITION, "-k", "1", "--json", "--index-dir", str(hashed)]
+    result = CliRunner().invoke(main, [*argv, "-f", "-"], input=f"{SENTENCES[1]}\n\n{SENTENCES[3]}\n")
+    check_outcome(result)
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line)["results"][0]["id"] for line in result.stdout.splitlines()] == ["s1", "s3"]
+    missing = CliRunner().invoke(main, [*argv, "-f", str(tmp_path / "none.txt")])
+    check_outcome(missing)
+    assert missing.exit_code == 1 and "none.txt: no such file" in missing.stderr

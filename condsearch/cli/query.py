@@ -31,19 +31,27 @@ if TYPE_CHECKING:
     from condsearch.search import Answer
 
 
+def _stdin_queries() -> list[str]:
+    try:
+        return [line for line in sys.stdin.read().splitlines() if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise click.ClickException(f"stdin: cannot read queries (not valid UTF-8: {exc.reason})") from exc
+
+
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
+    from condsearch.regular_files import check_regular_file
+
     queries: list[str] = []
     for t in texts:
-        if t != "-":
-            queries.append(t)
-            continue
+        queries.extend(_stdin_queries() if t == "-" else [t])
+    if query_file is not None and str(query_file) == "-":
+        queries.extend(_stdin_queries())
+    elif query_file is not None:
         try:
-            queries.extend(line for line in sys.stdin.read().splitlines() if line.strip())
-        except UnicodeDecodeError as exc:
-            raise click.ClickException(f"stdin: cannot read queries (not valid UTF-8: {exc.reason})") from exc
-    if query_file is not None:
-        try:
+            check_regular_file(query_file, CondsearchError)  # /dev/zero never ends; a FIFO blocks
             queries.extend(line for line in query_file.read_text(encoding="utf-8").splitlines() if line.strip())
+        except CondsearchError as exc:
+            raise click.ClickException(f"cannot read queries from {first_line(exc)}") from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise click.ClickException(f"{query_file}: cannot read queries ({type(exc).__name__})") from exc
     if not queries:
@@ -73,8 +81,8 @@ _FEW_QUERIES = 16
     "-f",
     "--file",
     "query_file",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Read one query per line from a file.",
+    type=click.Path(dir_okay=False, allow_dash=True, path_type=Path),
+    help="Read one query per line from a file ('-': stdin); a FIFO or a device is refused.",
 )
 @click.option("--corpus", "corpus_name", default=None, help="Corpus name, when several corpora share the condition.")
 @click.option("--model", default=None, help="Must match the index's model [default: the index's].")
