@@ -11,7 +11,7 @@ BROWSER_STAMP := $(VENV)/.condsearch-browser-installed
 CONSTRAINTS := constraints.txt
 DEMO_QUERY := A girl in an orange dress serves the ball
 
-.PHONY: install upgrade constraints demo test test-slow test-ray test-browser page-screenshot bench-smoke lint clean
+.PHONY: install upgrade constraints demo test test-numerics test-slow test-ray test-browser page-screenshot bench-smoke lint clean
 
 install: $(STAMP)
 
@@ -59,6 +59,18 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The tests marked numerics (backends, batchings, threads or cache paths compared within float32 tolerances)
+# again, under other thread counts and other CPU kernels: torch's own (ATEN_CPU_CAPABILITY), MKL's and
+# oneDNN's instruction sets. A tolerance that holds only on this CPU's kernels fails here, not on another CPU.
+NUMERICS_RUNS := "CONDSEARCH_TEST_TORCH_THREADS=3 OMP_NUM_THREADS=1" \
+	"ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2" \
+	"ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE"
+test-numerics: $(STAMP)
+	@set -e; for run in $(NUMERICS_RUNS); do \
+		echo "test-numerics: $$run"; \
+		env $$run $(BIN)/python -m pytest -q -m 'numerics and not slow and not gpu and not ray and not browser'; \
+	done
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
