@@ -33,7 +33,7 @@ from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as LEGACY_ADAPTER_C
 from condsearch.artifacts.files import NATIVE_ADAPTER_WEIGHTS as LEGACY_ADAPTER_WEIGHTS
 from condsearch.artifacts.files import ROUTER_CONFIG, ROUTER_WEIGHTS
 from condsearch.artifacts.profiles import resolve_profile
-from condsearch.artifacts.routers import read_router_config
+from condsearch.artifacts.routers import WEIGHTS_RECORD, read_router_config, weights_record
 
 _SCALED = (".delta", ".delta_b")
 
@@ -80,6 +80,7 @@ def scale_router(source: Path, alpha: float, out: Path, model: str | None = None
         "bytes": bytes_,
     }
     meta["wise_alpha"] = alpha
+    meta[WEIGHTS_RECORD] = weights_record(out)  # the source's record is not these weights'
     meta["source"] = f"benchmarks/wise.py --router {source} --alpha {alpha}"
     (out / ROUTER_CONFIG).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return out

@@ -26,12 +26,43 @@ def pair_key(ident: str, condition: str, sentence: str | None) -> str:
     return h.hexdigest()
 
 
+def shard_checksum(keys: np.ndarray, vectors: np.ndarray) -> str:
+    """Return the sha256 of a shard's keys and vectors: their dtypes, shapes and bytes."""
+    h = hashlib.sha256()
+    for array in (keys, vectors):
+        h.update(f"{array.dtype.str}{array.shape}".encode())
+        h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()
+
+
+def _read_shard(shard: Path) -> tuple[np.ndarray, np.ndarray] | None:
+    """Return a shard's (keys, vectors), or None when it is damaged, of another layout or fails its checksum."""
+    try:
+        with np.load(shard, allow_pickle=False) as data:
+            keys, vectors, checksum = data["keys"], data["vectors"], data["checksum"]
+    except (OSError, ValueError, KeyError, EOFError):
+        return None
+    if (
+        keys.dtype != np.dtype("S64")
+        or keys.ndim != 1
+        or vectors.dtype != np.float32
+        or vectors.ndim != 2
+        or len(vectors) != len(keys)
+        or checksum.shape != ()
+        or str(checksum) != shard_checksum(keys, vectors)
+    ):
+        return None
+    return keys, vectors
+
+
 class EmbeddingCache:
     """Append-only shards of (key, vector) pairs under one directory.
 
-    Each shard is an ``.npz`` with a ``keys`` array of fixed-width bytes and a
-    ``vectors`` float32 array; loads never allow pickles. Shards are written to a
-    temporary name and renamed, so a crash leaves no partial shard behind.
+    Each shard is an ``.npz`` with a ``keys`` array of fixed-width bytes, a ``vectors``
+    float32 array and the ``checksum`` of both (:func:`shard_checksum`); loads never allow
+    pickles. A shard that fails its checksum (damaged, edited, or written before it had one)
+    is only a cache miss: its vectors are computed again. Shards are written to a temporary
+    name and renamed, so a crash leaves no partial shard behind.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -42,12 +73,10 @@ class EmbeddingCache:
         if self._loaded is None:
             self._loaded = {}
             for shard in sorted(self.directory.glob("shard-*.npz")):
-                try:
-                    with np.load(shard, allow_pickle=False) as data:
-                        keys, vectors = data["keys"], data["vectors"]
-                except (OSError, ValueError, KeyError):
-                    continue  # a damaged shard is only a cache miss
-                for key, vec in zip(keys, vectors, strict=True):
+                read = _read_shard(shard)
+                if read is None:
+                    continue  # a cache miss
+                for key, vec in zip(*read, strict=True):
                     self._loaded[key.decode("ascii")] = vec
         return self._loaded
 
@@ -65,7 +94,7 @@ class EmbeddingCache:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         digest = hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]
         with replacing_file(self.directory / f"shard-{digest}.npz") as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, keys=arr_keys, vectors=vectors)
+            np.savez(fh, keys=arr_keys, vectors=vectors, checksum=np.array(shard_checksum(arr_keys, vectors)))
         loaded = self._load()
         for key, vec in zip(keys, vectors, strict=True):
             loaded[key] = vec

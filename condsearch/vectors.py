@@ -28,13 +28,28 @@ def text_hash(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=HASH_BYTES).digest()
 
 
+#: What vectors of one fingerprint were made by. 2: weights checked against their recorded sha256 (an ONNX
+#: export's files, a router's weights) as they load; vectors kept from before (fingerprints without it) may be
+#: a damaged export's, and are encoded again by the next re-index (issue 37).
+FINGERPRINT_VERSION = 2
+
+
 def vector_fingerprint(described: dict[str, object], *, mode: str, head_checksum: str, dim: int) -> str:
     """Return the sha256 naming everything besides the text and condition that a row's vector depends on.
 
     ``described`` is the encoder's ``describe()``: model, revision, pooling, prompts, max length,
-    dtype, the LoRA adapter's and the router's checksums.
+    dtype, the LoRA adapter's and the router's checksums. The float32 ONNX export of a model is
+    not named: it is written from the weights those name, checked against them, and loaded only
+    while its files match the sha256 recorded then, so that vectors built on either backend are
+    kept by the other (docs/indexing.md); an int8 export is named by ``quantize``.
     """
-    payload = {"encoder": described, "mode": mode, "head_checksum": head_checksum, "dim": dim}
+    payload = {
+        "encoder": described,
+        "mode": mode,
+        "head_checksum": head_checksum,
+        "dim": dim,
+        "fingerprint_version": FINGERPRINT_VERSION,
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
 

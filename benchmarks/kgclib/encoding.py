@@ -40,6 +40,7 @@ from .ranking import average_metrics, filtered_ranks, query_filters, rank_metric
 RERANK_HOPS = 5
 RERANK_BONUS = 0.05
 TAIL_FOLDER = "tail"  # a two-tower router folder keeps the candidate tower here
+TAIL_ROLE = "candidate tower"  # what the tail's router.json records as its role (save_towers)
 
 
 Tower = Router | ContextRouter
@@ -61,11 +62,22 @@ def load_tail_tower(router: Tower, folder: Path, base: dict[str, torch.Tensor] |
     """Return the candidate tower saved in ``folder/tail``, or None for a one-tower router.
 
     A context router's tower is saved as its own change from the base model: ``base`` holds the
-    base model's weights (:func:`condsearch.csr.context_weights.base_weights`).
+    base model's weights (:func:`condsearch.csr.context_weights.base_weights`). Each tower's
+    weights must match its router.json (sha256 and shapes), and the query tower's router.json must
+    not record the candidate tower's role: towers swapped, in part or whole, are a one-line ModelError.
     """
+    from condsearch.artifacts.routers import read_router_config
+    from condsearch.errors import ModelError
+
     sub = Path(folder) / TAIL_FOLDER
     if not sub.is_dir():
         return None
+    # save_towers records the tail's role (a tail saved without one is taken as it is)
+    if read_router_config(Path(folder)).get("role") == TAIL_ROLE or read_router_config(sub).get("role") not in (
+        None,
+        TAIL_ROLE,
+    ):
+        raise ModelError(f"{folder}: the query tower and the {TAIL_ROLE} ({TAIL_FOLDER}/) are swapped")
     tail = tail_tower(router)
     if isinstance(tail, ContextRouter):
         from condsearch.csr.context_weights import load_context_weights
@@ -103,12 +115,12 @@ def save_towers(
     if not isinstance(encoder.router, ContextRouter):
         checksum = save_router(encoder.router, out, meta)
         if tail is not None:
-            save_router(tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"})
+            save_router(tail, out / TAIL_FOLDER, {**meta, "role": TAIL_ROLE})
         return checksum
     assert base is not None
     towers = [(encoder.router, out, meta)]
     if tail is not None:
-        towers.append((tail, out / TAIL_FOLDER, {**meta, "role": "candidate tower"}))
+        towers.append((tail, out / TAIL_FOLDER, {**meta, "role": TAIL_ROLE}))
     checksum = ""
     for router, folder, info in towers:
         delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))

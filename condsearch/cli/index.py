@@ -303,7 +303,11 @@ def _print_reports(
             )
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
-    click.echo(
-        f"condsearch: {n_rows * len(names)} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {backend})",
-        err=True,
-    )
+    total = n_rows * len(names)
+    kept = sum(r.n_reused for r in reports)
+    if kept:  # say what was encoded, not that every pair was
+        encoded = sum(r.n_encoded for r in reports)
+        summary = f"{encoded} encoded on {backend}, {kept} kept from the last index"
+        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s): {summary}", err=True)
+    else:
+        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {backend})", err=True)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
@@ -13,6 +15,7 @@ from safetensors.torch import save_file
 from condsearch.atomic import replacing_file
 from condsearch.csr.context import CONTEXT
 from condsearch.csr.router import SentenceStates
+from condsearch.errors import ModelError
 
 #: one sentence's states, (length, hidden) each: x, k, c for the paper/extended router, x alone for the context one
 Tensors = tuple[torch.Tensor, ...]
@@ -21,6 +24,10 @@ STATE_NAMES = ("x", "k", "c")
 #: the storage types a state cache offers: int8 keeps one float32 scale per token and tensor
 STATE_DTYPES = {"float32": torch.float32, "float16": torch.float16, "int8": torch.int8}
 _SCALE = ".scale"
+#: per sentence, the sha256 of its key and its stored rows (:func:`state_digest`): (n, 32) uint8
+_DIGESTS = "digests"
+#: sentences whose rows are read at once when checking them
+_CHECK_ROWS = 256
 
 
 def default_state_dtype(variant: str) -> torch.dtype:
@@ -49,6 +56,16 @@ def text_key(ident: str, text: str) -> str:
     return hashlib.sha256(f"{ident}\x1f{text}".encode()).hexdigest()
 
 
+def state_digest(key: str, stored: Mapping[str, Any]) -> bytes:
+    """Return the sha256 of one sentence's key and stored rows ({tensor name: its (length, …) rows, as stored})."""
+    h = hashlib.sha256(bytes.fromhex(key))
+    for name in sorted(stored):
+        rows = np.ascontiguousarray(stored[name].numpy() if isinstance(stored[name], torch.Tensor) else stored[name])
+        h.update(f"\x1f{name}{rows.dtype.str}{rows.shape}".encode())
+        h.update(rows.tobytes())
+    return h.digest()
+
+
 class StateCache:
     """Shards of sentence states: ``keys`` (n, 32) uint8 digests, ``offsets`` (n+1,) int64 and
     the token-major state tensors (total tokens, hidden) of all n sentences, one per name in
@@ -57,7 +74,9 @@ class StateCache:
     Shards are written under a temporary name and renamed; reads open them with safetensors
     (no pickles) and copy out only the rows asked for, so a corpus larger than memory streams.
     With ``dtype=torch.int8`` each tensor is stored as int8 with a float32 scale per token
-    (``NAME.scale``), and read back as float32.
+    (``NAME.scale``), and read back as float32. Each sentence's key and rows have their sha256
+    in ``digests``; :meth:`missing` checks a sentence's once per process before it counts as
+    cached, so a damaged or edited sentence (or a shard written before digests) is computed again.
     """
 
     def __init__(
@@ -68,6 +87,13 @@ class StateCache:
         self.names = names
         self._where: dict[str, tuple[Path, int]] | None = None
         self._offsets: dict[Path, torch.Tensor] = {}
+        self._digests: dict[Path, torch.Tensor] = {}
+        self._checked: set[str] = set()  # keys whose rows matched their digest
+
+    @property
+    def _stored(self) -> list[str]:
+        """Return the names of the tensors each sentence's rows are stored in."""
+        return [n + suffix for n in self.names for suffix in (("", _SCALE) if self.dtype == torch.int8 else ("",))]
 
     def _index(self) -> dict[str, tuple[Path, int]]:
         if self._where is None:
@@ -76,15 +102,57 @@ class StateCache:
                 try:
                     with safe_open(str(shard), framework="pt") as fh:
                         keys = fh.get_tensor("keys")
-                        self._offsets[shard] = fh.get_tensor("offsets")
-                except Exception:  # noqa: BLE001 - a damaged shard is only a cache miss
+                        offsets, digests = fh.get_tensor("offsets"), fh.get_tensor(_DIGESTS)
+                        names = set(fh.keys())
+                except Exception:  # noqa: BLE001 - a damaged shard, or one without digests, is only a cache miss
                     continue
+                n = len(keys)
+                if offsets.shape != (n + 1,) or digests.shape != (n, 32) or not names.issuperset(self._stored):
+                    continue
+                self._offsets[shard], self._digests[shard] = offsets, digests
                 for i, row in enumerate(keys):
                     self._where[bytes(row.tolist()).hex()] = (shard, i)
         return self._where
 
+    def _rows(self, shard: Path, rows: Sequence[int]) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
+        """Yield (row, {stored name: its rows as stored}) for rows of a shard, reading nearby rows at once."""
+        offsets = self._offsets[shard]
+        with safe_open(str(shard), framework="pt") as fh:
+            slices = {name: fh.get_slice(name) for name in self._stored}
+            ordered = sorted(rows)
+            for start in range(0, len(ordered), _CHECK_ROWS):
+                run = ordered[start : start + _CHECK_ROWS]
+                first, last = int(offsets[run[0]]), int(offsets[run[-1] + 1])
+                block = {name: s[first:last] for name, s in slices.items()}
+                for row in run:
+                    a, b = int(offsets[row]) - first, int(offsets[row + 1]) - first
+                    yield row, {name: t[a:b] for name, t in block.items()}
+
+    def _check(self, keys: Sequence[str]) -> None:
+        """Drop from the index every key among keys whose rows do not match their digest."""
+        where = self._index()
+        by_shard: dict[Path, dict[int, str]] = {}
+        for key in keys:
+            if key in where and key not in self._checked:
+                shard, row = where[key]
+                by_shard.setdefault(shard, {})[row] = key
+        for shard, rows in by_shard.items():
+            digests = self._digests[shard]
+            try:
+                for row, stored in self._rows(shard, list(rows)):
+                    key = rows.pop(row)
+                    if state_digest(key, stored) == bytes(digests[row].tolist()):
+                        self._checked.add(key)
+                    else:
+                        del where[key]
+            except Exception:  # noqa: BLE001 - a shard damaged past its header: what is left unchecked is missing
+                pass
+            for key in rows.values():
+                where.pop(key, None)
+
     def missing(self, keys: Sequence[str]) -> list[int]:
-        """Return the positions of keys not in the cache."""
+        """Return the positions of keys not in the cache (or whose cached rows fail their checksum)."""
+        self._check(keys)
         where = self._index()
         return [i for i, k in enumerate(keys) if k not in where]
 
@@ -116,18 +184,31 @@ class StateCache:
                 tensors[name], tensors[name + _SCALE] = quantize(joined)
             else:
                 tensors[name] = joined.to(self.dtype).contiguous()
+        digests = [
+            state_digest(k, {n: tensors[n][int(offsets[i]) : int(offsets[i + 1])] for n in self._stored})
+            for i, k in enumerate(keys)
+        ]
+        tensors[_DIGESTS] = torch.tensor([list(d) for d in digests], dtype=torch.uint8)
         digest = hashlib.sha256("".join(keys).encode()).hexdigest()[:16]
         final = self.directory / f"shard-{digest}.safetensors"
         with replacing_file(final) as tmp:
             save_file(tensors, str(tmp))
         where = self._index()
-        self._offsets[final] = offsets
+        self._offsets[final], self._digests[final] = offsets, tensors[_DIGESTS]
         for i, k in enumerate(keys):
             where[k] = (final, i)
+            self._checked.add(k)
 
     def get(self, keys: Sequence[str]) -> list[Tensors]:
-        """Read the states of cached sentences, in order (KeyError for a missing one)."""
+        """Read the states of cached sentences, in order (KeyError for a missing one).
+
+        A sentence not checked yet by :meth:`missing` is checked first (ModelError if it fails).
+        """
         where = self._index()
+        cached = [k for k in keys if k in where]
+        self._check(cached)
+        if any(k not in where for k in cached):
+            raise ModelError(f"{self.directory}: cached sentence states fail their checksum; run again")
         out: list[Tensors | None] = [None] * len(keys)
         by_shard: dict[Path, list[tuple[int, int]]] = {}
         for pos, key in enumerate(keys):

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from condsearch.artifacts.routers import resolve_router, router_checksum, router_model_id, router_name
+from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
 from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
@@ -70,16 +70,17 @@ class CsrEncoder:
         n_layers = len(self.router.routed) + self.router.layer
         if layer is not None and (layer if layer >= 0 else n_layers + layer) != self.router.layer:
             raise ModelError(f"router {folder} routes from layer {self.router.layer}, not {layer}")
+        checksum = ""  # the weights' sha256: an untrained router has none
         if folder is not None:
             meta_model = router_model_id(folder)
             if meta_model not in (None, source.model_id):
                 raise ModelError(f"router {folder} was trained for {meta_model}, not {source.model_id}")
-            if isinstance(self.router, ContextRouter):
-                load_context_weights(self.router, folder)
+            if isinstance(self.router, ContextRouter):  # each checks the weights against router.json first
+                checksum = load_context_weights(self.router, folder)
             else:
-                load_router_weights(self.router, folder)
+                checksum = load_router_weights(self.router, folder)
         self.router_name = router_name(folder)
-        self.router_checksum = router_checksum(folder) if folder is not None else ""
+        self.router_checksum = checksum
         self.device = pick_device(device)
         self.router.to(self.device).eval()
         self.source = source

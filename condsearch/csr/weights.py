@@ -1,8 +1,9 @@
 """Saving and loading a trained router's weights (safetensors + JSON, never pickles).
 
 A router folder holds ``router.safetensors`` (the trainable parameters) and ``router.json``
-(format version, the :class:`RouterConfig` that rebuilds it, the model it was trained for and
-how); its names, format and checks are :mod:`condsearch.artifacts.routers`'s.
+(format version, the :class:`RouterConfig` that rebuilds it, the size and sha256 of the weights,
+the model it was trained for and how); its names, format and checks are
+:mod:`condsearch.artifacts.routers`'s.
 """
 
 from __future__ import annotations
@@ -18,7 +19,13 @@ from condsearch.artifacts.files import (
     check_own_artifact,
     write_json,
 )
-from condsearch.artifacts.routers import read_router_config, router_checksum
+from condsearch.artifacts.routers import (
+    WEIGHTS_RECORD,
+    checked_router_checksum,
+    read_router_config,
+    router_checksum,
+    weights_record,
+)
 from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.atomic import replacing_dir
 from condsearch.csr.router import Router, RouterConfig
@@ -38,6 +45,7 @@ def save_router(router: Router, directory: Path, meta: dict[str, object], dtype:
             "router_config": router.config.to_dict(),
             "train_backbone": router.trainable,
             **meta,
+            WEIGHTS_RECORD: weights_record(tmp),
         }
         write_json(tmp / ROUTER_CONFIG, info)
     return router_checksum(directory)
@@ -52,11 +60,16 @@ def saved_config(directory: Path) -> RouterConfig:
     return RouterConfig.from_dict({**raw, "layer": meta.get("layer", raw.get("layer", -1))})
 
 
-def load_router_weights(router: Router, directory: Path) -> None:
-    """Load trained parameters into a router built from the folder's own config."""
+def load_router_weights(router: Router, directory: Path) -> str:
+    """Load trained parameters into a router built from the folder's own config; return their checksum.
+
+    The weights must match router.json's recorded size and sha256, and every tensor the router's
+    config makes (its variant, layer and ranks) must be there in its shape: a one-line ModelError if not.
+    """
     meta = read_router_config(directory)
     if meta.get("layer") != router.layer:
         raise ModelError(f"{directory}: router trained at layer {meta.get('layer')}, not {router.layer}")
+    checksum = checked_router_checksum(directory, meta)
     state = load_weights(Path(directory) / ROUTER_WEIGHTS, "router weights")
     router.trainable = str(meta.get("train_backbone", "top"))  # routers saved before the option trained the top
     params = router.trainable_parameters()
@@ -67,3 +80,4 @@ def load_router_weights(router: Router, directory: Path) -> None:
             if state[name].shape != p.shape:
                 raise ModelError(f"{directory}: router weight {name} has shape {tuple(state[name].shape)}")
             p.copy_(state[name].to(p.dtype))
+    return checksum

@@ -34,6 +34,8 @@ from condsearch.atomic import swap_dir
 from condsearch.encoders.base import Pair
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.onnx_files import (
+    FILES_KEY,
+    FOLDER_KEY,
     FORMAT_VERSION,
     INPUTS,
     META_FILE,
@@ -44,6 +46,7 @@ from condsearch.encoders.onnx_files import (
     OnnxBertEncoder,
     Precision,
     export_folder,
+    file_records,
     load_cached_export,
     read_export,
     refusal,
@@ -142,8 +145,18 @@ def export_hidden(module: nn.Module, args: tuple[torch.Tensor, ...], path: Path)
     )
 
 
-def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, versions: dict[str, str]) -> None:
-    """Write the export of a CPU float32 encoder (model, tokenizer, meta not yet usable) into an empty folder."""
+def export_onnx(
+    encoder: BertStyleEncoder,
+    folder: Path,
+    precision: Precision,
+    versions: dict[str, str],
+    cache_name: str | None = None,
+) -> None:
+    """Write the export of a CPU float32 encoder (model, tokenizer, meta not yet usable) into an empty folder.
+
+    The meta file records ``cache_name``, the cache folder it is written for (None: not cached), and
+    each file's size and sha256, which every load checks.
+    """
     batch, _ = encoder._tokenize(_PROBE)
     if "token_type_ids" not in batch:
         batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
@@ -181,6 +194,8 @@ def export_onnx(encoder: BertStyleEncoder, folder: Path, precision: Precision, v
         "config": config,
         "tokenizer": tokenizer_meta,
         "runtime": versions,
+        FOLDER_KEY: cache_name,
+        FILES_KEY: file_records(folder),
     }
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
@@ -228,8 +243,8 @@ def write_export(
         parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
     try:
-        export_onnx(reference, tmp, precision, runtime_versions())
-        encoder = read_export(tmp, source, max_length=max_length, threads=threads)
+        export_onnx(reference, tmp, precision, runtime_versions(), folder.name if folder is not None else None)
+        encoder = read_export(tmp, source, max_length=max_length, threads=threads, verify=False)
         if encoder is None:
             raise ModelError(f"{reference.model_id}: the {precision} ONNX export cannot be read back")
         encoder.adapter_checksum = reference.adapter_checksum
@@ -238,6 +253,7 @@ def write_export(
         meta[USABLE_KEY] = refused is None
         if refused is not None:
             meta["refused"] = refused
+            del meta[FILES_KEY]
             (tmp / MODEL_FILE).unlink()
             (tmp / WEIGHTS_FILE).unlink()
         (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")

@@ -9,6 +9,16 @@ only then marked usable; this module reads them with onnxruntime, ``tokenizers``
 An export is cached under the cache dir's ``onnx/``, keyed by model, revision, adapter,
 precision and the onnxruntime, onnx and torch versions (read from package metadata, so that
 computing the key imports none of them).
+
+Its ``export.json`` records the cache folder it was written for and the size and sha256 of each
+file (:data:`EXPORT_FILES`), and nothing is loaded that does not match them: a file damaged or
+swapped in (another profile's export copied over this one) is a cache miss, said in one line, and
+the export is written again. Hashing the 90 MB of MiniLM's weights takes 50-60 ms here (SHA-NI;
+a few times that on a CPU without it), against 0.8 s for a whole one-shot query, so a verified
+export is stamped (:data:`STAMP_FILE`) with each file's device, inode, size, modification and
+change times, and hashed again only when one of those moves. Any write to a file moves its change
+time, which no one but the clock can set back; a file changed within :data:`SETTLE_NS` of its check
+could keep the same timestamp tick, so files that young are hashed at every load, never stamped.
 """
 
 from __future__ import annotations
@@ -17,6 +27,9 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import os
+import shutil
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,6 +38,7 @@ from typing import Any, Literal
 import numpy as np
 
 from condsearch.artifacts.adapters import read_adapter
+from condsearch.atomic import replacing_file, temporary_name
 from condsearch.cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
@@ -34,7 +48,8 @@ from condsearch.models import ModelSource
 log = logging.getLogger(__name__)
 
 Precision = Literal["float32", "int8"]
-FORMAT_VERSION = 1
+#: 2: export.json records its cache folder and each file's size and sha256 (checked on every load)
+FORMAT_VERSION = 2
 #: the cached exports live here, under default_cache_dir() (beside "features", the encoder outputs)
 CACHE_SUBDIR = "onnx"
 MODEL_FILE = "model.onnx"
@@ -43,6 +58,15 @@ MODEL_FILE = "model.onnx"
 WEIGHTS_FILE = "model.onnx.data"
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "export.json"
+#: the files of a usable export, each recorded in the meta file under FILES_KEY as {"size", "sha256"}
+EXPORT_FILES = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
+FILES_KEY = "files"
+#: in the meta file: the name of the cache folder the export was written for (its key's digest)
+FOLDER_KEY = "folder"
+#: beside the meta file: the files' identities (device, inode, size, mtime, ctime) when last hashed and found whole
+STAMP_FILE = "verified.json"
+#: a file whose change time is younger than this (ns) may change again within the same timestamp tick: never stamped
+SETTLE_NS = 2_000_000_000
 #: in the meta file: the export's outputs agreed with the torch model's when it was written
 USABLE_KEY = "usable"
 #: what an export depends on besides the model; a missing one is a one-line error
@@ -146,6 +170,98 @@ def read_meta(folder: Path) -> dict[str, Any] | None:
     return meta if isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION else None
 
 
+def _foreign(folder: Path, meta: Mapping[str, Any]) -> str | None:
+    """Return why a meta file is not the one of the export cached in folder (another model, adapter or
+    precision's export copied in whole), or None."""
+    if meta.get(FOLDER_KEY) == folder.name:
+        return None
+    return f"{META_FILE} was written for the cache folder {meta.get(FOLDER_KEY)!r}"
+
+
+def _cached_meta(folder: Path) -> dict[str, Any] | None:
+    """Return the meta file of the export cached in folder, or None: missing, of another format or foreign."""
+    meta = read_meta(folder)
+    return meta if meta is not None and _foreign(folder, meta) is None else None
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def file_records(folder: Path) -> dict[str, dict[str, object]]:
+    """Return the size and sha256 of each of an export's files: what its meta file records."""
+    return {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in EXPORT_FILES}
+
+
+def _identity(path: Path) -> list[int]:
+    """Return what changes whenever a file's content can have changed: device, inode, size, mtime and ctime."""
+    info = os.stat(path)
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _read_stamp(folder: Path) -> object:
+    try:
+        return json.loads((folder / STAMP_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_stamp(folder: Path, stamp: Mapping[str, object]) -> None:
+    try:
+        with replacing_file(folder / STAMP_FILE) as tmp:
+            tmp.write_text(json.dumps(stamp))
+    except OSError:  # a read-only cache: every load hashes
+        pass
+
+
+def _discard(folder: Path) -> None:
+    """Remove a damaged export from the cache (renamed aside first, so that no reader sees it half gone)."""
+    aside = temporary_name(folder, "damaged")
+    try:
+        os.replace(folder, aside)
+    except OSError:  # gone already, or a read-only cache: the next load finds it damaged again
+        return
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def export_problem(folder: Path, meta: Mapping[str, Any]) -> str | None:
+    """Return why an export's files differ from what its meta file records (size, then sha256), or None.
+
+    A file is hashed unless the folder's stamp shows it unchanged since it was last found whole
+    (see the module's docstring); a whole export whose files have settled is stamped.
+    """
+    records = meta.get(FILES_KEY)
+    if not isinstance(records, dict) or set(records) != set(EXPORT_FILES):
+        return f"{META_FILE} records no size and sha256 of its files"
+    try:
+        identities = {name: _identity(folder / name) for name in EXPORT_FILES}
+    except OSError as exc:
+        return f"{Path(str(exc.filename)).name}: unreadable ({exc.strerror or type(exc).__name__})"
+    for name in EXPORT_FILES:
+        record, size = records[name], identities[name][2]
+        if not isinstance(record, dict) or record.get("size") != size:
+            recorded = record.get("size") if isinstance(record, dict) else None
+            return f"{name}: {size} bytes where {META_FILE} records {recorded}"
+    stamp = {"meta": hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest(), "files": identities}
+    if _read_stamp(folder) == stamp:
+        return None
+    for name in EXPORT_FILES:
+        try:
+            digest = _sha256(folder / name)
+        except OSError as exc:
+            return f"{name}: unreadable ({exc.strerror or type(exc).__name__})"
+        if digest != records[name].get("sha256"):
+            return f"{name}: its sha256 is not the one {META_FILE} records"
+    now = time.time_ns()
+    if all(now - identity[4] >= SETTLE_NS for identity in identities.values()):
+        _write_stamp(folder, stamp)
+    return None
+
+
 class OnnxBertEncoder(TokenSorted, Encoder):
     """:class:`~condsearch.encoders.bert.BertStyleEncoder`'s vectors (condition-mean pooling) from onnxruntime.
 
@@ -222,10 +338,18 @@ def _session(path: Path, threads: int) -> Any:
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
-def read_export(folder: Path, source: ModelSource, *, max_length: int | None, threads: int) -> OnnxBertEncoder | None:
-    """Return the encoder of the export in folder (usable or not), or None if there is none or it is unreadable."""
-    meta = read_meta(folder)
+def read_export(
+    folder: Path, source: ModelSource, *, max_length: int | None, threads: int, verify: bool = True
+) -> OnnxBertEncoder | None:
+    """Return the encoder of the export in folder (usable or not), or None if there is none or it is unreadable.
+
+    ``verify``: folder is a cache folder, and its files must match what its meta file records
+    (:func:`export_problem`); False only for an export just written, before it is checked against torch.
+    """
+    meta = _cached_meta(folder) if verify else read_meta(folder)
     if meta is None or not (folder / MODEL_FILE).is_file():
+        return None
+    if verify and export_problem(folder, meta) is not None:
         return None
     try:
         from tokenizers import Tokenizer
@@ -245,9 +369,18 @@ def load_cached_export(
 
     folder = export_folder(source, adapter, precision)
     meta = read_meta(folder) if folder is not None else None
-    if folder is None or meta is None or not meta.get(USABLE_KEY):
+    if folder is None or meta is None:
         return None
-    encoder = read_export(folder, source, max_length=max_length, threads=threads)
+    problem = _foreign(folder, meta) or (export_problem(folder, meta) if meta.get(USABLE_KEY) else None)
+    if problem is not None:
+        log.warning(
+            "the ONNX export cached in %s does not match its %s (%s); exporting it again", folder, META_FILE, problem
+        )
+        _discard(folder)
+        return None
+    if not meta.get(USABLE_KEY):
+        return None
+    encoder = read_export(folder, source, max_length=max_length, threads=threads, verify=False)  # verified just now
     if encoder is not None and adapter is not None:
         encoder.adapter_checksum = checked_checksum(adapter, encoder)
     return encoder
@@ -255,5 +388,5 @@ def load_cached_export(
 
 def refusal(folder: Path | None) -> str | None:
     """Return why the export cached in folder was refused when it was written, or None if it was not."""
-    meta = read_meta(folder) if folder is not None else None
+    meta = _cached_meta(folder) if folder is not None else None
     return None if meta is None or meta.get(USABLE_KEY) else str(meta.get("refused", "refused"))
