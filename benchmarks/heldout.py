@@ -63,23 +63,28 @@ def split_of(text: str) -> str:
 
 
 def read_sources(path: Path) -> list[dict[str, object]]:
-    """Read a sources file: ``{"sources": [{"name", "table", "labels": {column: [condition, ...]}}]}``.
+    """Read a sources file: benchmarks/anytext's ``sources.json`` (``{"sources": {name: {"table",
+    "conditions": {column: [condition, ...]}}}}``) or a list of ``{"name", "table", "conditions"}``.
 
     ``table`` is relative to the file's folder; the first condition of each column is the one searched.
     """
     spec = json.loads(path.read_text(encoding="utf-8"))
     sources = spec["sources"] if isinstance(spec, dict) else spec
+    if isinstance(sources, dict):
+        sources = [{"name": name, **source} for name, source in sources.items()]
     out = []
     for source in sources:
-        if not source.get("labels"):
+        if not source.get("conditions"):
             continue  # paraphrase pairs and the like: nothing to search under
         table = Path(str(source["table"]))
         out.append({**source, "table": table if table.is_absolute() else path.parent / table})
     return out
 
 
-def read_columns(sources: Sequence[dict[str, object]], split: str, only: set[str] | None) -> list[Column]:
-    """Return every (source, label column) with its split's rows that carry a value."""
+def read_columns(
+    sources: Sequence[dict[str, object]], split: str, only: set[str] | None, min_rows: int = 0
+) -> list[Column]:
+    """Return every (source, label column) with at least min_rows of its split's rows carrying a value."""
     import pyarrow.parquet as pq
 
     columns = []
@@ -90,13 +95,14 @@ def read_columns(sources: Sequence[dict[str, object]], split: str, only: set[str
         path = Path(str(source["table"]))
         table = pq.read_table(path) if path.suffix in (".parquet", ".pq") else _read_other(path)
         texts = [str(t) if t is not None else "" for t in table.column("text").to_pylist()]
-        labels: dict[str, object] = source["labels"]  # type: ignore[assignment]
+        labels: dict[str, object] = source["conditions"]  # type: ignore[assignment]
         for column, conditions in labels.items():
             condition = conditions[0] if isinstance(conditions, list) else str(conditions)
             values = table.column(column).to_pylist()
             keep = [(t, str(v)) for t, v in zip(texts, values, strict=True) if t.strip() and v not in (None, "")]
             keep = [(t, v) for t, v in keep if split_of(t) == split]
-            columns.append(Column(name, column, condition, [t for t, _ in keep], [v for _, v in keep]))
+            if len(keep) >= min_rows:
+                columns.append(Column(name, column, condition, [t for t, _ in keep], [v for _, v in keep]))
     return columns
 
 
@@ -200,7 +206,7 @@ def smoke_sources(folder: Path) -> Path:
             {
                 "name": "toy",
                 "table": "toy.parquet",
-                "labels": {"colour": ["the colour"], "animal": ["the kind of animal"]},
+                "conditions": {"colour": ["the colour"], "animal": ["the kind of animal"]},
             }
         ]
     }
@@ -216,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--systems", default="plain,prefix,case:full,csr", help="comma-separated system specs")
     p.add_argument("--corpus-size", type=int, default=3000, help="corpus rows per (source, condition), seeded")
     p.add_argument("--queries", type=int, default=100, help="queries per (source, condition), seeded")
+    p.add_argument("--min-rows", type=int, default=200, help="skip a column with fewer rows in the split")
     add_system_options(p)
     p.add_argument("--smoke", action="store_true", help="a tiny made-up table; plain and case")
     args = p.parse_args(argv)
@@ -229,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
             raise CorpusError(f"{args.sources}: no sources file (build it with benchmarks/anytext/build_data.py)")
         systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     only = {s.strip() for s in args.only.split(",")} if args.only else None
-    columns = read_columns(read_sources(args.sources), "dev" if args.smoke else args.split, only)
+    split = "dev" if args.smoke else args.split
+    columns = read_columns(read_sources(args.sources), split, only, 0 if args.smoke else args.min_rows)
     if not columns:
         raise CorpusError(f"{args.sources}: no labelled columns to score")
     log("heldout", f"{len(columns)} columns: {', '.join(f'{c.source}/{c.column} ({len(c.texts)})' for c in columns)}")
