@@ -312,3 +312,26 @@ def test_limit_respects_position_embeddings_when_tokenizer_has_no_limit(tiny_ber
     out = encoder.encode([" ".join(["orange dress"] * 200)], "color of the dress")
     assert np.isfinite(out).all()
     assert encoder.stats.n_truncated == 1
+
+
+def test_a_truncation_notice_counts_only_its_own_threads_inputs(tiny_bert_dir: Path) -> None:
+    import threading
+
+    encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), max_length=16, runtime=Runtime(device="cpu")))
+    long = "a girl in an orange dress serves the ball on a tennis court in the park"  # > 16 tokens
+    both_encoded = threading.Barrier(2)
+    notices: dict[int, str | None] = {}
+
+    def run(n_long: int) -> None:
+        encoder.encode([f"{long} {i}" for i in range(n_long)] + ["a dog"], "color of the dress")
+        both_encoded.wait(timeout=60)  # the other thread's inputs are truncated before this one reports
+        notices[n_long] = encoder.report_truncation()
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in (2, 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert notices[2] is not None and notices[2].startswith("2 input(s)")
+    assert notices[3] is not None and notices[3].startswith("3 input(s)")
+    assert encoder.report_truncation() is None  # this thread truncated nothing

@@ -19,6 +19,7 @@ from condsearch.csr.context_weights import load_context_weights, saved_context_c
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.encoders.backbone import load_backbone
+from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, resolve_model
@@ -92,7 +93,7 @@ class CsrEncoder:
         self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
         self._queries = EmbeddingCache(self._root / "csr-queries")
         self.refresh_identity()
-        self.n_truncated = 0
+        self._truncations = EncodeStats()  # counted per thread, like every encoder's
 
     def refresh_identity(self) -> None:
         """Name the sentence and condition caches after the weights they depend on.
@@ -142,7 +143,7 @@ class CsrEncoder:
             list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
         )
         lengths = self.tokenizer(list(texts), add_special_tokens=True)["input_ids"]
-        self.n_truncated += sum(len(ids) > self.max_length for ids in lengths)
+        self._truncations.note_many(sum(len(ids) > self.max_length for ids in lengths), [])
         return {k: v.to(self.device) for k, v in enc.items()}
 
     @torch.inference_mode()
@@ -259,11 +260,8 @@ class CsrEncoder:
         return out
 
     def report_truncation(self) -> str | None:
-        if not self.n_truncated:
-            return None
-        msg = f"{self.n_truncated} input(s) longer than {self.max_length} tokens were truncated"
-        self.n_truncated = 0
-        return msg
+        n, _ = self._truncations.take_truncated()
+        return f"{n} input(s) longer than {self.max_length} tokens were truncated" if n else None
 
 
 def load_csr_encoder(model: str | None = None, **kwargs: object) -> CsrEncoder:

@@ -7,7 +7,6 @@ import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -27,18 +26,55 @@ CONDITION_MEMO_SIZE = 256
 Pair = tuple[str, str | None]
 
 
-@dataclass
-class EncodeStats:
-    """Counters an encoder accumulates so that callers can report them."""
+class _Truncations(threading.local):
+    """One thread's truncated inputs: their count and up to three of them."""
 
-    n_forward: int = 0
-    n_truncated: int = 0
-    truncated_examples: list[str] = field(default_factory=list)
+    def __init__(self) -> None:
+        self.n = 0
+        self.examples: list[str] = []
+
+
+class EncodeStats:
+    """Counters an encoder accumulates so that callers can report them.
+
+    Truncations are counted per thread: an encoder shared by a server's threads or a Python host's
+    reports to each caller only the inputs that caller's own calls truncated.
+    """
+
+    def __init__(self) -> None:
+        self.n_forward = 0
+        self._truncations = _Truncations()
+
+    @property
+    def n_truncated(self) -> int:
+        """Inputs this thread's calls truncated since its last report."""
+        return self._truncations.n
+
+    @n_truncated.setter
+    def n_truncated(self, n: int) -> None:
+        self._truncations.n = n
+
+    @property
+    def truncated_examples(self) -> list[str]:
+        """Up to three of them, cut to 60 characters (this thread's)."""
+        return self._truncations.examples
 
     def note_truncated(self, text: str) -> None:
-        self.n_truncated += 1
-        if len(self.truncated_examples) < 3:
-            self.truncated_examples.append(text[:60])
+        self.note_many(1, [text])
+
+    def note_many(self, n: int, examples: Sequence[str]) -> None:
+        """Count n truncated inputs of this thread, keeping the first of examples."""
+        tally = self._truncations
+        tally.n += n
+        tally.examples.extend(e[:60] for e in examples[: max(0, 3 - len(tally.examples))])
+
+    def take_truncated(self) -> tuple[int, list[str]]:
+        """Return this thread's count and examples, and reset them."""
+        tally = self._truncations
+        taken = (tally.n, list(tally.examples))
+        tally.n = 0
+        tally.examples.clear()
+        return taken
 
 
 class ConditionalEncoder(Protocol):
@@ -211,13 +247,8 @@ class Encoder(ABC):
         return "|".join(f"{k}={v}" for k, v in items)
 
     def report_truncation(self) -> str | None:
-        """Return a one-line notice if inputs were truncated since the last call, and reset."""
-        if not self.stats.n_truncated:
+        """Return a one-line notice if this thread's inputs were truncated since its last call, and reset."""
+        n, examples = self.stats.take_truncated()
+        if not n:
             return None
-        msg = (
-            f"{self.stats.n_truncated} input(s) longer than the model's limit were truncated "
-            f"(e.g. {self.stats.truncated_examples[0]!r}…)"
-        )
-        self.stats.n_truncated = 0
-        self.stats.truncated_examples.clear()
-        return msg
+        return f"{n} input(s) longer than the model's limit were truncated (e.g. {examples[0]!r}…)"

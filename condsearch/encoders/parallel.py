@@ -44,13 +44,14 @@ class ReplicatedEncoder(Encoder):
         bounds = split_evenly(len(pairs), len(self.replicas))
         jobs = [(r, pairs[a:b]) for r, (a, b) in zip(self.replicas, bounds, strict=False)]
         if self._pool is None or len(jobs) == 1:
-            parts = [r.encode_batch(chunk) for r, chunk in jobs]
+            done = [_encode_on(r, chunk) for r, chunk in jobs]
         else:
-            parts = list(self._pool.map(lambda job: job[0].encode_batch(job[1]), jobs))
-        for replica in self.replicas:  # gather truncation notices where callers read them
-            self.stats.n_truncated += replica.stats.n_truncated
-            room = 3 - len(self.stats.truncated_examples)
-            self.stats.truncated_examples.extend(replica.stats.truncated_examples[:room])
-            replica.stats.n_truncated = 0
-            replica.stats.truncated_examples.clear()
-        return np.concatenate(parts)
+            done = list(self._pool.map(lambda job: _encode_on(*job), jobs))
+        for _, (n, examples) in done:  # truncation is counted per thread: the caller's, where it reads it
+            self.stats.note_many(n, examples)
+        return np.concatenate([vectors for vectors, _ in done])
+
+
+def _encode_on(replica: Encoder, pairs: Sequence[Pair]) -> tuple[np.ndarray, tuple[int, list[str]]]:
+    """Encode on one replica in this thread; return the vectors and the truncations it counted here."""
+    return replica.encode_batch(pairs), replica.stats.take_truncated()
