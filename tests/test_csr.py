@@ -47,6 +47,7 @@ def _mean_pooled(model, inputs) -> torch.Tensor:
     return (hidden * mask).sum(1) / mask.sum(1)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("layer", [-1, 0, 1])
 @pytest.mark.parametrize("variant", ["paper", "extended"])
 def test_router_off_equals_plain_forward(backbone, layer: int, variant: str) -> None:
@@ -65,6 +66,7 @@ def test_router_off_equals_plain_forward(backbone, layer: int, variant: str) -> 
     torch.testing.assert_close(plain, expected, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.numerics
 def test_paper_router_is_eq1(backbone) -> None:
     """The paper's variant adds no parameters and computes (1 + w) with layer t's own W_Q."""
     tokenizer, model = backbone
@@ -153,6 +155,7 @@ def test_state_cache_round_trip(tmp_path: Path, backbone) -> None:
         assert bool(got.mask[i, :n].all()) and not bool(got.mask[i, n:].any())
 
 
+@pytest.mark.numerics
 def test_cached_path_equals_uncached(tmp_path: Path, tiny_bert_dir: Path) -> None:
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", cache_dir=tmp_path, state_dtype=torch.float32)
     cached = encoder.encode(SENTENCES, CONDITION, batch_size=3)

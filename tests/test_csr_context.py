@@ -94,6 +94,7 @@ def _joint_reference(model: torch.nn.Module, tokenizer, sentences: list[str], co
         return (part * mask).sum(1) / mask.sum(1)
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_cached_path_equals_the_uncached_forward_pass(tmp_path: Path, deep_bert_dir: Path, k: int, monkeypatch) -> None:
     """Cached lower-layer sentence states + a cached condition code = the joint forward pass (1e-5)."""
@@ -107,6 +108,7 @@ def test_cached_path_equals_the_uncached_forward_pass(tmp_path: Path, deep_bert_
     np.testing.assert_allclose(again.encode(SENTENCES, CONDITION, batch_size=4), expected, atol=1e-5)
 
 
+@pytest.mark.numerics
 def test_rows_under_their_own_conditions(tmp_path: Path, deep_bert_dir: Path) -> None:
     """Sentences of one batch under conditions of different lengths (padded condition keys)."""
     encoder = _encoder(deep_bert_dir, tmp_path, k=2)
@@ -118,6 +120,7 @@ def test_rows_under_their_own_conditions(tmp_path: Path, deep_bert_dir: Path) ->
         np.testing.assert_allclose(got[i], want, atol=1e-5)
 
 
+@pytest.mark.numerics
 def test_no_condition_is_the_plain_forward_pass(tmp_path: Path, deep_bert_dir: Path) -> None:
     encoder = _encoder(deep_bert_dir, tmp_path, k=2)
     inputs = encoder.tokenizer(SENTENCES[:4], padding=True, return_tensors="pt")
