@@ -340,3 +340,46 @@ def test_every_index_option_changes_the_call(
         needs = INDEX_NEEDS.get(flag, [])
         reference_now = call(*needs) if needs else reference
         assert call(*needs, flag, *given) != reference_now, f"index {flag} changed nothing"
+
+
+# ----------------------------------------------------------------- float options are finite
+
+
+def _float_options(command: click.Command) -> list[click.Option]:
+    return [o for o in _options(command) if isinstance(o.type, click.types.FloatParamType)]
+
+
+def test_the_walk_finds_float_options() -> None:
+    names = {o.name for _, command in COMMANDS for o in _float_options(command)}
+    assert {"lr", "anchor_weight", "margin", "blend", "batch_window_ms"} <= names
+
+
+@pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
+@pytest.mark.parametrize("value", ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e400"])
+def test_every_float_option_refuses_non_finite_values(
+    path: tuple[str, ...], command: click.Command, value: str
+) -> None:
+    """issue 37 (7): FloatRange takes nan (every comparison with it is false), so each float option checks."""
+    ctx = click.Context(command)
+    for option in _float_options(command):
+        with pytest.raises(click.BadParameter, match="not a finite number"):
+            option.type.convert(value, option, ctx)
+
+
+def test_a_non_finite_float_is_a_one_line_usage_error() -> None:
+    from tests.test_cli import assert_clean_error
+
+    result = CliRunner().invoke(main, ["train", "full", "t.csv", "--out", "o", "--anchor-weight", "nan"])
+    message = assert_clean_error(result, code=2)
+    assert "--anchor-weight" in message and "'nan' is not a finite number" in message
+
+
+def test_finite_float_keeps_ranges_and_their_help() -> None:
+    from condsearch.cli.options import FINITE_FLOAT, FiniteFloatRange
+
+    assert FINITE_FLOAT.convert("-2.5", None, None) == -2.5
+    unit = FiniteFloatRange(0, 1, min_open=True)
+    assert unit.convert("1", None, None) == 1.0
+    with pytest.raises(click.BadParameter, match="0<x<=1"):
+        unit.convert("0", None, None)
+    assert unit._describe_range() == "0<x<=1"  # what --help shows, as click.FloatRange's

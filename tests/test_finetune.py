@@ -317,7 +317,7 @@ def test_cli_train_lora_then_index_and_query(
         ).stdout
     )  # noqa: E501
     assert summary["finetune"] == "lora" and summary["best_epoch"] == 1 and summary["config"]["losses"]["quad"] == 0.5
-    assert Path(summary["checkpoint_dir"]).is_dir() and not (out / "checkpoint.json").exists()
+    assert summary["checkpoint_dir"] is None and not (out / "checkpoint.json").exists()  # the default one is removed
     ok(run("index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--head", out, "--index-dir", index_dir))
     manifest = json.loads(next(index_dir.glob(f"*/{MANIFEST}")).read_text())
     assert manifest["dim"] == 4 and manifest["head"] == str(out.resolve())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -390,7 +391,8 @@ def test_loading_a_router_with_nan_weights_is_refused(
 
     out = _copy(genuine, "router", tmp_path)
     _plant_nan(out / "router.safetensors")
-    with pytest.raises(ModelError, match="NaN or inf"):
+    # the weights' recorded size and sha256 (issue 37, 3) may refuse them before their values are read
+    with pytest.raises(ModelError, match="NaN or inf|not this router's weights"):
         CsrEncoder(resolve_model(str(tiny_bert_dir)), device="cpu", router=str(out))
 
 
@@ -402,3 +404,87 @@ def test_loading_an_adapter_with_nan_weights_is_refused(
     _plant_nan(weights)
     args = ("index", corpus_file, "-c", "the colour", "--model", tiny_bert_dir, "--profile", out)
     assert "NaN or inf" in assert_clean_error(run(*args, "--index-dir", tmp_path / "idx"))
+
+
+# ----------------------------------------------------------------- issue 37 (7): float options and JSON are finite
+
+
+@pytest.mark.parametrize(
+    ("name", "flag", "value"),
+    [
+        ("full", "--anchor-weight", "nan"),
+        ("full", "--layer-decay", "nan"),
+        ("lora", "--blend", "nan"),
+        ("lora", "--quad-margin", "inf"),
+        ("lora", "--lora-alpha", "inf"),
+        ("full", "--bcl-temperature", "-inf"),
+        ("head", "--dropout", "nan"),
+        ("head", "--lr", "inf"),
+        ("router", "--lr", "nan"),
+    ],
+)
+def test_train_refuses_non_finite_float_options(
+    name: str, flag: str, value: str, tiny_bert_dir: Path, tmp_path: Path
+) -> None:
+    csv = _csv(tmp_path / "t.csv")
+    message = assert_clean_error(_train(name, csv, tmp_path / "out", tiny_bert_dir, flag, value), code=2)
+    assert flag in message and f"{value!r} is not a finite number" in message
+    assert sorted(os.listdir(tmp_path)) == ["t.csv"]
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [("FinetuneConfig", "anchor_weight"), ("FinetuneConfig", "margin"), ("FinetuneConfig", "lr")],
+)
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_training_configs_refuse_non_finite_floats(config: str, field: str, value: float) -> None:
+    from condsearch.train import finetune
+
+    with pytest.raises(ValueError, match=f"{field} must be a finite number"):
+        getattr(finetune, config)(kind="full", **{field: value})
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_the_other_training_configs_refuse_non_finite_floats(value: float) -> None:
+    from condsearch.train.head import HeadTrainConfig
+    from condsearch.train.lora import LoraConfig
+    from condsearch.train.router import RouterTrainConfig
+
+    with pytest.raises(ValueError, match="lr must be a finite number"):
+        RouterTrainConfig(lr=value)
+    with pytest.raises(ValueError, match="wacl_weight must be a finite number"):
+        RouterTrainConfig(wacl_weight=value)
+    with pytest.raises(ValueError, match="dropout must be a finite number"):
+        HeadTrainConfig(dropout=value)
+    with pytest.raises(ValueError, match="alpha must be a finite number"):
+        LoraConfig(alpha=value)
+
+
+def _strict_json(text: str) -> object:
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("name", ["full", "router"])
+def test_an_undefined_dev_score_is_written_as_null_never_nan(name: str, tiny_bert_dir: Path, tmp_path: Path) -> None:
+    """A dev set whose labels are all equal has no Spearman (NaN): the summary and every JSON file say null."""
+    csv = _csv(tmp_path / "t.csv")
+    dev = _csv(tmp_path / "dev.csv", [(a, b, c, 3) for a, b, c, _ in ROWS])
+    ckpt = tmp_path / "ckpt"
+    result = ok(_train(name, csv, tmp_path / "out", tiny_bert_dir, "--dev", dev, "--checkpoint-dir", ckpt, "--json"))
+    summary = _strict_json(result.stdout)
+    assert isinstance(summary, dict) and summary["history"][-1]["dev_spearman"] is None
+    written = [*(tmp_path / "out").rglob("*.json"), *ckpt.glob("*.json")]
+    assert len(written) >= 2
+    for path in written:
+        _strict_json(path.read_text())
+
+
+@pytest.mark.parametrize("spec", ["mse=inf", "mse=nan", "mse=1,wacl=1e400"])
+def test_train_refuses_a_non_finite_loss_weight(spec: str, tiny_bert_dir: Path, tmp_path: Path) -> None:
+    csv = _csv(tmp_path / "t.csv")
+    message = assert_clean_error(_train("full", csv, tmp_path / "out", tiny_bert_dir, "--loss", spec), code=2)
+    assert "--loss" in message and "finite" in message
+    assert sorted(os.listdir(tmp_path)) == ["t.csv"]

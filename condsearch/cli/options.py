@@ -7,6 +7,7 @@ back from the parsed options, and ``given`` names the flags set on the command l
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
@@ -56,6 +57,31 @@ def _apply(options: list[Callable[[Any], Any]], command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+# ----------------------------------------------------------------- finite numbers
+
+
+class FiniteFloat(click.types.FloatParamType):
+    """A float option that refuses nan and ±inf (``float()`` takes 'nan', 'inf' and '1e400' as numbers)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click.FloatRange that refuses nan and ±inf first: every comparison with nan is false, so a range alone
+    lets it through."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        return super().convert(FINITE_FLOAT.convert(value, param, ctx), param, ctx)
+
+
+#: the type of every float option without bounds (one with bounds: FiniteFloatRange)
+FINITE_FLOAT = FiniteFloat()
 
 
 # ----------------------------------------------------------------- where, on what

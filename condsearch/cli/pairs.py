@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from condsearch.cli.common import CONTEXT
-from condsearch.cli.options import config_option
+from condsearch.cli.options import FiniteFloatRange, config_option
 from condsearch.corpus_formats import FORMATS, CorpusConfig
 from condsearch.csts import LABEL_MAX, LABEL_MIN
 from condsearch.errors import CondsearchError, first_line
@@ -54,14 +54,14 @@ def _label_spec(ctx: click.Context, param: click.Parameter, values: tuple[str, .
     _DEFAULTS,
     "high",
     "--high",
-    type=click.FloatRange(LABEL_MIN, LABEL_MAX),
+    type=FiniteFloatRange(LABEL_MIN, LABEL_MAX),
     help="Label under the condition the two texts are alike on.",
 )
 @config_option(
     _DEFAULTS,
     "low",
     "--low",
-    type=click.FloatRange(LABEL_MIN, LABEL_MAX),
+    type=FiniteFloatRange(LABEL_MIN, LABEL_MAX),
     help="Label under the condition they differ on.",
 )
 @click.option(

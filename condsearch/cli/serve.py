@@ -8,6 +8,7 @@ import click
 
 from condsearch.cli.common import CONTEXT, fail
 from condsearch.cli.options import (
+    FiniteFloatRange,
     backend_option,
     device_option,
     index_dir_option,
@@ -46,7 +47,7 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     "--batch-window-ms",
     default=ServeConfig.batch_window_ms,
     show_default=True,
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0),
     help="How long a batch waits for more requests after its first.",
 )
 @click.option(

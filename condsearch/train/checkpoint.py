@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import math
 import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
@@ -35,8 +37,9 @@ from condsearch.artifacts.files import (
     check_own_artifact,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
-from condsearch.atomic import recover_dir, replacing_dir
-from condsearch.errors import ModelError
+from condsearch.atomic import OutputDirError, recover_dir, replacing_dir
+from condsearch.errors import CondsearchError, ModelError, first_line
+from condsearch.train.finite import dumps_record
 
 if TYPE_CHECKING:
     from condsearch.csts import CstsData
@@ -47,6 +50,7 @@ BEST_FILE = CHECKPOINT_BEST
 OPTIMIZER_FILE = CHECKPOINT_OPTIMIZER
 EPOCH_FILES = CHECKPOINT_EPOCHS  # each kept epoch's trainable parameters, keyed like TRAINABLE_FILE
 _RNG_KEY = "__cpu_rng_state__"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -116,7 +120,7 @@ def save_checkpoint(
             "config": state.config,
             "optimizer_steps": steps,
         }
-        (tmp / STATE_FILE).write_text(json.dumps(info, indent=2) + "\n")
+        (tmp / STATE_FILE).write_text(dumps_record(info, indent=2) + "\n")
 
 
 def has_checkpoint(folder: Path) -> bool:
@@ -130,28 +134,48 @@ def load_checkpoint(
     config: dict[str, object],
     params: dict[str, torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,
+    *,
+    steps_per_epoch: int | None = None,
 ) -> tuple[TrainingState, dict[str, torch.Tensor] | None]:
     """Restore parameters and optimizer state in place; return the state and the best epoch's tensors.
 
-    Refuses a checkpoint written under another config (ModelError).
+    Refuses (one-line ModelError, nothing restored) a checkpoint written under another config, or
+    one whose fields, tensor names, shapes, dtypes or ranges are not what a save writes: an edited
+    or damaged checkpoint. With ``steps_per_epoch``, its position must lie within the run: epoch at
+    most the config's epochs, epoch_step within an epoch, step = epoch × steps_per_epoch + epoch_step.
     """
     folder = Path(folder)
     try:
         info = json.loads((folder / STATE_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{folder}: checkpoint unreadable ({type(exc).__name__})") from exc
+    if not isinstance(info, dict):
+        raise _damaged(folder, f"{STATE_FILE} is not an object")
     if info.get("format_version") != CHECKPOINT_FORMAT_VERSION:
-        raise ModelError(f"{folder}: unsupported checkpoint format")
-    saved = info.get("config") or {}
+        raise ModelError(f"{folder}: unsupported checkpoint format; drop --resume to start over")
+    saved = info.get("config")
+    if not isinstance(saved, dict):
+        raise _damaged(folder, "config is not an object")
     if saved != config:
         changed = sorted(k for k in set(config) | set(saved) if saved.get(k) != config.get(k))
         raise ModelError(f"{folder}: checkpoint was written with other settings ({', '.join(changed)}); drop --resume")
+    state = _read_state(folder, info, config, steps_per_epoch)
+    steps = _optimizer_steps(folder, info.get("optimizer_steps"), params, state.step)
     trained = load_weights(folder / TRAINABLE_FILE, "checkpoint tensors")
     moments = load_weights(folder / OPTIMIZER_FILE, "checkpoint tensors")
     best = load_weights(folder / BEST_FILE, "checkpoint tensors") if (folder / BEST_FILE).is_file() else None
-    if set(trained) != set(params):
-        raise ModelError(f"{folder}: checkpoint does not hold this model's trainable parameters")
-    steps = info.get("optimizer_steps") or {}
+    _check_tensors(folder, TRAINABLE_FILE, trained, {n: p.shape for n, p in params.items()})
+    if best is not None:
+        _check_tensors(folder, BEST_FILE, best, {n: p.shape for n, p in params.items()})
+    if (best is None) != (state.best_score == -float("inf")):
+        raise _damaged(folder, f"best_score and {BEST_FILE} disagree")
+    expected = {f"{n}.{m}": params[n].shape for n in steps for m in ("exp_avg", "exp_avg_sq")}
+    state.rng = moments.pop(_RNG_KEY, None)
+    if state.rng is None or state.rng.dtype != torch.uint8 or state.rng.shape != torch.get_rng_state().shape:
+        raise _damaged(folder, f"{OPTIMIZER_FILE} holds no random generator state of this torch's shape")
+    _check_tensors(folder, OPTIMIZER_FILE, moments, expected)
+    if any(bool((moments[f"{n}.exp_avg_sq"] < 0).any()) for n in steps):
+        raise _damaged(folder, f"{OPTIMIZER_FILE}: a negative second moment (exp_avg_sq)")
     with torch.no_grad():
         for name, p in params.items():
             p.copy_(trained[name].to(p.device, p.dtype))
@@ -161,19 +185,157 @@ def load_checkpoint(
                     "exp_avg": moments[f"{name}.exp_avg"].to(p.device, p.dtype),
                     "exp_avg_sq": moments[f"{name}.exp_avg_sq"].to(p.device, p.dtype),
                 }
-    best_score = info.get("best_score")
-    state = TrainingState(
-        config=config,
-        epoch=int(info["epoch"]),
-        step=int(info["step"]),
-        history=list(info.get("history") or []),
-        best_epoch=int(info.get("best_epoch") or 0),
-        best_score=float(best_score) if best_score is not None else -float("inf"),
-        epoch_step=int(info.get("epoch_step") or 0),
-        partial={k: float(v) for k, v in (info.get("partial") or {}).items()},
-        rng=moments.get(_RNG_KEY),
-    )
     return state, best
+
+
+def _damaged(folder: Path, why: str) -> ModelError:
+    return ModelError(f"{folder}: damaged checkpoint ({why}); drop --resume to start over")
+
+
+def _integer(folder: Path, value: object, what: str, low: int, high: int | None = None) -> int:
+    """Return value if it is an integer (not a bool) in [low, high], else raise the damaged-checkpoint error."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low or (high is not None and value > high):
+        bounds = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise _damaged(folder, f"{what} is {_shown(value)}, not an integer {bounds}")
+    return value
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _numbers(folder: Path, value: object, key: str) -> dict[str, float]:
+    """Return value if it is {str: finite number}, else raise the damaged-checkpoint error."""
+    if not isinstance(value, dict):
+        raise _damaged(folder, f"{key} is not an object")
+    for name, number in value.items():
+        if not _is_number(number) or not math.isfinite(number):
+            raise _damaged(folder, f"{key}: {name} is {_shown(number)}, not a finite number")
+    return value
+
+
+def _history_row(folder: Path, row: object) -> dict[str, Any]:
+    """Return a history row: numbers, an undefined one (NaN from older checkpoints, null) as None."""
+    if not isinstance(row, dict) or not all(v is None or _is_number(v) for v in row.values()):
+        raise _damaged(folder, "history holds a row that is not an object of numbers")
+    return {k: v if v is None or math.isfinite(v) else None for k, v in row.items()}
+
+
+def _read_state(
+    folder: Path, info: Mapping[str, object], config: dict[str, object], steps_per_epoch: int | None
+) -> TrainingState:
+    """Return the checkpoint's position, history and best epoch, each field checked for type and range."""
+    within = steps_per_epoch is not None  # check the position against the run
+    epochs = config.get("epochs")
+    epoch = _integer(folder, info.get("epoch"), "epoch", 0, epochs if within and isinstance(epochs, int) else None)
+    # a finished run ends on an epoch's end; any other checkpoint lies within an epoch's steps
+    last = None if steps_per_epoch is None else 0 if epoch == epochs else steps_per_epoch - 1
+    epoch_step = _integer(folder, info.get("epoch_step"), "epoch_step", 0, last)
+    step = _integer(folder, info.get("step"), "step", 0)
+    if steps_per_epoch is not None and step != epoch * steps_per_epoch + epoch_step:
+        expected = epoch * steps_per_epoch + epoch_step
+        raise _damaged(folder, f"step is {step}, not epoch × {steps_per_epoch} + epoch_step = {expected}")
+    best_epoch = _integer(folder, info.get("best_epoch"), "best_epoch", 0, epoch if within else None)
+    best_score = info.get("best_score")
+    if best_score is not None and not (_is_number(best_score) and math.isfinite(best_score)):
+        raise _damaged(folder, f"best_score is {_shown(best_score)}, not a finite number or null")
+    history = info.get("history")
+    if not isinstance(history, list):
+        raise _damaged(folder, "history is not a list")
+    rows = [_history_row(folder, row) for row in history]
+    for row in rows if within else []:
+        _integer(folder, row.get("epoch"), "a history row's epoch", 0, epoch)
+    partial = _numbers(folder, info.get("partial"), "partial")
+    if epoch_step and not ("loss" in partial and partial.get("n_rows", 0) >= epoch_step):
+        raise _damaged(folder, "partial lacks the epoch's running loss or its row count")
+    if not epoch_step and partial:
+        raise _damaged(folder, "partial sums outside an epoch")
+    return TrainingState(
+        config=config,
+        epoch=epoch,
+        step=step,
+        history=rows,
+        best_epoch=best_epoch,
+        best_score=float(best_score) if best_score is not None else -float("inf"),
+        epoch_step=epoch_step,
+        partial={k: float(v) for k, v in partial.items()},
+    )
+
+
+def _optimizer_steps(folder: Path, value: object, params: Mapping[str, object], step: int) -> dict[str, int]:
+    """Return AdamW's per-parameter step counts: each a known parameter's, an integer in 1..step."""
+    counts = _numbers(folder, value, "optimizer_steps")
+    unknown = sorted(set(counts) - set(params))
+    if unknown:
+        raise _damaged(folder, f"optimizer_steps names {unknown[0]}, not a parameter that trains")
+    return {name: _integer(folder, n, f"optimizer_steps: {name}", 1, step) for name, n in counts.items()}
+
+
+def _check_tensors(folder: Path, file: str, tensors: Mapping[str, torch.Tensor], shapes: Mapping[str, object]) -> None:
+    """Raise the damaged-checkpoint error unless tensors are exactly the named ones, floating point, of those shapes."""
+    missing, extra = sorted(set(shapes) - set(tensors)), sorted(set(tensors) - set(shapes))
+    if missing or extra:
+        what = f"lacks {missing[0]}" if missing else f"holds {extra[0]}, which this run does not expect"
+        raise _damaged(folder, f"{file} {what}")
+    for name, tensor in tensors.items():
+        if not tensor.is_floating_point():
+            raise _damaged(folder, f"{file}: {name} has dtype {tensor.dtype}, not floating point")
+        if tensor.shape != shapes[name]:
+            raise _damaged(folder, f"{file}: {name} has shape {list(tensor.shape)}, not {list(shapes[name])}")  # type: ignore[call-overload]
+
+
+def check_checkpoint_dir(out: Path, checkpoint_dir: Path | None) -> None:
+    """Refuse (OutputDirError) a checkpoint folder that is out, lies inside it, or holds it.
+
+    Each save replaces its own folder whole and refuses one holding files it does not write, so
+    such a run would train to the end and then fail to save (or replace one with the other).
+    Paths are compared resolved: symlinks, ``..`` and relative spellings name the same folder.
+    """
+    if checkpoint_dir is None:
+        return
+    a, b = _real(out), _real(checkpoint_dir)
+    if a == b:
+        why = f"--checkpoint-dir {checkpoint_dir} and --out {out} are one folder"
+    elif a in b.parents:
+        why = f"--checkpoint-dir {checkpoint_dir} is inside --out {out}"
+    elif b in a.parents:
+        why = f"--out {out} is inside --checkpoint-dir {checkpoint_dir}"
+    else:
+        return
+    raise OutputDirError(f"{why}: each save replaces its folder whole; name two folders apart")
+
+
+def _real(path: Path) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return Path(os.path.abspath(Path(path).expanduser()))
+
+
+def remove_checkpoint(folder: Path) -> bool:
+    """Delete a checkpoint folder (only one holding a checkpoint's files); return whether it is gone."""
+    folder = Path(folder)
+    try:
+        check_own_artifact(folder, "checkpoint")
+        shutil.rmtree(folder)
+    except (CondsearchError, OSError) as exc:
+        log.warning("%s: checkpoint left in place (%s)", folder, first_line(exc))
+        return False
+    return True
+
+
+def kept_checkpoint(folder: Path, keep: bool) -> str | None:
+    """After a successful save, remove folder unless keep; return the folder still there (resolved) or None."""
+    if not keep and remove_checkpoint(folder):
+        return None
+    return str(_real(folder)) if Path(folder).exists() else None
 
 
 def default_checkpoint_dir(out: Path) -> Path:

@@ -42,6 +42,7 @@ from condsearch.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from condsearch.train.finite import check_finite_fields
 from condsearch.train.head import case_features, evaluate_head
 from condsearch.train.lora import LoraConfig, add_lora
 from condsearch.train.losses import BCL_TEMPERATURE, LossSettings, combined_loss, group_positions, pair_groups
@@ -105,6 +106,7 @@ class FinetuneConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}")
         if self.lr is None:
@@ -366,7 +368,7 @@ def fit_encoder(
     }
     state, kept = TrainingState(config=record), None
     if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
-        state, kept = load_checkpoint(checkpoint_dir, record, params, optim)
+        state, kept = load_checkpoint(checkpoint_dir, record, params, optim, steps_per_epoch=steps_per_epoch)
         log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
     resumed_from = state.epoch
     # the checkpoint records the step count, from which the schedule's rates follow

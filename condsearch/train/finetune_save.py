@@ -19,8 +19,9 @@ from condsearch.atomic import replacing_dir
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.head import write_head_files
-from condsearch.train.checkpoint import default_checkpoint_dir
+from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
 from condsearch.train.finetune import EpochCallback, FinetuneConfig, FinetuneResult, TrainableEncoder, fit_encoder
+from condsearch.train.finite import dumps_record, finite_record
 from condsearch.train.mixture import TrainData, describe_sources
 
 FULL_SUMMARY_FILE = MODEL_SUMMARY  # the marker of a model folder
@@ -76,6 +77,11 @@ def fit_and_save_encoder(
     bidirectional_layers, preset) go to :func:`condsearch.encoders.load_encoder`: a BERT-style
     model trains with condition-mean pooling, a decoder embedder (LoRA only) with its prompts,
     in float32 either way.
+
+    Checkpoints go to ``checkpoint_dir`` (apart from ``out``: checked before anything loads), by
+    default to a folder under the cache named after ``out``, which a successful save removes
+    unless ``keep_epochs`` keeps it; the summary's ``checkpoint_dir`` names the folder kept (None:
+    none). A failed or interrupted run keeps its checkpoints, for ``resume``.
     """
     from condsearch.csts import read_csts
     from condsearch.encoders import load_encoder
@@ -85,6 +91,9 @@ def fit_and_save_encoder(
     from condsearch.train.adapter import save_adapter
     from condsearch.train.mixture import read_training
 
+    keep = checkpoint_dir is not None or keep_epochs
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(out)
+    check_checkpoint_dir(out, checkpoint_dir)
     train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     settings = {"pooling": "auto", **(encoder_settings or {})}
@@ -110,7 +119,6 @@ def fit_and_save_encoder(
         raise ModelError(
             "fine-tuning needs one device and a BERT-style encoder (condition-mean pooling) or a decoder embedder"
         )
-    checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     result = fit_encoder(
         trainable,
         train,
@@ -124,13 +132,13 @@ def fit_and_save_encoder(
         progress=progress,
         on_epoch=on_epoch,
     )
-    summary = _summary(out, config, result, train_csv, dev_csv, len(train))
-    summary["checkpoint_dir"] = str(checkpoint_dir)
-    extra: dict[str, object] = {"training": {k: v for k, v in summary.items() if k != "checkpoint_dir"}}
+    summary: dict[str, object] = finite_record(_summary(out, config, result, train_csv, dev_csv, len(train)))
+    extra: dict[str, object] = {"training": dict(summary)}
     if config.kind == "lora":
         summary["adapter_checksum"] = save_adapter(trainable, config.lora, out, head=result.head, extra=extra)
     else:
         _save_full(trainable, result, out, extra)
+    summary["checkpoint_dir"] = kept_checkpoint(checkpoint_dir, keep)
     return summary
 
 
@@ -173,7 +181,7 @@ def _save_full(encoder: TrainableEncoder, result: FinetuneResult, out: Path, ext
             encoder.model.save_pretrained(str(tmp))  # type: ignore[operator]  # a transformers model
             encoder.tokenizer.save_pretrained(str(tmp))
             (tmp / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": encoder.max_length}) + "\n")
-            (tmp / FULL_SUMMARY_FILE).write_text(json.dumps(extra["training"], indent=2) + "\n")
+            (tmp / FULL_SUMMARY_FILE).write_text(dumps_record(extra["training"], indent=2) + "\n")
             if result.head is not None:
                 # the head answers to the model folder's own identity, which --model OUT resolves to
                 head = result.head

@@ -22,6 +22,7 @@ from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.head import HeadConfig, ProjectionHead
 from condsearch.metrics import correlations
 from condsearch.train.best_epoch import BestEpoch, best_row
+from condsearch.train.finite import check_finite_fields, finite_record
 from condsearch.train.mixture import TrainData, describe_sources
 
 log = logging.getLogger(__name__)
@@ -37,6 +38,9 @@ class HeadTrainConfig:
     lr: float = 1e-3
     dropout: float = 0.15
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_finite_fields(self)
 
 
 @dataclass(frozen=True)
@@ -195,5 +199,6 @@ def fit_and_save_head(
                 "best_epoch": int(best["epoch"]),
             }
         )
+    summary = finite_record(summary)
     summary["checksum"] = save_head(head, out, extra={"training": summary})
     return summary

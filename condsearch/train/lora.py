@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from condsearch.train.finite import check_finite_fields
+
 # Projection kinds, matched on module names of BERT, RoBERTa, XLM-R, E5 and SimCSE
 # (``attention.self.query``, ``intermediate.dense``, ...), DistilBERT (``q_lin``, ``ffn.lin1``)
 # and LLaMA-style decoders: Qwen2/3, Mistral, LLaMA (``self_attn.q_proj``, ``mlp.gate_proj``, ...).
@@ -38,6 +40,7 @@ class LoraConfig:
     targets: tuple[str, ...] = ALL_TARGETS
 
     def __post_init__(self) -> None:
+        check_finite_fields(self)
         if self.rank < 1:
             raise ValueError("LoRA rank must be at least 1")
         if not 0.0 <= self.dropout < 1.0:

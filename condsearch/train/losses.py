@@ -8,6 +8,7 @@ are already scaled to [0, 1].
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -161,8 +162,8 @@ def parse_loss_spec(spec: str) -> dict[str, float]:
             weight = float(value) if sep else 1.0
         except ValueError:
             raise ValueError(f"weight of {name!r} is not a number: {value!r}") from None
-        if weight < 0 or weight != weight:
-            raise ValueError(f"weight of {name!r} must be a non-negative number")
+        if not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"weight of {name!r} must be a finite, non-negative number")
         weights[name] = weight
     if not any(weights.values()):
         raise ValueError("every objective has weight 0")

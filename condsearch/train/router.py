@@ -36,6 +36,7 @@ from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.progress import progress_bar
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.train.finite import check_finite_fields, finite_record
 from condsearch.train.losses import group_positions, pair_groups, wacl_loss
 from condsearch.train.mixture import TrainData, describe_sources
 from condsearch.train.schedule import linear_schedule
@@ -75,6 +76,9 @@ class RouterTrainConfig:
     seed: int = 0
     train_backbone: str | None = None
     init: str = "base"
+
+    def __post_init__(self) -> None:
+        check_finite_fields(self)
 
     def resolved(self, variant: str) -> RouterTrainConfig:
         """Return the config with lr and train_backbone filled in for variant; ValueError when it does not apply."""
@@ -214,7 +218,7 @@ def fit_router(
     dev_f = _Featurizer(encoder, dev, cached=cached) if dev is not None else None
     groups = pair_groups(train)
     n_groups_per_batch = max(1, config.batch_size // 2)
-    steps = config.epochs * ((len(groups) + n_groups_per_batch - 1) // n_groups_per_batch)
+    steps_per_epoch = (len(groups) + n_groups_per_batch - 1) // n_groups_per_batch
     record: dict[str, object] = {
         **asdict(config),
         "router_config": router.config.to_dict(),
@@ -225,9 +229,9 @@ def fit_router(
     }
     state, kept = TrainingState(config=record), None
     if resume and checkpoint_dir is not None and has_checkpoint(checkpoint_dir):
-        state, kept = load_checkpoint(checkpoint_dir, record, named, optim)
+        state, kept = load_checkpoint(checkpoint_dir, record, named, optim, steps_per_epoch=steps_per_epoch)
         log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
-    sched = linear_schedule(optim, steps, config.warmup, done_steps=state.step)
+    sched = linear_schedule(optim, config.epochs * steps_per_epoch, config.warmup, done_steps=state.step)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
     best = BestEpoch(state.best_epoch, state.best_score, kept, state.history)
 
@@ -324,13 +328,19 @@ def fit_and_save_router(
 ) -> dict[str, object]:
     """Train a router from the pre-trained backbone and save it; return a summary.
 
-    Checkpoints go to checkpoint_dir (default: under the cache folder, named after out).
+    Checkpoints go to checkpoint_dir (apart from out: checked before anything loads), by default
+    to a folder under the cache named after out, which a successful save removes; the summary's
+    checkpoint_dir names the folder kept (None: none). A failed or interrupted run keeps its
+    checkpoints, for resume.
     """
     from condsearch.csr.encoder import load_csr_encoder
     from condsearch.csts import read_csts
-    from condsearch.train.checkpoint import default_checkpoint_dir
+    from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
     from condsearch.train.mixture import read_training
 
+    keep = checkpoint_dir is not None
+    checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else default_checkpoint_dir(out)
+    check_checkpoint_dir(out, checkpoint_dir)
     train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
     encoder = load_csr_encoder(
@@ -345,7 +355,6 @@ def fit_and_save_router(
         resolved = config.resolved(encoder.variant)
     except ValueError as exc:
         raise ModelError(str(exc)) from exc
-    checkpoint_dir = checkpoint_dir or default_checkpoint_dir(out)
     history = fit_router(
         encoder,
         train,
@@ -380,6 +389,7 @@ def fit_and_save_router(
                 "best_epoch": int(best["epoch"]),
             }
         )
+    summary = finite_record(summary)  # an undefined dev score (NaN) is written as null
     meta: dict[str, object] = {"model_id": encoder.model_id, "model_revision": encoder.revision, "training": summary}
     if isinstance(encoder.router, ContextRouter):
         summary["checksum"] = _save_context(encoder, out, meta, dev, trust_remote_code)
@@ -387,7 +397,7 @@ def fit_and_save_router(
         from condsearch.csr.weights import save_router
 
         summary["checksum"] = save_router(encoder.router, out, meta)
-    return {**summary, "checkpoint_dir": str(checkpoint_dir)}
+    return {**summary, "checkpoint_dir": kept_checkpoint(checkpoint_dir, keep)}
 
 
 def _save_context(
@@ -413,6 +423,6 @@ def _save_context(
         scores = evaluate_router(encoder, _Featurizer(encoder, dev))
         training = meta["training"]
         assert isinstance(training, dict)
-        training["dev_spearman_saved"] = scores["spearman"]
+        training["dev_spearman_saved"] = finite_record(scores["spearman"])
         log.info("dev spearman %.2f with the backbone change at rank %d, as saved", scores["spearman"], rank)
     return save_context_router(router, delta, rank, out, meta)

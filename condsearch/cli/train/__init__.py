@@ -7,7 +7,6 @@ that `condsearch --help` and `condsearch train --help` load no model library.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES
-from condsearch.cli.options import config_option, device_option, trust_option
+from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -122,7 +121,7 @@ def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
         config_option(
             defaults, "epochs", "--epochs", type=click.IntRange(min=1), help="Passes over the training rows."
         ),
-        config_option(defaults, "lr", "--lr", type=click.FloatRange(min=0, min_open=True), help="Learning rate."),
+        config_option(defaults, "lr", "--lr", type=FiniteFloatRange(min=0, min_open=True), help="Learning rate."),
         config_option(
             defaults,
             "batch_size",
@@ -161,10 +160,15 @@ def encode_batch_option(default: int, help: str) -> Callable[[F], F]:
 
 
 def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
-    """Refuse, before any training, an --out (or --checkpoint-dir) that is not ours to replace or cannot be written."""
+    """Refuse, before any training, an --out or --checkpoint-dir not ours to replace or not writable, or the two nested.
+
+    Nested: one folder, or either inside the other (each save replaces its folder whole).
+    """
     from condsearch.atomic import check_artifact_outputs
+    from condsearch.train.checkpoint import check_checkpoint_dir
 
     try:
+        check_checkpoint_dir(out, checkpoint_dir)
         check_artifact_outputs(out, kind, checkpoint_dir)
     except CondsearchError as exc:
         raise click.ClickException(first_line(exc)) from exc
@@ -176,13 +180,47 @@ def report_epoch(epoch: int, loss: float, dev: Mapping[str, float] | None) -> No
     click.echo(f"epoch {epoch:>3}  loss {loss:.5f}{extra}", err=True)
 
 
-def run_training(train: Callable[[], dict[str, Any]], as_json: bool, describe: Callable[[dict[str, Any]], str]) -> None:
-    """Run train() and print its summary: as JSON, or as describe(summary); a library error as one line."""
+def run_training(
+    train: Callable[[], dict[str, Any]],
+    as_json: bool,
+    describe: Callable[[dict[str, Any]], str],
+    checkpoints: Path | None = None,
+) -> None:
+    """Run train() and print its summary: as JSON, or as describe(summary); a library error as one line.
+
+    checkpoints: the folder the run checkpoints into; a run that fails or is interrupted names it
+    when it holds a checkpoint (--resume continues from it), as a successful run names the folder
+    its summary says was kept.
+    """
+    from condsearch.train.finite import dumps_record
+
     try:
         summary = train()
-    except CondsearchError as exc:
+    except (CondsearchError, KeyboardInterrupt) as exc:
+        _name_kept_checkpoints(checkpoints)
+        if isinstance(exc, KeyboardInterrupt):
+            raise
         raise click.ClickException(first_line(exc)) from exc
-    click.echo(json.dumps(summary) if as_json else describe(summary))
+    if as_json:
+        click.echo(dumps_record(summary))
+        return
+    click.echo(describe(summary))
+    if summary.get("checkpoint_dir"):
+        click.echo(f"checkpoints kept in {summary['checkpoint_dir']}")
+
+
+def _name_kept_checkpoints(folder: Path | None) -> None:
+    """Say on stderr where a run that stopped left its checkpoints, if it left any."""
+    from condsearch.train.checkpoint import has_checkpoint
+
+    if folder is None:
+        return
+    try:
+        if not has_checkpoint(folder):
+            return
+    except OSError:
+        return
+    click.echo(f"condsearch: checkpoints kept in {folder.resolve()}; --resume continues from them", err=True)
 
 
 def dev_note(summary: Mapping[str, Any], sep: str = "; ") -> str:

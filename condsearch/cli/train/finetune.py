@@ -8,7 +8,7 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from condsearch.cli.options import config_from, config_option, encoder_options, given
+from condsearch.cli.options import FINITE_FLOAT, FiniteFloatRange, config_from, config_option, encoder_options, given
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, run_training
 from condsearch.encoders import model_family
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
@@ -41,26 +41,26 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
                 "weighted as 'mse=1,wacl=0.5' ('+' joins at weight 1)."
             ),
         ),
-        config_option(defaults, "margin", "--quad-margin", type=float, help="Margin of the quad loss."),
+        config_option(defaults, "margin", "--quad-margin", type=FINITE_FLOAT, help="Margin of the quad loss."),
         config_option(
             defaults,
             "bcl_temperature",
             "--bcl-temperature",
-            type=click.FloatRange(min=0, min_open=True),
+            type=FiniteFloatRange(min=0, min_open=True),
             help="Temperature of the bcl loss (cos/τ; CCL's tuned values are 3-10).",
         ),
         config_option(
             defaults,
             "bcl_sigma",
             "--bcl-sigma",
-            type=click.FloatRange(0, 1),
+            type=FiniteFloatRange(0, 1),
             help="bcl: a pair's own second sentence is no negative once its scaled label reaches this.",
         ),
         config_option(
             defaults,
             "anchor_weight",
             "--anchor-weight",
-            type=click.FloatRange(min=0),
+            type=FiniteFloatRange(min=0),
             help="Ours: also pull each training sentence's plain vector (the text alone) toward the base model's, "
             "by this weight times 1 - cos (0: off), to keep what the base model knows out of domain.",
         ),
@@ -68,7 +68,7 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
             defaults,
             "blend",
             "--blend",
-            type=click.FloatRange(0, 1, min_open=True),
+            type=FiniteFloatRange(0, 1, min_open=True),
             help="Ours: fit and choose on B × the CASE cosine + (1 - B) × the base model's plain cosine of the two "
             "texts, to train the CASE vectors as the CASE part of such a blend (1: off).",
         ),
@@ -76,7 +76,7 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
             defaults,
             "layer_decay",
             "--layer-decay",
-            type=click.FloatRange(0, 1, min_open=True),
+            type=FiniteFloatRange(0, 1, min_open=True),
             help="Layer-wise learning-rate decay: each encoder layer below the top learns at this times the rate "
             "of the one above, the embeddings one step lower still (1: off).",
         ),
@@ -93,14 +93,14 @@ def _finetune_options(kind: str) -> Callable[[F], F]:
             defaults,
             "head_dropout",
             "--dropout",
-            type=click.FloatRange(0, 1, max_open=True),
+            type=FiniteFloatRange(0, 1, max_open=True),
             help="--head-on-top: dropout after the head's activation (training only).",
         ),
         config_option(
             defaults,
             "head_lr",
             "--head-lr",
-            type=click.FloatRange(min=0, min_open=True),
+            type=FiniteFloatRange(min=0, min_open=True),
             help="--head-on-top: the head's learning rate.",
         ),
         click.option(
@@ -152,14 +152,14 @@ def _lora_options(command: F) -> F:
                 lora,
                 "alpha",
                 "--lora-alpha",
-                type=click.FloatRange(min=0, min_open=True),
+                type=FiniteFloatRange(min=0, min_open=True),
                 help="Adapter scale numerator (update scaled by alpha/rank).",
             ),
             config_option(
                 lora,
                 "dropout",
                 "--lora-dropout",
-                type=click.FloatRange(0, 1, max_open=True),
+                type=FiniteFloatRange(0, 1, max_open=True),
                 help="Dropout on the adapters' input.",
             ),
             config_option(lora, "targets", "--lora-targets", help="Comma-separated projections to adapt."),
@@ -209,6 +209,7 @@ def full_cmd(ctx: click.Context, **params: Any) -> None:
 
 def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) -> None:
     """Check the flags against each other, build the config, fine-tune, save, report."""
+    from condsearch.train.checkpoint import default_checkpoint_dir
     from condsearch.train.finetune_save import fit_and_save_encoder
 
     losses = _parse_losses(params["loss"])
@@ -259,6 +260,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
         ),
         params["as_json"],
         lambda s: f"wrote {out} ({kind}, best epoch {s['best_epoch']}{dev_note(s, ', ')}); use it with {use}",
+        checkpoints=params["checkpoint_dir"] or default_checkpoint_dir(out),
     )
 
 

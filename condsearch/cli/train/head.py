@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from condsearch.cli.options import config_from, config_option, encoder_options
+from condsearch.cli.options import FiniteFloatRange, config_from, config_option, encoder_options
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.train.head import HeadTrainConfig
@@ -24,7 +24,7 @@ _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bi
     _DEFAULTS,
     "dropout",
     "--dropout",
-    type=click.FloatRange(0, 1, max_open=True),
+    type=FiniteFloatRange(0, 1, max_open=True),
     help="Dropout after the activation (training only).",
 )
 @encode_batch_option(ENCODE_BATCH_SIZE, "Pairs per encoder forward pass.")

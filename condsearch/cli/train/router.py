@@ -105,6 +105,7 @@ def router_cmd(
     indexes made with other weights are never reused). AdamW, linear warm-up then decay; a
     checkpoint after each epoch, which --resume continues from.
     """
+    from condsearch.train.checkpoint import default_checkpoint_dir
     from condsearch.train.router import fit_and_save_router
 
     variant = params["variant"]
@@ -136,4 +137,5 @@ def router_cmd(
         ),
         as_json,
         lambda s: f"wrote {out} ({s['variant']} router from layer {s['layer']})" + dev_note(s),
+        checkpoints=params["checkpoint_dir"] or default_checkpoint_dir(out),
     )
