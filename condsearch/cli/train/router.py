@@ -77,7 +77,10 @@ _CONTEXT_FLAGS = ("k", "init")
     "--checkpoint-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Per-epoch checkpoints [default: under the cache folder, named after --out].",
+    help=(
+        "Per-epoch checkpoints, kept after a successful run "
+        "[default: a folder under the cache, named after --out, removed once --out is saved]."
+    ),
 )
 @click.option(
     "--checkpoint-every",
