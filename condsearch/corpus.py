@@ -55,7 +55,7 @@ ID_TYPES = "strings or integers"
 _ID_MAX = (1 << 63) - 1
 _ID_MIN = -(1 << 63)
 #: an integer as Python writes one: only such a CSV id reads back as an integer and prints as written
-_PLAIN_INTEGER = re.compile(r"-?(?:0|[1-9][0-9]{0,18})")
+_PLAIN_INTEGER = re.compile(r"0|-?[1-9][0-9]{0,18}")  # not "-0", "007", "+7" or " 7"
 
 
 def in_id_range(i: int) -> bool:

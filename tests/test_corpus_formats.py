@@ -213,6 +213,7 @@ def test_invalid_utf8_in_a_parquet_text_is_a_one_line_error(tmp_path: Path) -> N
         (["9223372036854775807", "1"], [9223372036854775807, 1]),
         (["9223372036854775808", "1"], ["9223372036854775808", "1"]),  # past int64: as written
         (["1e3", "-0", "+5", " 7", "NaN", "null"], ["1e3", "-0", "+5", " 7", "NaN", "null"]),
+        (["-0", "1"], ["-0", "1"]),  # -0 would print as 0
     ],
 )
 def test_csv_ids_are_read_as_the_file_writes_them(tmp_path: Path, ids: list[str], expected: list) -> None:
