@@ -270,7 +270,7 @@ def test_a_table_that_cannot_give_pairs_is_a_one_line_error(
     [
         (["--n-pairs", "0"], "--n-pairs"),
         (["--max-per-value", "0"], "--max-per-value"),
-        (["--high", "nan"], "high label nan"),
+        (["--high", "nan"], "is not a finite number"),
         (["--low", "inf"], "--low"),
         (["--high", "6"], "--high"),
         (["--high", "2", "--low", "3"], "must exceed the low one"),

@@ -84,10 +84,15 @@ def pairs_cmd(
     table: Path,
     labels: tuple[LabelSpec, ...],
     out: Path,
+    n_pairs: int,
+    max_per_value: int | None,
+    high: float,
+    low: float,
+    contrast_only: bool,
+    seed: int,
     text_column: str,
     table_format: str | None,
     as_json: bool,
-    **params: object,
 ) -> None:
     """Write conditional training pairs (C-STS rows) drawn from a table's labelled columns.
 
@@ -105,7 +110,9 @@ def pairs_cmd(
     from condsearch.train.pairs_files import check_output, read_labelled, write_pairs
 
     try:
-        config = PairsConfig(**params)  # type: ignore[arg-type]
+        config = PairsConfig(
+            n_pairs=n_pairs, max_per_value=max_per_value, high=high, low=low, contrast_only=contrast_only, seed=seed
+        )
         check_label_specs(labels, text_column, contrast_only=config.contrast_only)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
