@@ -141,11 +141,11 @@ class CorpusFile:
 
 
 def _record_batches(
-    path: Path, fmt: CorpusFormat, text_column: str, id_column: str | None
+    path: Path, fmt: CorpusFormat, text_column: str, id_column: str | None, *, prescan: bool = True
 ) -> Iterator[tuple[list[str | int] | None, list[str | None]]]:
     """Yield (ids or None, texts) per record batch."""
     columns = [text_column] if id_column is None else [text_column, id_column]
-    for batch in record_batches(path, fmt, columns):
+    for batch in record_batches(path, fmt, columns, prescan=prescan):
         texts = _values(path, batch, text_column)
         yield (_values(path, batch, id_column) if id_column else None), texts
 
@@ -196,7 +196,8 @@ def scan_corpus(
     n_total = 0
     csv_ids = fmt == "csv" and id_column is not None
     integer_ids = csv_ids
-    for raw_ids, texts in _record_batches(path, fmt, text_column, id_column):
+    # read_schema has just checked the file's bytes (corpus_prescan); the batches read again from the start
+    for raw_ids, texts in _record_batches(path, fmt, text_column, id_column, prescan=False):
         ids = raw_ids if raw_ids is not None else range(n_total, n_total + len(texts))
         n_total += len(texts)
         for i, t in zip(ids, texts, strict=True):

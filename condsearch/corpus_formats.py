@@ -79,16 +79,21 @@ def read_schema(path: Path, fmt: CorpusFormat, text_column: str, id_column: str 
         raise _unreadable(path, fmt, exc) from exc
 
 
-def record_batches(path: Path, fmt: CorpusFormat, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+def record_batches(
+    path: Path, fmt: CorpusFormat, columns: Sequence[str], *, prescan: bool = True
+) -> Iterator[pa.RecordBatch]:
     """Yield the corpus's record batches holding only ``columns``, the text and id columns (read as strings from
-    a CSV file); parquet's of :data:`READ_BATCH_ROWS` rows."""
+    a CSV file); parquet's of :data:`READ_BATCH_ROWS` rows.
+
+    ``prescan=False`` skips :func:`~condsearch.corpus_prescan.check_text_file`, for a caller that has just made it.
+    """
     import pyarrow.parquet as pq
 
     try:
         if fmt == "parquet":
             yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS, columns=list(columns))
             return
-        for batch in _open_stream(path, fmt, columns, columns):
+        for batch in _open_stream(path, fmt, columns, columns, prescan=prescan):
             yield batch.select(list(columns))
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise _unreadable(path, fmt, exc) from exc
@@ -126,10 +131,11 @@ def _csv_options(strings: Sequence[str], columns: Sequence[str] | None) -> objec
 
 
 def _open_stream(
-    path: Path, fmt: CorpusFormat, strings: Sequence[str], columns: Sequence[str] | None
+    path: Path, fmt: CorpusFormat, strings: Sequence[str], columns: Sequence[str] | None, *, prescan: bool = True
 ) -> pa.RecordBatchReader:
     """Open a CSV (``strings`` and ``columns`` as :func:`_csv_options` takes them) or JSON lines file to stream."""
-    check_text_file(path, fmt)  # every time the file is parsed: it may have changed since the last check
+    if prescan:  # each time the file is parsed anew: it may have changed since the last check
+        check_text_file(path, fmt)
     if fmt == "csv":
         import pyarrow.csv as pacsv
 

@@ -25,12 +25,15 @@ MAX_JSON_DEPTH = 64
 BLOCK_BYTES = 1 << 22
 _BOM = codecs.BOM_UTF8
 
-# A JSON string, or the rest of the line after a quote never closed (as good as a string: the
-# parser stops there). A JSON lines value holds no raw newline, so no match crosses one.
-_JSON_STRING = re.compile(rb'"[^"\\\n]*+(?:\\.[^"\\\n]*+)*+(?:"|$)', re.M)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_OPENING = np.frombuffer(b"[{", np.uint8)
-_CLOSING = np.frombuffer(b"]}", np.uint8)
+# Nesting is counted on a JSON lines block reduced to its quotes, newlines and brackets: escaped
+# backslashes and escaped quotes are dropped first (left to right, as a parser pairs them), so that
+# every quote left opens or closes a string. A string holds no raw newline, so the quotes of each
+# line pair up on their own: a bracket is in a string where an odd number of quotes precede it on
+# its line (after a quote never closed, the rest of the line: the parser stops at that quote).
+_STRUCTURE = b'"\n[]{}'
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in _STRUCTURE)
+_QUOTE, _NEWLINE = ord('"'), ord("\n")
+_BRACKETS = tuple(b"[{]}")
 
 # pyarrow's CSV quoting: a field is quoted when it starts with '"'; inside, '""' is a quote and
 # a lone '"' ends it; what follows up to the delimiter is kept as is, quotes too. Possessive
@@ -82,24 +85,32 @@ def _check_json_lines(path: Path) -> None:
         except UnicodeDecodeError as exc:
             at = line + block.count(b"\n", 0, exc.start)
             raise CorpusError(f"{path}: line {at} is not valid UTF-8 (byte {offset + exc.start})") from None
-        brackets = np.frombuffer(_JSON_STRING.sub(b"", block).translate(None, _NOT_BRACKETS), np.uint8)
-        if len(brackets):
-            levels = _clamped_levels(depth, np.where(np.isin(brackets, _OPENING), 1, -1))
-            if int(levels.max()) > MAX_JSON_DEPTH:
-                at = line + _lines_before_depth(block, depth)
-                deep = f"nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
-                raise CorpusError(f"{path}: line {at} {deep}; refusing to parse it")
-            depth = int(levels[-1])
+        chars, steps = _bracket_steps(block)
+        levels = _clamped_levels(depth, steps)
+        if len(levels) and int(levels.max()) > MAX_JSON_DEPTH:
+            deepest = int(np.argmax(levels > MAX_JSON_DEPTH))
+            at = line + int(np.count_nonzero(chars[:deepest] == _NEWLINE))
+            deep = f"nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"
+            raise CorpusError(f"{path}: line {at} {deep}; refusing to parse it")
+        depth = int(levels[-1]) if len(levels) else depth
         line += block.count(b"\n")
 
 
-def _lines_before_depth(block: bytes, depth: int) -> int:
-    """Return how many newlines come before the place in block where nesting first passes the limit (for messages)."""
-    blanked = _JSON_STRING.sub(lambda m: b" " * len(m[0]), block)  # strings blanked, so positions are the block's
-    chars = np.frombuffer(blanked, np.uint8)
-    steps = np.where(np.isin(chars, _OPENING), 1, 0) - np.where(np.isin(chars, _CLOSING), 1, 0)
-    levels = _clamped_levels(depth, steps)
-    return block.count(b"\n", 0, int(np.argmax(levels > MAX_JSON_DEPTH)))
+def _bracket_steps(block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Return a block reduced to quotes, newlines and brackets, and per byte +1 (opens), -1 (closes) or 0.
+
+    Brackets inside strings are 0. The reduced block is short (its text gone), so numpy's passes over it are cheap.
+    """
+    reduced = block.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _NOT_STRUCTURE)
+    chars = np.frombuffer(reduced, np.uint8)
+    quotes = np.cumsum(chars == _QUOTE, dtype=np.int32)
+    newlines = chars == _NEWLINE
+    line_of = np.cumsum(newlines, dtype=np.int32) - newlines  # the line each byte is on (a newline ends its own)
+    quotes_before_line = np.concatenate((np.zeros(1, np.int32), quotes[newlines]))[line_of]
+    inside = ((quotes - quotes_before_line) & 1).astype(bool)
+    opens = (chars == _BRACKETS[0]) | (chars == _BRACKETS[1])
+    closes = (chars == _BRACKETS[2]) | (chars == _BRACKETS[3])
+    return chars, np.where(inside, 0, opens.astype(np.int32) - closes)
 
 
 def _clamped_levels(depth: int, steps: np.ndarray) -> np.ndarray:

@@ -40,7 +40,7 @@ ANY_CHAR = st.characters(codec=None, categories=None)
 #: texts and ids that look like what the readers guess at: numbers, dates, nulls, quotes, separators
 TRICKY = st.sampled_from(
     ["00001", "1", "-1", "0", "-0", "1.5", "1e3", "2020-01-01", "NA", "null", "true", "", " ", "a,b", 'say "hi"',
-     '"', '""', "x\ny", "x\r\ny", "\r", "[", "{}", "\ufeff", "\x00", "\u2028", "9223372036854775808"]
+     '"', '""', "\\", "a\\\"b", "x\ny", "x\r\ny", "\r", "[", "{}", "\ufeff", "\x00", "\u2028", "9223372036854775808"]
 )  # fmt: skip
 _RUNS = itertools.count()
 
