@@ -64,3 +64,106 @@ def test_condition_batches_keep_keys_together_and_cover_every_item_once():
     assert len(pure) == 2 + 1  # two full batches of x, one of y
     assert condition_batches(keys, 4, seed=3) == batches
     assert condition_batches(keys, 4, seed=4) != batches
+
+
+# ----------------------------------------------------------------- in router training
+
+
+def _labelled_rows():  # type: ignore[no-untyped-def]
+    """C-STS rows from a made-up table: colour and animal, each pair alike under one and unlike under the other."""
+    import numpy as np
+
+    from condsearch.csts import CstsData
+
+    colours, animals = ["red", "blue", "green"], ["cat", "dog", "horse"]
+    texts = [(c, a, f"A {c} {a} sleeps by the door.") for c in colours for a in animals]
+    s1, s2, cond, labels = [], [], [], []
+    for i, (c1, a1, t1) in enumerate(texts):
+        for c2, a2, t2 in texts[i + 1 :]:
+            if (c1 == c2) == (a1 == a2):
+                continue  # a contrast pair shares exactly one of the two
+            for condition, same in (("the colour", c1 == c2), ("the kind of animal", a1 == a2)):
+                s1.append(t1)
+                s2.append(t2)
+                cond.append(condition)
+                labels.append(5.0 if same else 1.0)
+    return CstsData(s1, s2, cond, np.asarray(labels, dtype=np.float32))
+
+
+def _contrast_of(encoder, data) -> float:  # type: ignore[no-untyped-def]
+    rows = [i for i, y in enumerate(data.labels) if y >= 4]
+    a = torch.from_numpy(encoder.encode([data.sentence1[i] for i in rows], [data.condition[i] for i in rows]))
+    b = torch.from_numpy(encoder.encode([data.sentence2[i] for i in rows], [data.condition[i] for i in rows]))
+    conds = [data.condition[i] for i in rows]
+    agree = agreement_mask(
+        [data.sentence1[i] for i in rows], [data.sentence2[i] for i in rows], conds, [True] * len(rows)
+    )
+    return float(in_condition_loss(a, b, conds, agree))
+
+
+def _router(folder, cache):  # type: ignore[no-untyped-def]
+    from condsearch.csr.encoder import load_csr_encoder
+
+    return load_csr_encoder(
+        str(folder), router="none", variant="context", layer=-1, cache_dir=cache, state_dtype=torch.float32
+    )
+
+
+def test_router_training_with_the_term_lowers_it(tmp_path, tiny_bert_dir):  # type: ignore[no-untyped-def]
+    from condsearch.train.router import RouterTrainConfig, fit_router
+
+    data = _labelled_rows()
+    encoder = _router(tiny_bert_dir, tmp_path / "cache")
+    before = _contrast_of(encoder, data)
+    config = RouterTrainConfig(epochs=2, lr=3e-3, batch_size=8, warmup=0.0, contrast_weight=1.0)
+    fit_router(encoder, data, config)
+    assert _contrast_of(encoder, data) < before
+
+
+def test_router_training_with_the_term_resumes_within_an_epoch(tmp_path, tiny_bert_dir, monkeypatch):  # type: ignore[no-untyped-def]
+    import pytest
+
+    import condsearch.train.router as training
+    from condsearch.train.router import RouterTrainConfig, fit_router
+
+    data = _labelled_rows()
+    config = RouterTrainConfig(epochs=2, lr=1e-3, batch_size=8, contrast_weight=0.5)
+    straight = _router(tiny_bert_dir, tmp_path / "c1")
+    expected = fit_router(straight, data, config, dev=data, checkpoint_dir=tmp_path / "ck1", checkpoint_every=1)
+
+    class Stop(Exception):
+        pass
+
+    saved = training.save_checkpoint
+
+    def save_then_stop(folder, state, *args):  # type: ignore[no-untyped-def]
+        saved(folder, state, *args)
+        if state.epoch == 1 and state.epoch_step == 1:
+            raise Stop
+
+    monkeypatch.setattr(training, "save_checkpoint", save_then_stop)
+    with pytest.raises(Stop):
+        fit_router(
+            _router(tiny_bert_dir, tmp_path / "c2"),
+            data,
+            config,
+            dev=data,
+            checkpoint_dir=tmp_path / "ck2",
+            checkpoint_every=1,
+        )
+    monkeypatch.setattr(training, "save_checkpoint", saved)
+    resumed = _router(tiny_bert_dir, tmp_path / "c3")
+    history = fit_router(
+        resumed, data, config, dev=data, checkpoint_dir=tmp_path / "ck2", resume=True, checkpoint_every=1
+    )
+    assert [r["epoch"] for r in history] == [0, 1, 2]
+    assert history[-1]["loss"] == pytest.approx(expected[-1]["loss"], rel=1e-4)
+
+
+def test_a_negative_contrast_weight_is_refused():
+    import pytest
+
+    from condsearch.train.router import RouterTrainConfig
+
+    with pytest.raises(ValueError, match="contrast_weight"):
+        RouterTrainConfig(contrast_weight=-1.0)

@@ -21,6 +21,8 @@ from torch import nn
 
 #: a cosine / temperature of 20 at cos 1: SimCSE's and sentence-transformers' MNRL scale
 TEMPERATURE = 0.05
+#: a row's label (1-5, unscaled) at or above which its two texts agree on its condition
+HIGH_LABEL = 4.0
 
 
 def agreement_mask(

@@ -36,6 +36,7 @@ from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.progress import progress_bar
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
+from condsearch.train.contrast import HIGH_LABEL, agreement_mask, condition_batches, in_condition_loss
 from condsearch.train.finite import check_finite_fields, finite_record
 from condsearch.train.losses import group_positions, pair_groups, wacl_loss
 from condsearch.train.mixture import TrainData, describe_sources
@@ -76,9 +77,14 @@ class RouterTrainConfig:
     seed: int = 0
     train_backbone: str | None = None
     init: str = "base"
+    #: ours (issue 39): weight of the in-condition contrastive term (:mod:`condsearch.train.contrast`)
+    #: beside the loss above; above 0, batches gather rows that share their high condition
+    contrast_weight: float = 0.0
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
+        if self.contrast_weight < 0:
+            raise ValueError("contrast_weight must be 0 or more")
 
     def resolved(self, variant: str) -> RouterTrainConfig:
         """Return the config with lr and train_backbone filled in for variant; ValueError when it does not apply."""
@@ -218,7 +224,12 @@ def fit_router(
     dev_f = _Featurizer(encoder, dev, cached=cached) if dev is not None else None
     groups = pair_groups(train)
     n_groups_per_batch = max(1, config.batch_size // 2)
-    steps_per_epoch = (len(groups) + n_groups_per_batch - 1) // n_groups_per_batch
+    # each group's high condition: what the in-condition term's batches gather on
+    group_keys = [train.condition[g[0]] for g in groups]
+    if config.contrast_weight > 0:
+        steps_per_epoch = len(condition_batches(group_keys, n_groups_per_batch, 0))  # the same for every seed
+    else:
+        steps_per_epoch = (len(groups) + n_groups_per_batch - 1) // n_groups_per_batch
     record: dict[str, object] = {
         **asdict(config),
         "router_config": router.config.to_dict(),
@@ -260,8 +271,16 @@ def fit_router(
     for epoch in range(state.epoch + 1, config.epochs + 1):
         # seeded per epoch, so that a resumed run draws the same order and dropout masks
         torch.manual_seed(config.seed * 1000 + epoch)
-        order = list(groups)
-        random.Random(config.seed * 1000 + epoch).shuffle(order)
+        if config.contrast_weight > 0:
+            # rows that share a condition meet in one batch, so that each has in-batch negatives under it
+            batches = [
+                [groups[j] for j in batch]
+                for batch in condition_batches(group_keys, n_groups_per_batch, config.seed * 1000 + epoch)
+            ]
+        else:
+            order = list(groups)
+            random.Random(config.seed * 1000 + epoch).shuffle(order)
+            batches = [order[s : s + n_groups_per_batch] for s in range(0, len(order), n_groups_per_batch)]
         router.train()
         if isinstance(router, ContextRouter):
             for module in router.frozen_below():
@@ -270,11 +289,9 @@ def fit_router(
         if done and state.rng is not None:
             torch.set_rng_state(state.rng)  # the dropout masks go on as they would have
         total, count = partial.get("loss", 0.0), int(partial.get("n_rows", 0))
-        starts = range(0, len(order), n_groups_per_batch)
         desc = f"epoch {epoch}/{config.epochs}"
-        bar = progress_bar(total=len(starts), initial=done, desc=desc, unit="step", enabled=progress)
-        for i, start in enumerate(starts[done:], start=done + 1):
-            batch = order[start : start + n_groups_per_batch]
+        bar = progress_bar(total=len(batches), initial=done, desc=desc, unit="step", enabled=progress)
+        for i, batch in enumerate(batches[done:], start=done + 1):
             idx = [i for g in batch for i in g]
             a, b = train_f.rows(idx)
             cos = nn.functional.cosine_similarity(a, b)
@@ -288,6 +305,15 @@ def fit_router(
                     hi = torch.tensor([p[0] for p in pairs], device=encoder.device)
                     lo = torch.tensor([p[1] for p in pairs], device=encoder.device)
                     loss = loss + config.wacl_weight * wacl_loss(cos[hi], cos[lo], y[hi], y[lo])
+            if config.contrast_weight > 0:
+                conds = [train.condition[r] for r in idx]
+                agree = agreement_mask(
+                    [train.sentence1[r] for r in idx],
+                    [train.sentence2[r] for r in idx],
+                    conds,
+                    [bool(train.labels[r] >= HIGH_LABEL) for r in idx],
+                )
+                loss = loss + config.contrast_weight * in_condition_loss(a, b, conds, agree)
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -296,7 +322,7 @@ def fit_router(
             total += loss.item() * len(idx)
             count += len(idx)
             bar.update(1)
-            if checkpoint_dir is not None and checkpoint_every > 0 and i % checkpoint_every == 0 and i < len(starts):
+            if checkpoint_dir is not None and checkpoint_every > 0 and i % checkpoint_every == 0 and i < len(batches):
                 state.epoch_step, state.partial = i, {"loss": total, "n_rows": float(count)}
                 save_checkpoint(checkpoint_dir, state, named, optim, best.state)
         bar.close()

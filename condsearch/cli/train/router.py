@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from condsearch.cli.options import config_from, config_option, given
+from condsearch.cli.options import FiniteFloatRange, config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
 from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
@@ -28,6 +28,15 @@ _CONTEXT_FLAGS = ("k", "init")
     "--loss",
     type=click.Choice(LOSSES),
     help="Objective: mse on the scaled label (the paper), wacl (CCL eq. 9) or both.",
+)
+@config_option(
+    _DEFAULTS,
+    "contrast_weight",
+    "--contrast-weight",
+    type=FiniteFloatRange(min=0),
+    help="Ours: weight of an in-condition contrastive term beside --loss (each row's first sentence nearer "
+    "its own second than the batch's other rows under the same condition; 0: off). Batches then gather "
+    "rows that share a condition.",
 )
 @config_option(
     RouterConfig(),
