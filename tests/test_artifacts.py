@@ -25,6 +25,7 @@ from condsearch.vectorizer import load_vectorizer
 from tests.conftest import SENTENCES
 from tests.test_cli import assert_clean_error, ok, run
 from tests.test_onnx_trace import _adapter
+from tests.tolerance import float32_tolerance, largest_activation, transformer_depth
 
 COLOUR = "color of the dress"
 
@@ -79,6 +80,7 @@ def test_a_saved_adapter_has_peft_files_keys_and_shapes(tiny_bert_dir: Path, tmp
     assert sidecar["encoder_pooling"] == "condition-mean" and files.artifact_kind(out) == "adapter"
 
 
+@pytest.mark.numerics
 def test_peft_loads_our_adapter_with_our_outputs(tiny_bert_dir: Path, tmp_path: Path) -> None:
     peft = pytest.importorskip("peft")
     from transformers import AutoModel, AutoTokenizer
@@ -89,11 +91,13 @@ def test_peft_loads_our_adapter_with_our_outputs(tiny_bert_dir: Path, tmp_path: 
     )  # merged into the weights
     theirs = peft.PeftModel.from_pretrained(AutoModel.from_pretrained(str(tiny_bert_dir)), str(out)).eval()
     batch = AutoTokenizer.from_pretrained(str(tiny_bert_dir))(SENTENCES[:3], padding=True, return_tensors="pt")
-    with torch.no_grad():
+    with torch.no_grad(), largest_activation(ours.model) as found:
         want = ours.model(**batch).last_hidden_state
         got = theirs(**batch).last_hidden_state
         plain = AutoModel.from_pretrained(str(tiny_bert_dir)).eval()(**batch).last_hidden_state
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    # PEFT adds x·A·B beside x·W; ours multiplies by W + B·A: two more roundings at each product's magnitude
+    tolerance = float32_tolerance(max(found), depth=transformer_depth(ours.model) + 2)
+    torch.testing.assert_close(got, want, rtol=0, atol=tolerance)
     assert not torch.allclose(plain, want, atol=1e-3)  # the adapter changes the outputs
 
 
@@ -108,8 +112,9 @@ def test_the_old_format_still_loads_with_the_same_vectors(tiny_bert_dir: Path, t
         SENTENCES, COLOUR
     )
     np.testing.assert_array_equal(got, want)
-    fast = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=old, runtime=Runtime(device="cpu")))
-    np.testing.assert_allclose(fast.encode(SENTENCES, COLOUR), want, rtol=1e-5, atol=1e-6)
+    # loaded again, the same weights on the same inputs: the same computation, so the same bits
+    again = load_encoder(EncoderSpec(str(tiny_bert_dir), adapter=old, runtime=Runtime(device="cpu")))
+    np.testing.assert_array_equal(again.encode(SENTENCES, COLOUR), got)
 
 
 def test_conversion_keeps_tensors_identity_and_vectors(tiny_bert_dir: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from condsearch.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
 from condsearch.train.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
+from tests.tolerance import assert_rows_close, case_tolerance
 
 TEXTS = ["a girl in an orange dress serves the ball", "two men play soccer on a grass field"]
 COND = "color of the dress"
@@ -53,6 +54,7 @@ def test_low_rank_is_exact_at_full_rank_and_optimal_below() -> None:
     assert low_rank(delta, 50)[1].shape == (7, 7)  # a rank above the matrix's is its full rank
 
 
+@pytest.mark.numerics
 def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, tmp_path: Path) -> None:
     # two steps: the linear schedule's first step warms up from a rate of 0
     config = FinetuneConfig(kind="full", epochs=2, batch_size=4, lr=1e-2)
@@ -72,7 +74,8 @@ def test_full_fine_tune_at_full_rank_reproduces_the_model(tiny_bert_dir: Path, t
     save_delta_adapter(base, state, tmp_path / "full", rank=None, dtype=torch.float32)
     assert json.loads((tmp_path / "full" / ADAPTER_CONFIG).read_text())["kind"] == "delta"
     loaded = _encoder(tiny_bert_dir, adapter=tmp_path / "full")
-    np.testing.assert_allclose(loaded.encode(TEXTS, COND), expected, rtol=1e-4, atol=1e-4)
+    # each weight is base + (tuned - base), which rounds to tuned or a neighbouring float32: a second rounding
+    assert_rows_close(loaded.encode(TEXTS, COND), expected, 2 * case_tolerance(tuned, TEXTS, COND))
     assert loaded.describe()["adapter_checksum"]
 
     # float16 as shipped: the same vectors up to rounding; rank 1: another model, and a smaller file

@@ -14,89 +14,35 @@ forward pass, :func:`pooled_tolerance` turns that into a tolerance per pooled ve
 :func:`case_tolerance` adds the condition's own vector, and :func:`unit_tolerance` carries a tolerance
 through a head and the normalisation to unit length (which divides the error by the vector's norm).
 
-Rankings are compared up to ties: :func:`assert_same_ranking` in ``tests/conftest.py``.
+The rule itself (:func:`float_tolerance`, :data:`SAFETY`, :func:`transformer_depth`,
+:func:`largest_activation`) lives in :mod:`condsearch.encoders.rounding`, which the ONNX export's
+probe uses too. Rankings are compared up to ties: :func:`assert_same_ranking` in ``tests/conftest.py``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
-#: float32's machine epsilon, 2**-23: the gap between 1.0 and the next float32
-EPS32 = float(np.finfo(np.float32).eps)
+from condsearch.encoders.rounding import (  # noqa: F401 - re-exported: the tests' one place for tolerances
+    EPS32,
+    SAFETY,
+    float_tolerance,
+    largest_activation,
+    transformer_depth,
+)
+
 #: float16's, 2**-10: for states cached in float16
 EPS16 = float(np.finfo(np.float16).eps)
-#: how many times the expected rounding difference two correct runs may differ by; rounding rarely
-#: adds up in one direction, so real differences stay well inside (10 to 40 times, measured across
-#: thread counts and CPU kernels with ``make test-numerics``), while a real defect (another pooling,
-#: a dropped token, a wrong mask) moves vectors by 1e-2 or more
-SAFETY = 4.0
-
-
-def float_tolerance(*magnitudes: Any, depth: int, eps: float = EPS32) -> float:
-    """Return how far two runs of one float computation may differ: SAFETY * eps * sqrt(depth) * max|magnitudes|.
-
-    ``magnitudes``: numbers or arrays holding the largest values the computation passes through;
-    ``depth``: the operations chained from input to output (matrix products, normalisations, sums).
-    """
-    scale = max((float(np.max(np.abs(np.asarray(m, dtype=np.float64)))) for m in magnitudes), default=0.0)
-    return SAFETY * eps * math.sqrt(max(depth, 1)) * scale
 
 
 def float32_tolerance(*magnitudes: Any, depth: int) -> float:
     """Return :func:`float_tolerance` for float32."""
     return float_tolerance(*magnitudes, depth=depth, eps=EPS32)
-
-
-def transformer_depth(model: torch.nn.Module) -> int:
-    """Return the operations chained through a BERT-style model, pooling and a CASE difference included.
-
-    Each layer chains ten: the query, key and value projections, their scores, the softmax, the weighted
-    sum, the output projection, a layer norm, the feed-forward pair and a second layer norm.
-    """
-    config = getattr(model, "config", None)
-    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
-    if not layers:  # a module without a transformers config: count its layer-norm'ed blocks
-        layers = max(1, sum(isinstance(m, torch.nn.LayerNorm) for m in model.modules()) // 2)
-    return 10 * layers + 4  # + embeddings, pooling, the CASE difference and a head
-
-
-@contextmanager
-def largest_activation(model: torch.nn.Module) -> Iterator[list[float]]:
-    """Record the largest |value| each forward pass of ``model`` produces in any of its modules.
-
-    Yields a list; each completed forward pass of ``model`` itself appends one number.
-    """
-    found: list[float] = []
-    current = [0.0]
-
-    def note(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
-        if isinstance(output, torch.Tensor):
-            outputs: Any = [output]
-        elif isinstance(output, dict):  # a transformers ModelOutput
-            outputs = output.values()
-        else:
-            outputs = output if isinstance(output, tuple | list) else []
-        for t in outputs:
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-                current[0] = max(current[0], float(t.detach().abs().max()))
-
-    def done(_module: torch.nn.Module, _inputs: Any, _output: Any) -> None:
-        found.append(current[0])
-        current[0] = 0.0
-
-    hooks = [m.register_forward_hook(note) for m in model.modules()]
-    hooks.append(model.register_forward_hook(done))
-    try:
-        yield found
-    finally:
-        for hook in hooks:
-            hook.remove()
 
 
 def forward_scales(model: torch.nn.Module, run_one: Callable[[Any], object], items: Sequence[Any]) -> np.ndarray:
@@ -128,6 +74,47 @@ def case_tolerance(encoder: Any, texts: Sequence[str], condition: str) -> np.nda
     return tol[:-1] + tol[-1]
 
 
+def _alone(tokenizer: Any, text: str) -> dict[str, torch.Tensor]:
+    return dict(tokenizer([text], return_tensors="pt"))
+
+
+def text_tolerance(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str], *context: str) -> np.ndarray:
+    """Return the float32 tolerance of each text's pooled hidden states from a BERT-style model: (n,).
+
+    Each text runs alone through ``model`` (a router's backbone too); ``context`` (the conditions routed
+    into it) adds the largest magnitude of their own forward passes.
+    """
+    scales = forward_scales(model, lambda text: model(**_alone(tokenizer, text)), texts)
+    if context:
+        scales = np.maximum(scales, forward_scales(model, lambda text: model(**_alone(tokenizer, text)), context).max())
+    depth = transformer_depth(model)
+    return np.asarray([float32_tolerance(s, depth=depth) for s in scales])
+
+
+def mean_pooled(model: torch.nn.Module, tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+    """Return each text's mean last hidden state, the text run alone: (n, hidden) float64 (norms for unit_tolerance)."""
+    rows = []
+    with torch.inference_mode():
+        for text in texts:
+            rows.append(model(**_alone(tokenizer, text)).last_hidden_state[0].mean(0).double().numpy())
+    return np.stack(rows)
+
+
+def routed_tolerance(encoder: Any, texts: Sequence[str], conditions: str | Sequence[str] = ()) -> np.ndarray:
+    """Return the float32 tolerance of each raw routed vector a CSR encoder gives texts under conditions: (n,).
+
+    Cached lower-layer states finished under a condition code round as the one forward pass does, at
+    the magnitudes of the backbone's pass over the text and over the condition.
+    """
+    context = [conditions] if isinstance(conditions, str) else list(dict.fromkeys(conditions))
+    return text_tolerance(encoder.router.model, encoder.tokenizer, texts, *context)
+
+
+def score_tolerance(dim: int) -> float:
+    """Return how far two inner products of unit vectors of dim entries may differ, summed in other orders."""
+    return float32_tolerance(1.0, depth=dim)
+
+
 def head_gain(head: Any) -> float:
     """Return how much a head can stretch a difference of its inputs: its weight's largest singular value.
 
@@ -157,9 +144,12 @@ def unit_tolerance(raw: np.ndarray, raw_tolerance: np.ndarray, head: Any = None)
 
 
 def vector_tolerance(vectorizer: Any, texts: Sequence[str], condition: str) -> np.ndarray:
-    """Return the tolerance of each unit vector a torch BERT-style vectorizer gives texts under a condition: (n,)."""
-    raw = vectorizer.encoder.encode(texts, condition)
-    return unit_tolerance(raw, case_tolerance(vectorizer.encoder, texts, condition), vectorizer.head)
+    """Return the tolerance of each unit vector a torch vectorizer (CASE or CSR) gives texts under a condition: (n,)."""
+    encoder = vectorizer.encoder
+    raw = encoder.encode(texts, condition)
+    if hasattr(encoder, "router"):  # a CSR encoder: routed vectors
+        return unit_tolerance(raw, routed_tolerance(encoder, texts, condition), vectorizer.head)
+    return unit_tolerance(raw, case_tolerance(encoder, texts, condition), vectorizer.head)
 
 
 def assert_rows_close(actual: np.ndarray, desired: np.ndarray, tolerance: np.ndarray | float) -> None:
