@@ -9,8 +9,10 @@ dynamic quantisation, onnxruntime was the faster and the closer to float32
 encoder's, untouched.
 
 Before an export is marked usable its pooled outputs on probe pairs are compared with the torch
-model's: float32 must agree within :data:`FLOAT32_TOLERANCE`, int8 within a cosine of
-:data:`MIN_INT8_COSINE`. A refused export is recorded, so that it is not tried again.
+model's: float32 must agree within :func:`probe_tolerance` (float32 rounding at the largest
+activation the probe reaches, :mod:`condsearch.encoders.rounding`, and never less than
+:data:`FLOAT32_TOLERANCE`), int8 within a cosine of :data:`MIN_INT8_COSINE`. A refused export is
+recorded, so that it is not tried again.
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ from condsearch.encoders.onnx_files import (
     refusal,
     runtime_versions,
 )
+from condsearch.encoders.rounding import float_tolerance, largest_activation, transformer_depth
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
 
 log = logging.getLogger(__name__)
 
-#: a float32 export whose pooled outputs differ from torch's by more than this on the probe is refused
+#: the least difference of a float32 export's pooled outputs from torch's on the probe that refuses it;
+#: past it, the bound grows with the probe's activations (:func:`probe_tolerance`): an adapter with
+#: large activations rounds by more on any CPU, and another CPU's kernels round otherwise
 FLOAT32_TOLERANCE = 1e-4
 #: an int8 export whose pooled outputs fall below this cosine to float32 on the probe is refused
 MIN_INT8_COSINE = 0.9
@@ -213,14 +218,25 @@ def pooled_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1) + 1e-12)
 
 
+def probe_tolerance(model: nn.Module, largest: float) -> float:
+    """Return how far a float32 export's pooled outputs may stray from torch's on the probe.
+
+    ``largest``: the largest |activation| of ``model``'s forward pass on the probe. Two correct float32
+    runs differ by rounding at that magnitude, through the model's depth; never less than FLOAT32_TOLERANCE.
+    """
+    return max(FLOAT32_TOLERANCE, float_tolerance(largest, depth=transformer_depth(model)))
+
+
 def _disagreement(reference: BertStyleEncoder, export: OnnxBertEncoder) -> str | None:
     """Return why the export's probe outputs stray too far from the reference's, or None if they agree."""
-    want, got = reference.encode_batch(_PROBE), export.encode_batch(_PROBE)
+    with largest_activation(reference.model) as found:
+        want = reference.encode_batch(_PROBE)
+    got = export.encode_batch(_PROBE)
     if export.precision == "int8":
         cosine = float(pooled_cosines(want, got).min())
         return None if cosine >= MIN_INT8_COSINE else f"cosine {cosine:.3f} < {MIN_INT8_COSINE}"
-    gap = float(np.abs(want - got).max())
-    return None if gap <= FLOAT32_TOLERANCE else f"max difference {gap:.3g} > {FLOAT32_TOLERANCE}"
+    gap, bound = float(np.abs(want - got).max()), probe_tolerance(reference.model, max(found, default=0.0))
+    return None if gap <= bound else f"max difference {gap:.3g} > {bound:.3g}"
 
 
 def write_export(
