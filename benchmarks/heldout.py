@@ -228,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     quiet_transformers()
     if args.smoke:
-        args.sources = smoke_sources(Path("build/heldout-smoke"))
+        import tempfile
+
+        args.sources = smoke_sources(Path(tempfile.mkdtemp(prefix="heldout-smoke-")))
         args.corpus_size, args.queries = 72, 20
         systems = ["plain", "case:full" if args.model is None else "case:none"]
     else:

@@ -467,3 +467,26 @@ def test_new_benchmarks_report_bad_input_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"{script}.py: error: ") and "missing" in err[0]
     assert not (tmp_path / "out.csv").exists() and not (tmp_path / "out").exists()
+
+
+def test_heldout_smoke_scores_label_precision_per_column(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--cache-dir", str(tmp_path / "cache")]
+    result = _run("heldout", argv, tmp_path / "out.json")
+    assert list(result["results"]) == ["plain", "case:none"]
+    for per in result["results"].values():
+        assert set(per) == {"toy/colour", "toy/animal"}
+        for row in per.values():
+            assert 0 <= row["chance"] <= 1 and 0 <= row["p10"] <= 1 and row["top1"] >= row["top10"]
+    plain = result["results"]["plain"]
+    assert plain["toy/colour"]["condition"] == "the colour"
+
+
+def test_heldout_precision_counts_same_valued_neighbours_and_leaves_the_query_out() -> None:
+    heldout = load_script("heldout")
+    values = ["a", "a", "b", "b", "a"] + ["c"] * 10
+    # query 0's top 10 (its own row left out): rows 1 and 4 share its value, the other 8 do not
+    hits = np.array([[1, 4, 2, 3, 5, 6, 7, 8, 9, 10]])
+    scores = np.linspace(1, 0, 10, dtype=np.float32)[None]
+    row = heldout.column_metrics(values, scores, hits, [0])
+    assert row["p10"] == pytest.approx(0.2) and row["chance"] == pytest.approx(2 / 14)
+    assert heldout.split_of("some text") == heldout.split_of("some text") in heldout.SPLITS
