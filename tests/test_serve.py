@@ -221,6 +221,16 @@ def test_the_server_runs_onnxruntime_and_answers_as_query_json(index_dir: Path) 
     assert one["results"] == cli_answers(index_dir, COLOUR, 4, SENTENCES[1])
 
 
+def test_long_queries_are_cut_yet_answered_as_query_json(index_dir: Path) -> None:
+    """Queries past the model's tokens are cut before the server tokenises them; the answers are `query`'s."""
+    filler = " and then the crowd watched the game in the park" * 80  # ~4,000 characters: past 128 tokens
+    queries = [SENTENCES[2] + filler, SENTENCES[5] + filler, "a red shirt"]
+    with serve(index_dir) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        body = post(http, queries=queries, condition=COLOUR, k=4).json()
+    assert [a["query"] for a in body["results"]] == queries  # named as sent, not as cut
+    assert body["results"] == cli_answers(index_dir, COLOUR, 4, *queries)
+
+
 def test_backend_torch_forces_transformers(index_dir: Path) -> None:
     with serve(index_dir, backend="torch", threads=1) as server, httpx.Client(base_url=server.url, timeout=30) as http:
         body = post(http, query=SENTENCES[2], condition=COLOUR, k=3).json()

@@ -14,7 +14,7 @@ from condsearch.corpus import read_corpus
 from condsearch.index import exact_search
 from condsearch.ingest import index_corpus
 from condsearch.serve.batching import MicroBatcher
-from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, vectorizer_key
+from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
 from condsearch.store import IndexStore
 from condsearch.vectorizer import Vectorizer
 from tests.conftest import SENTENCES, HashEncoder
@@ -190,3 +190,86 @@ def test_replaced_index_is_reloaded_and_the_model_kept(resident, write_corpus, t
     after = res.get(COLOUR)
     assert after is not before and after.index.stored.ids == ["n0", "n1"]
     assert len(loads) == 1  # the model stayed loaded
+
+
+# ---------------------------------------------------------------- requests in parts (issue 37)
+
+
+def test_a_new_request_goes_before_the_rest_of_a_large_one() -> None:
+    calls: list[list[str]] = []
+    first, release = threading.Event(), threading.Event()
+
+    def run(items: list[str]) -> list[str]:
+        calls.append(list(items))
+        first.set()
+        release.wait(5)
+        return [i.upper() for i in items]
+
+    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=len, max_cost=4) as batcher:
+        large = batcher.submit_parts(["aaaa", "bbbb", "cccc", "dddd"])  # four parts of the whole budget
+        assert first.wait(5)  # its first part is running
+        small = batcher.submit("x")
+        other = batcher.submit_parts(["yy", "zz"])
+        release.set()
+        assert large.result(5) == ["AAAA", "BBBB", "CCCC", "DDDD"] and small.result(5) == "X"
+        assert other.result(5) == ["YY", "ZZ"]
+    # the requests that had no part run go first, one part each within the budget; then in turn
+    assert calls == [["aaaa"], ["x", "yy"], ["bbbb"], ["zz"], ["cccc"], ["dddd"]]
+
+
+def test_a_failed_part_fails_its_request_and_its_other_parts_do_not_run() -> None:
+    calls: list[list[int]] = []
+
+    def run(items: list[int]) -> list[object]:
+        calls.append(list(items))
+        return [ValueError("bad part") if i == 2 else i for i in items]
+
+    with MicroBatcher(run, max_batch=1, window_s=0.0) as batcher:
+        with pytest.raises(ValueError, match="bad part"):
+            batcher.submit_parts([1, 2, 3, 4]).result(5)
+        assert batcher.submit_parts([5, 6]).result(5) == [5, 6]
+    assert [i for c in calls for i in c] == [1, 2, 5, 6]
+
+
+def test_a_cancelled_request_runs_no_more_parts() -> None:
+    calls: list[list[int]] = []
+    first, release = threading.Event(), threading.Event()
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        first.set()
+        release.wait(5)
+        return items
+
+    with MicroBatcher(run, max_batch=1, window_s=0.0) as batcher:
+        gave_up = batcher.submit_parts([1, 2, 3])
+        assert first.wait(5)
+        assert gave_up.cancel()  # as asyncio does when a request times out
+        release.set()
+        assert batcher.submit(9).result(5) == 9
+    assert [i for c in calls for i in c] == [1, 9]
+
+
+def _job(n: int, tokens: int) -> QueryJob:
+    return QueryJob(None, tuple(f"q{i}" for i in range(n)), 3, None, (tokens,) * n)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("n", "tokens", "sizes"),
+    [
+        (1, 10, [1]),
+        (64, 10, [64]),
+        (65, 10, [32, 33]),  # not 64 and 1: the last part evened out, to be searched as the whole is
+        (20, 256, [10, 10]),
+        (10, 512, [8, 2]),  # too few to even out to 8 each: left as split
+        (256, 256, [16] * 16),
+        (3, 5000, [1, 1, 1]),  # a query over the budget is a part alone
+        (40, 256, [16, 16, 8]),
+    ],
+)
+def test_split_job_bounds_each_part(n: int, tokens: int, sizes: list[int]) -> None:
+    job = _job(n, tokens)
+    parts = split_job(job, 64, 4096)
+    assert [len(p.queries) for p in parts] == sizes
+    assert tuple(q for p in parts for q in p.queries) == job.queries
+    assert all(p.k == 3 and p.n_tokens == tokens * len(p.queries) for p in parts)

@@ -32,6 +32,7 @@ def test_serve_defaults_come_from_the_config(started: list[ServeConfig], tmp_pat
     assert (config.host, config.port, config.api_key) == ("127.0.0.1", 8000, None)
     assert (config.max_batch, config.batch_window_ms) == (ServeConfig.max_batch, ServeConfig.batch_window_ms)
     assert config.max_body_bytes == ServeConfig.max_body_bytes
+    assert config.max_batch_tokens == ServeConfig.max_batch_tokens
     assert config.index_dir == tmp_path and config.store is None and "warning" not in result.stderr
 
 
@@ -40,6 +41,13 @@ def test_serve_max_body_bytes(started: list[ServeConfig], tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     assert started[0].max_body_bytes == 4096
     assert CliRunner().invoke(main, ["serve", "--max-body-bytes", "0"]).exit_code == 2
+
+
+def test_serve_max_batch_tokens(started: list[ServeConfig], tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["serve", "--max-batch-tokens", "512", "--index-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert started[0].max_batch_tokens == 512
+    assert CliRunner().invoke(main, ["serve", "--max-batch-tokens", "0"]).exit_code == 2
 
 
 def test_serve_on_all_interfaces_warns(started: list[ServeConfig], tmp_path: Path) -> None:

@@ -44,6 +44,14 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     help="Queries encoded together at most (requests that arrive together share one forward pass).",
 )
 @click.option(
+    "--max-batch-tokens",
+    default=ServeConfig.max_batch_tokens,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tokens encoded together at most: a larger request is answered in parts, in turn with other "
+    "requests, so that it holds none of them up for longer than one part.",
+)
+@click.option(
     "--batch-window-ms",
     default=ServeConfig.batch_window_ms,
     show_default=True,
@@ -80,6 +88,7 @@ def serve_cmd(
     port: int,
     api_key: str | None,
     max_batch: int,
+    max_batch_tokens: int,
     batch_window_ms: float,
     max_body_bytes: int,
     preload: bool,
@@ -117,6 +126,7 @@ def serve_cmd(
         device=device,
         trust_remote_code=trust_remote_code,
         max_batch=max_batch,
+        max_batch_tokens=max_batch_tokens,
         batch_window_ms=batch_window_ms,
         max_body_bytes=max_body_bytes,
         preload=preload,

@@ -30,7 +30,7 @@ from condsearch.manifest import Manifest
 from condsearch.search import Answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
-from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition
+from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
@@ -204,6 +204,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         max_batch=config.max_batch,
         window_s=config.batch_window_ms / 1000,
         size=lambda job: len(job.queries),
+        cost=lambda job: job.n_tokens,
+        max_cost=config.max_batch_tokens,
     )
 
     @asynccontextmanager
@@ -280,14 +282,18 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         for name, text in [("condition", body.condition), *(("query", t) for t in texts)]:
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
-        entry = await run_in_threadpool(resident.get, body.condition, body.corpus)
+        # found, and each query cut to the tokens its model reads, on a worker thread: not the batcher's
+        job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
+        entry = job.index
         background = _background(entry.manifest) if body.calibrated else None
-        future = batcher.submit(QueryJob(entry, tuple(texts), body.k))
+        # a large request is answered in parts, in turn with others (condsearch.serve.batching)
+        future = batcher.submit_parts(split_job(job, config.max_batch, config.max_batch_tokens))
         try:
-            found = await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
+            parts = await asyncio.wait_for(asyncio.wrap_future(future), config.request_timeout_s)
         except asyncio.TimeoutError as exc:
             raise RequestError(503, "the server is too busy; try again") from exc
-        hits = [background.calibrate(h) for h in found.hits] if background else found.hits
+        found = [h for part in parts for h in part.hits]
+        hits = [background.calibrate(h) for h in found] if background else found
         # what was found, not what was asked: an approximate index may return fewer than k
         counts = [len(h) for h in hits]
         return JSONResponse(
@@ -297,7 +303,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
                 "k": max(counts),
                 "k_requested": body.k,
                 "k_capped": min(counts) < body.k,
-                "rows": found.n_rows,
+                "rows": parts[0].n_rows,
                 "results": [query_answer(h) for h in hits],
             }
         )

@@ -3,6 +3,12 @@
 The batcher knows nothing about models: it hands lists of items to a ``run`` function and
 routes each answer (or the exception raised for it) back to the caller's future. While one
 batch runs, later requests queue up and form the next batch, so batches grow with load.
+
+A request may come in parts (:meth:`MicroBatcher.submit_parts`): a large one split so that no
+batch holds more than ``max_batch`` items' size or ``max_cost`` of their cost (tokens, for the
+server). Each batch takes at most one part of each request, requests that have had the fewest
+parts run going first, so a small request that arrives while a large one is answered waits for
+one batch at most, not for the whole of the large one.
 """
 
 from __future__ import annotations
@@ -12,9 +18,9 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
-from dataclasses import dataclass
-from typing import Generic, TypeVar
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from condsearch.serve.config import ServeConfig
 
@@ -28,20 +34,50 @@ _STOP = object()
 
 @dataclass
 class BatchStats:
-    """Counters for tests and /health: how many batches ran and how many items they held."""
+    """Counters for tests and /health: how many batches ran and how many items (parts) they held."""
 
     n_batches: int = 0
     n_items: int = 0
     largest: int = 0
 
 
+@dataclass(eq=False)
+class _Pending(Generic[T, R]):
+    """A submitted request: its parts, the answers so far, and the future that gets them all."""
+
+    parts: Sequence[T]
+    future: Future[Any]
+    whole: bool  # the future gets the list of answers (submit_parts), else the one answer (submit)
+    seq: int  # arrival order
+    answers: list[R | None] = field(default_factory=list)
+    handed: int = 0  # parts given to batches
+    answered: int = 0
+
+    @property
+    def finished(self) -> bool:
+        return self.future.done()
+
+    def answer(self, i: int, answer: R | BaseException) -> None:
+        try:
+            if isinstance(answer, BaseException):
+                self.future.set_exception(answer)  # a request with a failed part fails; the rest are not run
+                return
+            self.answers[i] = answer
+            self.answered += 1
+            if self.answered == len(self.parts):
+                self.future.set_result(list(self.answers) if self.whole else self.answers[0])
+        except InvalidStateError:
+            pass  # failed already, or cancelled by its caller meanwhile
+
+
 class MicroBatcher(Generic[T, R]):
-    """Collect items for up to ``window_s`` after the first arrives (or until ``max_batch``), then run them.
+    """Collect items for up to ``window_s`` after the first arrives (or until a batch is full), then run them.
 
     ``run(items)`` returns one answer per item, in order; an answer that is an exception is
     raised to that item's caller only. When ``run`` itself raises, each item is run again alone,
     so the exception reaches only the items that cause it. ``size(item)`` weighs an item (e.g.
-    its number of queries) against ``max_batch``; an item heavier than ``max_batch`` runs alone.
+    its number of queries) against ``max_batch``, ``cost(item)`` (e.g. its tokens) against
+    ``max_cost``; an item heavier than either runs alone.
     """
 
     def __init__(
@@ -51,24 +87,44 @@ class MicroBatcher(Generic[T, R]):
         max_batch: int = ServeConfig.max_batch,
         window_s: float = ServeConfig.batch_window_ms / 1000,
         size: Callable[[T], int] = lambda _: 1,
+        cost: Callable[[T], int] = lambda _: 0,
+        max_cost: int = ServeConfig.max_batch_tokens,
         name: str = "condsearch-batcher",
     ) -> None:
-        if max_batch <= 0 or window_s < 0:
-            raise ValueError("max_batch must be positive and window_s non-negative")
-        self._run, self._size = run, size
-        self.max_batch, self.window_s = max_batch, window_s
+        if max_batch <= 0 or window_s < 0 or max_cost <= 0:
+            raise ValueError("max_batch and max_cost must be positive and window_s non-negative")
+        self._run, self._size, self._cost = run, size, cost
+        self.max_batch, self.window_s, self.max_cost = max_batch, window_s, max_cost
         self.stats = BatchStats()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
+        self._seq = 0
+        self._seq_lock = threading.Lock()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, item: T) -> Future[R]:
         """Queue one item; its future resolves once the batch holding it has run."""
+        return self._submit([item], whole=False)
+
+    def submit_parts(self, parts: Sequence[T]) -> Future[list[R]]:
+        """Queue a request in parts, run in turn with other requests; its future gets every part's answer, in order.
+
+        A part whose answer is an exception fails the request with it, and its remaining parts are
+        not run; nor are they once the future is cancelled (a caller that gave up).
+        """
+        if not parts:
+            raise ValueError("a request needs at least one part")
+        return self._submit(parts, whole=True)
+
+    def _submit(self, parts: Sequence[T], *, whole: bool) -> Future[Any]:
         if self._closed:
             raise RuntimeError("the batcher is closed")
-        future: Future[R] = Future()
-        self._queue.put((item, future))
+        future: Future[Any] = Future()
+        with self._seq_lock:
+            self._seq += 1
+            pending: _Pending[T, R] = _Pending(parts, future, whole, self._seq, [None] * len(parts))
+        self._queue.put(pending)
         return future
 
     def close(self, timeout: float | None = 5.0) -> None:
@@ -85,30 +141,71 @@ class MicroBatcher(Generic[T, R]):
         self.close()
 
     def _work(self) -> None:
-        carry: object | None = None
+        active: list[_Pending[T, R]] = []
+        stopping = False
         while True:
-            first = carry if carry is not None else self._queue.get()
-            carry = None
-            if first is _STOP:
-                return
-            batch = [first]
-            weight = self._size(first[0])  # type: ignore[index]
+            active = [p for p in active if not p.finished and p.handed < len(p.parts)]
+            if not active:
+                if stopping:
+                    return
+                got = self._queue.get()
+                if got is _STOP:
+                    return
+                active.append(got)  # type: ignore[arg-type]
+            stopping = self._take_waiting(active) or stopping
+            # the fewest parts run first, then the earliest: a new request goes before a large one's next part
+            active.sort(key=lambda p: (p.handed, p.seq))
+            batch: list[tuple[_Pending[T, R], int]] = []
+            weight = cost = 0
+            for pending in active:
+                if not self._add(batch, pending, weight, cost):
+                    break
+                weight, cost = self._weigh(batch)
             deadline = time.monotonic() + self.window_s
-            while weight < self.max_batch:
+            while not stopping and weight < self.max_batch and cost < self.max_cost:
                 remaining = deadline - time.monotonic()
                 try:
-                    nxt = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
+                    got = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if nxt is _STOP or weight + self._size(nxt[0]) > self.max_batch:  # type: ignore[index]
-                    carry = nxt  # it starts the next batch (or stops the worker after this one)
+                if got is _STOP:
+                    stopping = True
                     break
-                batch.append(nxt)
-                weight += self._size(nxt[0])  # type: ignore[index]
-            self._answer(batch)  # type: ignore[arg-type]
+                active.append(got)  # type: ignore[arg-type]
+                if not self._add(batch, got, weight, cost):  # type: ignore[arg-type]
+                    break  # it starts the next batch
+                weight, cost = self._weigh(batch)
+            self._answer(batch)
 
-    def _answer(self, batch: list[tuple[T, Future[R]]]) -> None:
-        items = [item for item, _ in batch]
+    def _take_waiting(self, active: list[_Pending[T, R]]) -> bool:
+        """Move every request queued meanwhile into active; return whether the batcher was closed."""
+        while True:
+            try:
+                got = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if got is _STOP:
+                return True
+            active.append(got)  # type: ignore[arg-type]
+
+    def _add(self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int) -> bool:
+        """Add pending's next part to batch if the batch is empty or it fits; return whether it was added."""
+        part = pending.parts[pending.handed]
+        if batch and (weight + self._size(part) > self.max_batch or cost + self._cost(part) > self.max_cost):
+            return False
+        batch.append((pending, pending.handed))
+        pending.handed += 1
+        return True
+
+    def _weigh(self, batch: list[tuple[_Pending[T, R], int]]) -> tuple[int, int]:
+        parts = [p.parts[i] for p, i in batch]
+        return sum(map(self._size, parts)), sum(map(self._cost, parts))
+
+    def _answer(self, batch: list[tuple[_Pending[T, R], int]]) -> None:
+        batch = [(p, i) for p, i in batch if not p.finished]  # a caller that gave up: its part is not run
+        if not batch:
+            return
+        items = [p.parts[i] for p, i in batch]
         self.stats.n_batches += 1
         self.stats.n_items += len(items)
         self.stats.largest = max(self.stats.largest, len(items))
@@ -122,13 +219,8 @@ class MicroBatcher(Generic[T, R]):
                 # one bad item must not fail the others: answer each alone, so only it fails
                 log.warning("a batch of %d failed (%s); answering its items one by one", len(items), exc)
                 answers = [self._alone(item) for item in items]
-        for (_, future), answer in zip(batch, answers, strict=True):
-            if future.cancelled():
-                continue
-            if isinstance(answer, BaseException):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
+        for (pending, i), answer in zip(batch, answers, strict=True):
+            pending.answer(i, answer)
 
     def _call(self, items: list[T]) -> list[R | BaseException]:
         answers = list(self._run(items))

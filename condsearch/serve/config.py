@@ -59,6 +59,11 @@ class ServeConfig:
     batch_window_ms: float = 2.0
     #: queries encoded together at most (one forward pass per model and condition)
     max_batch: int = 64
+    #: tokens encoded together at most: a request over this (or over max_batch queries) is answered in
+    #: parts, in turn with other requests, so that it holds none of them up for longer than one part
+    #: (8 queries at the default model's 256 tokens; a long query counts only the tokens the model reads).
+    #: 4096 doubled the wait of a small request beside a large one and answered the large one no sooner
+    max_batch_tokens: int = 2048
     #: how often the store listing is re-read to notice replaced, added or removed indexes (seconds)
     reload_interval_s: float = 0.5
     #: a request waiting longer than this for its batch gets a 503

@@ -18,12 +18,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from condsearch.backends import backend_of, load_served_vectorizer
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.index import FLAT_BLAS_MIN_QUERIES
 from condsearch.index import search_threads as set_search_threads
 from condsearch.search import (
     Answer,
@@ -37,6 +38,7 @@ from condsearch.search import (
     vectorizer_key,
 )
 from condsearch.serve.config import Backend, ServeConfig
+from condsearch.serve.tokens import TextCutter, estimate_tokens, text_cutter
 from condsearch.spec import Runtime
 from condsearch.store import Manifest
 from condsearch.vectorizer import Vectorizer
@@ -46,6 +48,7 @@ __all__ = [  # the errors, the model key and the backends live in condsearch.err
     "LoadedIndex",
     "QueryJob",
     "Resident",
+    "split_job",
     "UnknownCondition",
     "backend_of",
     "load_served_vectorizer",
@@ -76,11 +79,58 @@ class LoadedIndex:
 
 @dataclass(frozen=True)
 class QueryJob:
-    """One request: its queries under its index's condition, k results each."""
+    """One request (or a part of one): its queries under its index's condition, k results each.
+
+    ``texts``: what the model encodes of each query, the query or its start where the model reads no
+    further (:mod:`condsearch.serve.tokens`); ``tokens``: what the model reads of each, for scheduling.
+    """
 
     index: LoadedIndex
     queries: tuple[str, ...]
     k: int
+    texts: tuple[str, ...] | None = None
+    tokens: tuple[int, ...] | None = None
+
+    @property
+    def encoded(self) -> tuple[str, ...]:
+        """Return the texts the model encodes, one per query."""
+        return self.queries if self.texts is None else self.texts
+
+    @property
+    def n_tokens(self) -> int:
+        """Return the tokens the model reads for this job (0 where they were not counted)."""
+        return sum(self.tokens or ())
+
+    def part(self, start: int, stop: int) -> QueryJob:
+        """Return the job of queries[start:stop]."""
+        texts = None if self.texts is None else self.texts[start:stop]
+        tokens = None if self.tokens is None else self.tokens[start:stop]
+        return QueryJob(self.index, self.queries[start:stop], self.k, texts, tokens)
+
+
+def split_job(job: QueryJob, max_queries: int, max_tokens: int) -> list[QueryJob]:
+    """Split job into parts of at most max_queries queries and max_tokens tokens, in order.
+
+    A query over max_tokens is a part alone. Where the job holds twice
+    :data:`~condsearch.index.FLAT_BLAS_MIN_QUERIES` queries or more, the last part is evened out with
+    the one before it to hold that many too, so every part is searched as the whole job would be
+    (by one matrix product; fewer queries scan the rows, which may differ in the last bits).
+    """
+    n = len(job.queries)
+    tokens = job.tokens or (0,) * n
+    bounds, start, cost = [], 0, 0
+    for i in range(n):
+        if i > start and (i - start + 1 > max_queries or cost + tokens[i] > max_tokens):
+            bounds.append((start, i))
+            start, cost = i, 0
+        cost += tokens[i]
+    bounds.append((start, n))
+    if len(bounds) > 1 and bounds[-1][1] - bounds[-1][0] < FLAT_BLAS_MIN_QUERIES:
+        first, stop = bounds[-2][0], bounds[-1][1]
+        if stop - first >= 2 * FLAT_BLAS_MIN_QUERIES:
+            middle = first + (stop - first) // 2
+            bounds[-2:] = [(first, middle), (middle, stop)]
+    return [job.part(a, b) for a, b in bounds] if len(bounds) > 1 else [job]
 
 
 class Resident:
@@ -110,10 +160,12 @@ class Resident:
         self.reload_interval_s = reload_interval_s
         self._indexes: dict[str, LoadedIndex] = {}
         self._models: dict[str, Vectorizer] = {}
+        self._cutters: dict[str, TextCutter | None] = {}
         self._listing: Listing = []
         self._listed_at = float("-inf")
         self._list_lock = threading.Lock()
         self._load_lock = threading.Lock()
+        self._cutter_lock = threading.Lock()
 
     # ------------------------------------------------------------ what is indexed
 
@@ -176,6 +228,27 @@ class Resident:
             log.info("%s: %s (%d rows)", name, "reloaded" if current else "loaded", opened.manifest.n_vectors)
             return loaded
 
+    def job(self, condition: str, corpus: str | None, queries: Sequence[str], k: int) -> QueryJob:
+        """Return the job of queries under the index for condition: each cut to what its model reads, and counted.
+
+        Runs on the caller's thread (the tokenizer is the model's, copied), not the batching one.
+        """
+        entry = self.get(condition, corpus)
+        cutter = self._cutter(entry.model_key)
+        if cutter is not None:
+            texts, tokens = cutter.cut(queries, entry.manifest.condition)
+        else:
+            max_tokens = getattr(self.vectorizer(entry.model_key).encoder, "max_length", None)
+            texts, tokens = list(queries), [estimate_tokens(q, max_tokens) for q in queries]
+        return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens))
+
+    def _cutter(self, key: str) -> TextCutter | None:
+        if key not in self._cutters:
+            with self._cutter_lock:  # one copy of a model's tokenizer, made once
+                if key not in self._cutters:
+                    self._cutters[key] = text_cutter(self.vectorizer(key).encoder)
+        return self._cutters[key]
+
     def preload(self) -> None:
         """Load every readable index and its model now; one that fails is logged and left for later."""
         for _, m in self.listing(fresh=True):
@@ -197,6 +270,7 @@ class Resident:
         used = {entry.model_key for entry in self._indexes.values()}
         for key in [k for k in self._models if k not in used]:
             del self._models[key]
+            self._cutters.pop(key, None)
 
     @property
     def n_indexes(self) -> int:
@@ -224,5 +298,10 @@ class Resident:
         if self.search_threads is not None:
             # OpenMP keeps the thread count per calling thread: set it on the one that searches
             set_search_threads(self.search_threads)
-        requests = [Request(job.index, self.vectorizer(job.index.model_key), job.queries, job.k) for job in jobs]
-        return answer_batch(requests, one_pass=True)
+        requests = [Request(job.index, self.vectorizer(job.index.model_key), job.encoded, job.k) for job in jobs]
+        answers = answer_batch(requests, one_pass=True)
+        # each answer names the queries as sent, not as cut for the model
+        return [
+            a if isinstance(a, BaseException) else replace(a, queries=j.queries)
+            for a, j in zip(answers, jobs, strict=True)
+        ]
