@@ -118,7 +118,13 @@ VALUES: dict[str, list[str]] = {
     "--router-variant": ["extended"],
     "--router-layer": ["0"],
 }
-ROUTER_VALUES = {"--loss": ["wacl"], "--k": ["3"], "--train-backbone": ["top"], "--init": ["full"]}
+ROUTER_VALUES = {
+    "--loss": ["wacl"],
+    "--contrast-weight": ["0.5"],
+    "--k": ["3"],
+    "--train-backbone": ["top"],
+    "--init": ["full"],
+}
 #: the router's flags that apply with the context variant only
 ROUTER_NEEDS = {flag: ["--router-variant", "context"] for flag in ("--k", "--init")}
 NEEDS = {"--dim": ["--head-on-top"], "--dropout": ["--head-on-top"], "--head-lr": ["--head-on-top"]}
