@@ -1,4 +1,5 @@
-"""The HTTP API as a FastAPI app: POST /query, GET /indexes, GET /health, OpenAPI docs at /docs, a search page at /.
+"""The HTTP API as a FastAPI app: POST /query, POST /v1/embeddings, GET /indexes, GET /health, OpenAPI docs at
+/docs, a search page at /.
 
 :func:`create_app` builds the app around a :class:`~condsearch.serve.engine.Resident`; it opens
 no socket (``condsearch.serve.server`` runs it under uvicorn). Every error answers
@@ -12,7 +13,8 @@ import hmac
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -27,13 +29,15 @@ from condsearch.calibration import Background
 from condsearch.errors import CondsearchError, first_line
 from condsearch.index import search_threads
 from condsearch.manifest import Manifest
-from condsearch.search import Answer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
+
+if TYPE_CHECKING:
+    from condsearch.serve.embeddings import EmbedJob
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +203,11 @@ class _SecuredApp(FastAPI):
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
-    batcher: MicroBatcher[QueryJob, Answer] = MicroBatcher(
-        resident.answer_batch,
+    from condsearch.serve.embeddings import add_embeddings, answer_jobs  # it imports this module
+
+    # one batcher for /query's jobs and /v1/embeddings' (an Answer or an array each), so they take turns
+    batcher: MicroBatcher[QueryJob | EmbedJob, Any] = MicroBatcher(
+        partial(answer_jobs, resident),
         max_batch=config.max_batch,
         window_s=config.batch_window_ms / 1000,
         size=lambda job: len(job.queries),
@@ -329,5 +336,6 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
 
+    add_embeddings(app, resident, batcher, config)
     add_page(app)
     return app
