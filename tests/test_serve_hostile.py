@@ -444,7 +444,7 @@ def check_answer(body: dict, response: httpx.Response) -> None:
     got = response.json()
     texts = [body["query"]] if "query" in body else body["queries"]
     k = body.get("k", ServeConfig.k)
-    assert set(got) == {"index", "corpus", "k", "k_requested", "k_capped", "rows", "results"}
+    assert set(got) == {"index", "corpus", "k", "k_requested", "k_capped", "rows", "results", "unknown_tokens"}
     assert (got["corpus"], got["k_requested"], got["rows"]) == ("corpus", k, len(SENTENCES))
     assert [a["query"] for a in got["results"]] == texts
     counts = [len(a["results"]) for a in got["results"]]

@@ -131,6 +131,10 @@ class QueryResponse(BaseModel):
     )
     rows: int = Field(description="Rows in the index.")
     results: list[QueryAnswer]
+    unknown_tokens: list[float | None] = Field(
+        description="Per query, the share of its tokens the model's vocabulary lacks (read as [UNK]; null where "
+        "not counted). Near 1 (Chinese or emoji for an English model), the model cannot read the query."
+    )
 
 
 class ErrorResponse(BaseModel):
@@ -226,6 +230,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         version=__version__,
         description="Conditional semantic search: rank an index's rows for queries under its condition.",
         lifespan=lifespan,
+        docs_url=None,  # the page's own /docs (condsearch.serve.page): Swagger UI's comes from a CDN
+        redoc_url=None,
     )
     app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
 
@@ -312,6 +318,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
                 "k_capped": min(counts) < body.k,
                 "rows": parts[0].n_rows,
                 "results": [query_answer(h) for h in hits],
+                "unknown_tokens": list(job.unknown) if job.unknown is not None else [None] * len(texts),
             }
         )
 

@@ -90,6 +90,8 @@ class QueryJob:
     k: int
     texts: tuple[str, ...] | None = None
     tokens: tuple[int, ...] | None = None
+    #: each query's share of unknown tokens ([UNK]; TextCutter.unknown_shares), None where not counted
+    unknown: tuple[float, ...] | None = None
 
     @property
     def encoded(self) -> tuple[str, ...]:
@@ -235,12 +237,15 @@ class Resident:
         """
         entry = self.get(condition, corpus)
         cutter = self._cutter(entry.model_key)
+        unknown = None
         if cutter is not None:
             texts, tokens = cutter.cut(queries, entry.manifest.condition)
+            unknown = cutter.unknown_shares(texts)
         else:
             max_tokens = getattr(self.vectorizer(entry.model_key).encoder, "max_length", None)
             texts, tokens = list(queries), [estimate_tokens(q, max_tokens) for q in queries]
-        return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens))
+        shares = None if unknown is None else tuple(unknown)
+        return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens), shares)
 
     def _cutter(self, key: str) -> TextCutter | None:
         if key not in self._cutters:

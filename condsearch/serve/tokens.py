@@ -79,6 +79,20 @@ class TextCutter:
             pending = again
         return out, counts
 
+    def unknown_shares(self, texts: Sequence[str]) -> list[float] | None:
+        """Return the share of each text's tokens that are the model's unknown token ([UNK]), or None.
+
+        None where the tokenizer names no unknown token. A query mostly of characters outside the
+        vocabulary (Chinese or emoji for an English WordPiece model) reads as [UNK]s, and its
+        results, however ordinary they look, answer nothing it said. Give texts already cut.
+        """
+        unknown = getattr(self._tokenizer.model, "unk_token", None)
+        unknown_id = self._tokenizer.token_to_id(unknown) if isinstance(unknown, str) else None
+        if unknown_id is None:
+            return None
+        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [sum(i == unknown_id for i in e.ids) / len(e.ids) if e.ids else 0.0 for e in encodings]
+
 
 def _prefix_at_word_end(text: str, at_least: int) -> str:
     """Return text up to the first word end at or past at_least characters (all of it when none)."""
