@@ -62,7 +62,7 @@ def test_the_page_is_served_without_the_key_and_the_data_is_not(tmp_path: Path) 
             assert got.content == read_page_file(page_file.name)
             # a query string changes nothing (no handler argument reads it)
             assert http.get(page_file.path, params={"body": "<script>"}).content == got.content
-        for path in ("/indexes", "/health", "/docs", "/openapi.json", "/static/", "/static/../indexes", "/index.html"):
+        for path in ("/indexes", "/health", "/openapi.json", "/redoc", "/static/", "/static/../indexes", "/index.html"):
             assert http.get(path).status_code == 401, path
         assert http.post("/", json={}).status_code == 401  # only GET of the page's own files goes without the key
         assert http.get("/indexes", headers={"X-API-Key": KEY.encode()}).status_code == 200
@@ -250,4 +250,220 @@ def test_the_key_from_the_fragment_keeps_plus_signs(browser, base64_key_server: 
     page.goto(f"{base64_key_server}/#{fragment}")
     _expect(page.locator("#status")).to_contain_text("No indexes to search yet")  # the key was accepted
     assert page.input_value("#key") == BASE64_KEY
-    assert page.url == f"{base64_key_server}/" and not errors
+    # the key leaves the address bar; the rest of the fragment (a search) stays
+    assert page.url == f"{base64_key_server}/" + ("#other=1" if fragment.startswith("other") else "") and not errors
+
+
+# ------------------------------------------------------------------ issue 41: the page as a user meets it
+
+CAR = "the car maker"
+NEW_CONDITION = "the weather outside"
+UNREADABLE = "🎾👗🏀 🎾👗"  # all [UNK] to the tiny BERT's (and MiniLM's) WordPiece vocabulary
+
+
+def test_the_icon_and_the_docs_page_are_served_without_anything_from_elsewhere(tmp_path: Path) -> None:
+    """/favicon.ico is an icon (not a 404); /docs is the page's own, no CDN (Swagger UI's was blank offline)."""
+    (tmp_path / "idx").mkdir()
+    with serve(tmp_path / "idx", api_key=KEY) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        icon = http.get("/favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/x-icon"
+        assert icon.content[:4] == b"\x00\x00\x01\x00"  # an ICO header
+        docs = http.get("/docs")
+        assert docs.status_code == 200 and "cdn" not in docs.text.lower()
+        assert not re.search(r"(src|href)=\"(https?:)?//", docs.text)
+        assert http.get("/redoc").status_code == 401  # no other docs page from a CDN (404 with the key)
+        assert http.get("/redoc", headers={"X-API-Key": KEY.encode()}).status_code == 404
+
+
+def test_the_server_says_how_much_of_a_query_its_model_cannot_read(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path
+) -> None:
+    """POST /query gives each query's share of [UNK] tokens: a query of emoji reads as nothing but [UNK]."""
+    index(corpus_file, tmp_path / "indexes", tiny_bert_dir, COLOUR)
+    with serve(tmp_path / "indexes") as server:
+        body = {"queries": [UNREADABLE, "a girl in a red dress"], "condition": COLOUR, "k": 2}
+        got = httpx.post(f"{server.url}/query", json=body, timeout=60)
+    assert got.status_code == 200, got.text
+    unreadable, plain = got.json()["unknown_tokens"]
+    assert unreadable == 1.0 and plain == 0.0
+
+
+@pytest.fixture
+def two_corpora(browser: object, tiny_bert_dir: Path, write_corpus, tmp_path: Path) -> Iterator[tuple[str, object]]:
+    """A server over two corpora of the tiny BERT (corpus: colour, sport; cars: the car maker); and a function
+    that indexes corpus under one more condition while the server runs."""
+    corpus = write_corpus({"id": [f"s{i}" for i in range(len(SENTENCES))], "text": SENTENCES})
+    cars = write_corpus({"id": ["c0", "c1", "c2"], "text": SENTENCES[:3]}, name="cars.parquet")
+    folder = tmp_path / "indexes"
+    index(cars, folder, tiny_bert_dir, CAR)  # first: the listing's first index is not the default corpus's
+    index(corpus, folder, tiny_bert_dir, COLOUR, SPORT)
+    with serve(folder) as server:
+        yield server.url, lambda condition: index(corpus, folder, tiny_bert_dir, condition)
+
+
+def _options(page: object, select: str) -> list[str]:
+    return page.eval_on_selector_all(f"{select} option", "os => os.map(o => o.textContent)")  # type: ignore[attr-defined]
+
+
+def _colour(page: object, selector: str, prop: str = "color") -> tuple[float, float, float]:
+    css = page.eval_on_selector(selector, f"e => getComputedStyle(e)['{prop}']")  # type: ignore[attr-defined]
+    r, g, b = (float(x) for x in re.findall(r"[\d.]+", css)[:3])
+    return r, g, b
+
+
+def _contrast(a: tuple[float, float, float], b: tuple[float, float, float]) -> float:
+    """WCAG 2 contrast ratio of two sRGB colours (0-255)."""
+
+    def luminance(rgb: tuple[float, float, float]) -> float:
+        lin = [c / 255 / 12.92 if c / 255 <= 0.04045 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+        return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+@pytest.mark.browser
+def test_errors_are_red_and_a_refused_search_clears_the_results(browser, hostile_server: str) -> None:
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(f"{hostile_server}/")
+    page.wait_for_selector("#status.error")  # no key
+    red = _colour(page, "#status")
+    assert red != _colour(page, "header p")  # not the muted grey of other text
+    assert red[0] > red[1] + 60 and red[0] > red[2] + 60  # red
+    page.fill("#key", KEY)
+    page.press("#key", "Tab")
+    _search(page, "a girl in a red dress", COLOUR, HOSTILE_CONDITION, 3)
+    assert "a girl in a red dress" in page.text_content("#answered")  # results say which query they answer
+    page.fill("#query", "   ")
+    page.click("#go")
+    _expect(page.locator("#status")).to_have_text("Type a query.")
+    assert _colour(page, "#status") == red
+    assert page.locator("#results li").count() == 0 and not page.text_content("#answered")
+    _search(page, "a girl in a red dress", COLOUR, HOSTILE_CONDITION, 3)
+    page.fill("#k", "0")
+    page.click("#go")
+    _expect(page.locator("#status")).to_contain_text("k must be")
+    assert page.locator("#results li").count() == 0
+
+
+@pytest.mark.browser
+def test_one_corpus_at_a_time_labelled_results_and_scores_explained(browser, two_corpora) -> None:
+    url, _ = two_corpora
+    page = browser.new_page(viewport={"width": 1200, "height": 800})  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{url}/")
+    _expect(page.locator("#left option")).to_have_count(2)
+    assert sorted(_options(page, "#corpus")) == ["cars", "corpus"]
+    assert page.input_value("#corpus") == "corpus"  # the corpus that has two conditions to compare
+    assert sorted(_options(page, "#left")) == sorted(_options(page, "#right")) == sorted([COLOUR, SPORT])
+    page.select_option("#corpus", "cars")
+    _expect(page.locator("#left option")).to_have_count(1)
+    assert _options(page, "#right") == [CAR]
+    page.select_option("#corpus", "corpus")
+
+    _search(page, "a girl in a red dress", COLOUR, SPORT, 3)
+    answered = page.text_content("#answered")
+    assert "a girl in a red dress" in answered and "corpus" in answered
+    assert "corpus" in page.text_content("#status")  # which corpus answered
+    assert "within a column" in page.text_content("#score-note")
+    assert page.locator(".z").count() == 0
+    page.check("#calibrated")
+    page.click("#go")
+    _expect(page.locator("#left-results .z")).to_have_count(3)
+    body = {"query": "a girl in a red dress", "condition": COLOUR, "k": 3, "calibrated": True}
+    want = httpx.post(f"{url}/query", json=body, timeout=60)
+    zs = [f"z {h['z']:.2f}" for h in want.json()["results"][0]["results"]]
+    assert page.locator("#left-results .z").all_text_contents() == zs
+
+    page.fill("#query", UNREADABLE)  # the model reads none of it: said, not ten ordinary-looking results
+    page.click("#go")
+    _expect(page.locator("#left-results .unreadable")).to_be_visible()
+    assert "cannot read" in page.text_content("#left-results .unreadable")
+    assert not errors
+
+
+@pytest.mark.browser
+def test_how_to_add_a_condition_and_a_new_one_appears_without_a_reload(browser, two_corpora) -> None:
+    url, add_condition = two_corpora
+    page = browser.new_page()  # type: ignore[attr-defined]
+    page.goto(f"{url}/")
+    _expect(page.locator("#left option")).to_have_count(2)
+    command = page.text_content("#add-command")
+    assert command.startswith("condsearch index ") and '-c "' in command
+    add_condition(NEW_CONDITION)
+    page.focus("#right")  # the lists are read again when a condition box gets focus
+    _expect(page.locator("#right option")).to_have_count(3)
+    assert NEW_CONDITION in _options(page, "#left")
+
+
+@pytest.mark.browser
+def test_the_docs_page_lists_the_api_offline(browser, hostile_server: str) -> None:
+    page = browser.new_page()  # type: ignore[attr-defined]
+    elsewhere: list[str] = []
+    page.on("request", lambda r: None if r.url.startswith(hostile_server) else elsewhere.append(r.url))
+    page.goto(f"{hostile_server}/#key={KEY}")  # the key is kept for the tab: the docs page uses it
+    _expect(page.locator("#left option")).to_have_count(2)
+    page.goto(f"{hostile_server}/docs")
+    _expect(page.locator(".operation")).not_to_have_count(0)
+    listed = page.locator(".operation h2").all_text_contents()
+    assert "POST /query" in listed and "GET /indexes" in listed
+    assert "calibrated" in page.text_content("main")
+    assert not elsewhere
+
+
+@pytest.mark.browser
+def test_the_search_button_reads_in_dark_mode(browser, demo_server: str) -> None:
+    for scheme in ("dark", "light"):
+        page = browser.new_page(color_scheme=scheme)  # type: ignore[attr-defined]
+        page.goto(f"{demo_server}/")
+        assert _contrast(_colour(page, "#go"), _colour(page, "#go", "backgroundColor")) >= 4.5, scheme
+        page.close()
+
+
+@pytest.mark.browser
+def test_on_a_phone_both_columns_are_in_reach_and_targets_are_44px(browser, demo_server: str) -> None:
+    page = browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)  # type: ignore[attr-defined]
+    page.goto(f"{demo_server}/")
+    _expect(page.locator("#left option")).to_have_count(2)
+    _search(page, DEMO_QUERY, COLOUR, SPORT, 10)
+    first_a = page.locator("#left-results li").first.bounding_box()
+    page.click("#tab-right")
+    first_b = page.locator("#right-results li").first.bounding_box()
+    assert first_b is not None and first_a is not None
+    assert first_b["y"] <= first_a["y"] + 1  # B starts where A does, not after A's ten results
+    assert page.locator("#right-results li").first.is_visible()
+    page.click("#tab-left")
+    assert page.locator("#left-results li").first.is_visible()
+    assert not page.locator("#right-results li").first.is_visible()
+    small = page.eval_on_selector_all(
+        'input:not([type="checkbox"]), select, button, summary, label.check',  # a checkbox: its label is the target
+        "es => es.filter(e => e.offsetParent !== null && e.getBoundingClientRect().height < 44)"
+        ".map(e => e.id || e.tagName)",
+    )
+    assert not small
+
+
+@pytest.mark.browser
+def test_the_search_is_in_the_url_and_back_returns_to_it(browser, two_corpora) -> None:
+    url, _ = two_corpora
+    page = browser.new_page()  # type: ignore[attr-defined]
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    page.goto(f"{url}/#key=unused")
+    _search(page, "a girl + a dress & more", SPORT, COLOUR, 2)
+    shared = page.url
+    assert "#" in shared and "?" not in shared and "key=" not in shared
+    _search(page, "two men play soccer", COLOUR, SPORT, 3)
+    page.go_back()
+    _expect(page.locator("#query")).to_have_value("a girl + a dress & more")
+    _expect(page.locator("#left-results li")).to_have_count(2)
+    assert page.text_content("#left-results h2") == SPORT
+
+    fresh = browser.new_page()  # type: ignore[attr-defined]
+    fresh.goto(shared)  # a shared link restores the search and runs it
+    _expect(fresh.locator("#right-results li")).to_have_count(2)
+    assert fresh.input_value("#query") == "a girl + a dress & more" and fresh.input_value("#k") == "2"
+    assert fresh.input_value("#corpus") == "corpus"
+    assert fresh.text_content("#right-results h2") == COLOUR
+    assert not errors

@@ -1,7 +1,8 @@
 """The search page at ``/``: static files shipped in ``condsearch/serve/static`` (HTML, vanilla JS, CSS).
 
 There is no build step and nothing is fetched from elsewhere: the page is a client of the JSON
-API (``GET /indexes``, ``POST /query``) like any other, sending the API key the user gives it.
+API (``GET /indexes``, ``POST /query``) like any other, sending the API key the user gives it; so is
+``/docs``, which lists the operations of ``/openapi.json``.
 Its files hold no data, so they are the only paths served without the key. Each is answered
 with a Content-Security-Policy that lets the page load only these files and talk only to this
 server, and that forbids inline scripts, so text from an index can never run as code.
@@ -39,6 +40,11 @@ PAGE_FILES = (
     PageFile("/", "index.html", "text/html; charset=utf-8"),
     PageFile("/static/search.js", "search.js", "text/javascript; charset=utf-8"),
     PageFile("/static/search.css", "search.css", "text/css; charset=utf-8"),
+    # the API docs, rendered from /openapi.json (which needs the key) by the page's own script:
+    # Swagger UI's /docs loads its code from a CDN, so it was blank offline
+    PageFile("/docs", "docs.html", "text/html; charset=utf-8"),
+    PageFile("/static/docs.js", "docs.js", "text/javascript; charset=utf-8"),
+    PageFile("/favicon.ico", "favicon.ico", "image/x-icon"),  # asked for on every load: a 404 each time
 )
 #: the paths a server with an API key answers without it (GET only): the page, never data
 PAGE_PATHS = frozenset(f.path for f in PAGE_FILES)

@@ -1,5 +1,7 @@
-// The search page of `condsearch serve`: list the indexed conditions (GET indexes), ask one query
-// under two of them (POST query, once per column) and show both rankings side by side.
+// The search page of `condsearch serve`: list the indexed conditions (GET indexes), pick a corpus,
+// ask one query under two of its conditions (POST query, once per column) and show both rankings
+// side by side (as tabs on a phone). The search lives in the URL's fragment (q, corpus, a, b, k, z),
+// so it can be shared and Back returns to the one before; an API key never goes there.
 // It is a client of the JSON API like any other. Every text the server sends goes into the page
 // through textContent or an Option's text, never parsed as HTML.
 "use strict";
@@ -7,6 +9,7 @@
 (() => {
   const KEY_HEADER = "X-API-Key"; // condsearch.serve.config.API_KEY_HEADER
   const KEY_SAVED = "condsearch-api-key"; // sessionStorage: this tab only, gone when it closes
+  const UNREADABLE_SHARE = 0.5; // a query with more unknown tokens ([UNK]) than this is flagged
 
   const byId = (id) => document.getElementById(id);
   const form = byId("search");
@@ -14,12 +17,20 @@
   const kBox = byId("k");
   const keyBox = byId("key");
   const keyDetails = byId("key-box");
+  const corpusPicker = byId("corpus");
+  const calibratedBox = byId("calibrated");
   const statusLine = byId("status");
+  const answered = byId("answered");
+  const scoreNote = byId("score-note");
+  const tabs = byId("tabs");
+  const tabButtons = [byId("tab-left"), byId("tab-right")];
+  const results = byId("results");
   const pickers = [byId("left"), byId("right")];
   const columns = [byId("left-results"), byId("right-results")];
 
-  let indexes = new Map(); // an option's value (the index name) -> {condition, corpus, rows}
+  let indexes = new Map(); // an index name -> {condition, corpus, rows, model, head, mode, background}
   let pending = null; // the AbortController of the search in flight
+  let reading = null; // the listing being read, if any: a focus while it runs asks nothing more
 
   function element(tag, text, className) {
     const node = document.createElement(tag);
@@ -33,37 +44,76 @@
     statusLine.classList.toggle("error", isError);
   }
 
-  // ------------------------------------------------------------------ the API key
+  // ------------------------------------------------------------------ the URL's fragment
 
-  function fragmentValue(name) {
+  function fragmentParts() {
     // Not URLSearchParams: its form decoding turns "+" into a space, and base64 keys hold "+".
     // Percent escapes are decoded (the browser writes non-ASCII so); a value that is not valid
     // percent-encoding (a lone "%") is taken as written.
+    const parts = [];
     for (const part of location.hash.slice(1).split("&")) {
       const eq = part.indexOf("=");
-      if (eq < 0 || part.slice(0, eq) !== name) continue;
+      if (eq < 0) continue;
       const raw = part.slice(eq + 1);
+      let value;
       try {
-        return decodeURIComponent(raw);
+        value = decodeURIComponent(raw);
       } catch {
-        return raw;
+        value = raw;
       }
+      parts.push([part.slice(0, eq), value, part]);
     }
-    return null;
+    return parts;
+  }
+
+  function fragmentValue(name) {
+    const found = fragmentParts().find(([n]) => n === name);
+    return found ? found[1] : null;
   }
 
   function keyFromFragment() {
     const key = fragmentValue("key");
     if (key !== null) {
       // take the key out of the address bar and this history entry (a fragment never reaches a server)
-      history.replaceState(null, "", location.pathname + location.search);
+      const rest = fragmentParts().filter(([n]) => n !== "key").map(([, , part]) => part);
+      history.replaceState(null, "", location.pathname + location.search + (rest.length ? `#${rest.join("&")}` : ""));
     }
     return key;
   }
 
+  function searchFragment(state) {
+    const parts = [["q", state.query], ["corpus", state.corpus], ["a", state.left], ["b", state.right]];
+    if (state.k !== null) parts.push(["k", String(state.k)]);
+    if (state.calibrated) parts.push(["z", "1"]);
+    return "#" + parts.map(([n, v]) => `${n}=${encodeURIComponent(v)}`).join("&");
+  }
+
+  function stateFromFragment() {
+    const query = fragmentValue("q");
+    if (query === null) return null;
+    return {
+      query,
+      corpus: fragmentValue("corpus"),
+      left: fragmentValue("a"),
+      right: fragmentValue("b"),
+      k: fragmentValue("k"),
+      calibrated: fragmentValue("z") === "1",
+    };
+  }
+
+  // ------------------------------------------------------------------ the API key
+
   function headerValue(key) {
     // fetch sends each character of a header value as one byte; the server compares the key's UTF-8 bytes
     return Array.from(new TextEncoder().encode(key), (b) => String.fromCharCode(b)).join("");
+  }
+
+  function saveKey(key) {
+    try {
+      sessionStorage.setItem(KEY_SAVED, key);
+    } catch {
+      // storage may be off; the key still works until the page is left
+    }
   }
 
   async function call(path, init = {}) {
@@ -87,53 +137,123 @@
     return { status: response.status, body };
   }
 
-  // ------------------------------------------------------------------ the conditions
+  // ------------------------------------------------------------------ corpora and conditions
 
-  async function loadIndexes() {
-    say("Reading the indexes…");
+  function loadIndexes(quiet = false) {
+    if (quiet && reading) return reading;
+    const read = readIndexes(quiet).finally(() => {
+      if (reading === read) reading = null;
+    });
+    reading = read;
+    return read;
+  }
+
+  async function readIndexes(quiet) {
+    if (!quiet) say("Reading the indexes…");
     let got;
     try {
       got = await call("indexes");
     } catch (error) {
-      say(`Cannot ask the server: ${error.message}`, true);
-      return;
+      if (!quiet) say(`Cannot ask the server: ${error.message}`, true);
+      return false;
     }
     if (got.status === 401) {
       keyDetails.open = true;
       keyBox.focus();
       say("This server needs an API key: enter it under “API key”.", true);
-      return;
+      return false;
     }
     if (got.status !== 200) {
-      say(`Cannot list the indexes: ${got.body.error}`, true);
-      return;
+      if (!quiet) say(`Cannot list the indexes: ${got.body.error}`, true);
+      return false;
     }
     const listed = Array.isArray(got.body.indexes) ? got.body.indexes : [];
-    const usable = listed.filter((i) => typeof i.condition === "string" && typeof i.index === "string");
-    const corpora = new Set(usable.map((i) => i.corpus));
-    indexes = new Map(usable.map((i) => [i.index, { condition: i.condition, corpus: i.corpus, rows: i.rows }]));
-    pickers.forEach((picker, side) => {
-      const before = picker.value;
-      picker.replaceChildren(
-        ...usable.map((i) => new Option(corpora.size > 1 ? `${i.condition} (${i.corpus})` : i.condition, i.index)),
-      );
-      const fallback = usable[Math.min(side, usable.length - 1)];
-      picker.value = indexes.has(before) ? before : fallback ? fallback.index : "";
-    });
+    const usable = listed.filter(
+      (i) => typeof i.condition === "string" && typeof i.index === "string" && typeof i.corpus === "string",
+    );
+    indexes = new Map(
+      usable.map((i) => [
+        i.index,
+        {
+          condition: i.condition,
+          corpus: i.corpus,
+          rows: i.rows,
+          model: String(i.model ?? ""),
+          head: String(i.head ?? ""),
+          mode: String(i.mode ?? ""),
+          background: typeof i.score_background === "object" && i.score_background !== null
+            && Object.keys(i.score_background).length > 0,
+        },
+      ]),
+    );
+    fillCorpora();
     const damaged = listed.length - usable.length;
     const note = damaged ? ` (${damaged} damaged: run condsearch verify)` : "";
     if (!usable.length) {
       say(`No indexes to search yet${note}: build some with condsearch index.`, true);
-    } else {
-      say(`${usable.length} ${usable.length === 1 ? "index" : "indexes"}${note}. Type a query and pick two conditions.`);
+    } else if (!quiet) {
+      const n = corpusPicker.options.length;
+      const corpora = n === 1 ? "one corpus" : `${n} corpora`;
+      say(`${usable.length} ${usable.length === 1 ? "index" : "indexes"} of ${corpora}${note}. Type a query and pick two conditions.`);
     }
+    return usable.length > 0;
+  }
+
+  function conditionsOf(corpus) {
+    return [...indexes].filter(([, i]) => i.corpus === corpus);
+  }
+
+  function fillCorpora(wanted = null) {
+    const counts = new Map();
+    for (const i of indexes.values()) counts.set(i.corpus, (counts.get(i.corpus) || 0) + 1);
+    const names = [...counts.keys()].sort();
+    const before = wanted ?? corpusPicker.value;
+    corpusPicker.replaceChildren(...names.map((name) => new Option(name, name)));
+    // by default the first corpus with two conditions to compare
+    const fallback = names.find((name) => counts.get(name) > 1) ?? names[0] ?? "";
+    corpusPicker.value = counts.has(before) ? before : fallback;
+    fillConditions();
+  }
+
+  function fillConditions(wanted = [null, null]) {
+    const corpus = corpusPicker.value;
+    const own = conditionsOf(corpus);
+    pickers.forEach((picker, side) => {
+      const before = wanted[side] !== null ? indexNamed(corpus, wanted[side]) : picker.value;
+      picker.replaceChildren(...own.map(([name, i]) => new Option(i.condition, name)));
+      const fallback = own[Math.min(side, own.length - 1)];
+      picker.value = before && indexes.has(before) && indexes.get(before).corpus === corpus
+        ? before : fallback ? fallback[0] : "";
+    });
+    showAddCommand(own);
+  }
+
+  function indexNamed(corpus, condition) {
+    const found = conditionsOf(corpus).find(([, i]) => i.condition === condition);
+    return found ? found[0] : null;
+  }
+
+  function showAddCommand(own) {
+    const corpus = corpusPicker.value || "CORPUS";
+    const first = own.length ? own[0][1] : null;
+    const mode = first && first.mode && first.mode !== "case" ? ` --mode ${first.mode}` : "";
+    byId("add-file").textContent = corpus;
+    byId("add-command").textContent = `condsearch index FILE -c "the new condition"${mode}`;
+    byId("add-model").textContent = first ? `model ${first.model}, head ${first.head}, mode ${first.mode}` : "none yet";
+  }
+
+  function refresh() {
+    // one GET /indexes (the server re-reads its folder at most every half second): a condition
+    // indexed while the page is open is offered without a reload
+    loadIndexes(true);
   }
 
   // ------------------------------------------------------------------ searching
 
-  async function ask(query, index, k, signal) {
+  async function ask(query, index, k, calibrated, signal) {
     const request = { query, condition: index.condition, corpus: index.corpus };
     if (k !== null) request.k = k;
+    if (calibrated) request.calibrated = true;
     try {
       const got = await call("query", {
         method: "POST",
@@ -153,29 +273,55 @@
     return Number.isInteger(k) && k >= 1 ? k : undefined;
   }
 
-  async function search() {
+  function clearResults() {
+    if (pending) pending.abort();
+    pending = null;
+    columns.forEach((column) => column.replaceChildren());
+    answered.textContent = "";
+    scoreNote.hidden = true;
+    tabs.hidden = true;
+  }
+
+  function refuse(text) {
+    clearResults(); // results left under a refused search would seem to answer it
+    say(text, true);
+  }
+
+  async function search(push = true) {
     const query = queryBox.value;
     const chosen = pickers.map((p) => indexes.get(p.value));
     const k = readK();
-    if (!query.trim()) return say("Type a query.", true);
-    if (chosen.some((c) => !c)) return say("Pick two conditions.", true);
-    if (k === undefined) return say("k must be a whole number, 1 or more.", true);
+    if (!query.trim()) return refuse("Type a query.");
+    if (chosen.some((c) => !c)) return refuse("Pick a corpus and two conditions.");
+    if (k === undefined) return refuse("k must be a whole number, 1 or more.");
+    const calibrated = calibratedBox.checked;
+    const corpus = chosen[0].corpus;
+    const fragment = searchFragment({ query, corpus, left: chosen[0].condition, right: chosen[1].condition, k, calibrated });
+    if (push && fragment !== location.hash) history.pushState(null, "", fragment);
     if (pending) pending.abort(); // a newer search replaces one still running
     const controller = (pending = new AbortController());
     say("Searching…");
-    const got = await Promise.all(chosen.map((index) => ask(query, index, k, controller.signal)));
+    const got = await Promise.all(
+      chosen.map((index) => ask(query, index, k, calibrated && index.background, controller.signal)),
+    );
     if (controller !== pending) return;
     pending = null;
     const hits = got.map((g) => (g.answer && g.answer.results && g.answer.results[0] ? g.answer.results[0].results : null));
     const sameCorpus = hits.every(Boolean) && got[0].answer.corpus === got[1].answer.corpus;
     const idSets = hits.map((h) => new Set((h || []).map((hit) => idKey(hit.id))));
-    columns.forEach((column, side) => render(column, chosen[side], got[side], sameCorpus ? idSets[1 - side] : null));
+    columns.forEach((column, side) =>
+      render(column, chosen[side], got[side], sameCorpus ? idSets[1 - side] : null, calibrated),
+    );
+    answered.textContent = `Results for “${query}” in corpus ${corpus}`;
+    scoreNote.hidden = false;
+    tabButtons.forEach((button, side) => (button.textContent = `${side ? "B" : "A"}: ${chosen[side].condition}`));
+    tabs.hidden = false;
     if (sameCorpus) {
       const shared = [...idSets[0]].filter((id) => idSets[1].has(id)).length;
       const most = Math.max(hits[0].length, hits[1].length);
-      say(`${shared} of ${most} results appear under both conditions.`);
+      say(`Corpus ${got[0].answer.corpus} answered: ${shared} of ${most} results appear under both conditions.`);
     } else {
-      say(got.some((g) => g.error) ? "A search failed; see its column." : "Done.");
+      say(got.some((g) => g.error) ? "A search failed; see its column." : `Corpus ${corpus} answered.`, got.some((g) => g.error));
     }
   }
 
@@ -183,7 +329,7 @@
     return `${typeof id}:${id}`; // the id 7 and the id "7" are different rows
   }
 
-  function render(column, index, got, otherIds) {
+  function render(column, index, got, otherIds, calibrated) {
     const heading = element("h2", index.condition);
     if (got.error !== undefined) {
       column.replaceChildren(heading, element("p", got.error, "error"));
@@ -191,37 +337,86 @@
     }
     const answer = got.answer;
     const hits = answer.results[0].results;
-    const meta = `top ${hits.length} of ${answer.rows} rows · corpus ${answer.corpus}`;
+    let meta = `top ${hits.length} of ${answer.rows} rows · corpus ${answer.corpus}`;
+    if (calibrated && !index.background) {
+      meta += " · no z: this index records no score background (index it again to record one)";
+    }
+    const parts = [heading, element("p", meta, "meta")];
+    const share = Array.isArray(answer.unknown_tokens) ? answer.unknown_tokens[0] : null;
+    if (typeof share === "number" && share > UNREADABLE_SHARE) {
+      parts.push(
+        element(
+          "p",
+          `The model cannot read this query: ${Math.round(share * 100)}% of its tokens are unknown to its vocabulary ` +
+            "([UNK]), so these results answer little of what it says.",
+          "unreadable",
+        ),
+      );
+    }
     const list = element("ol", undefined, "hits");
     for (const hit of hits) {
       const item = element("li");
       const shared = otherIds !== null && otherIds.has(idKey(hit.id));
       if (shared) item.classList.add("shared");
       const head = element("div", undefined, "hit-head");
-      head.append(
-        element("span", `#${hit.rank}`, "rank"),
-        element("span", Number(hit.score).toFixed(4), "score"),
-        element("span", String(hit.id), "id"),
-      );
+      head.append(element("span", `#${hit.rank}`, "rank"), element("span", Number(hit.score).toFixed(4), "score"));
+      if (typeof hit.z === "number") head.append(element("span", `z ${hit.z.toFixed(2)}`, "z"));
+      head.append(element("span", String(hit.id), "id"));
       if (shared) head.append(element("span", "in both", "badge"));
       item.append(head, element("p", hit.text, "text"));
       list.append(item);
     }
-    column.replaceChildren(heading, element("p", meta, "meta"), list);
+    parts.push(list);
+    column.replaceChildren(...parts);
+  }
+
+  function showTab(side) {
+    results.dataset.show = side ? "right" : "left";
+    tabButtons.forEach((button, i) => button.setAttribute("aria-selected", String(i === side)));
+  }
+
+  // ------------------------------------------------------------------ the URL's search
+
+  function restore(state) {
+    if (state.corpus !== null && [...corpusPicker.options].some((o) => o.value === state.corpus)) {
+      corpusPicker.value = state.corpus;
+    }
+    fillConditions([state.left, state.right]);
+    queryBox.value = state.query;
+    kBox.value = state.k ?? "";
+    calibratedBox.checked = state.calibrated;
+  }
+
+  function followFragment() {
+    const given = keyFromFragment();
+    if (given !== null && given !== keyBox.value) {
+      keyBox.value = given;
+      saveKey(given);
+      loadIndexes().then(followFragment);
+      return;
+    }
+    const state = stateFromFragment();
+    if (state === null) {
+      clearResults();
+      return;
+    }
+    restore(state);
+    search(false).catch((error) => say(`The search failed: ${error.message}`, true));
   }
 
   // ------------------------------------------------------------------ wiring
 
+  form.noValidate = true; // the page says what is wrong (a browser's bubble left the old results up)
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     search().catch((error) => say(`The search failed: ${error.message}`, true));
   });
+  corpusPicker.addEventListener("change", () => fillConditions());
+  for (const box of [corpusPicker, ...pickers]) box.addEventListener("focus", refresh);
+  tabButtons.forEach((button, side) => button.addEventListener("click", () => showTab(side)));
+  window.addEventListener("popstate", followFragment);
   keyBox.addEventListener("change", () => {
-    try {
-      sessionStorage.setItem(KEY_SAVED, keyBox.value);
-    } catch {
-      // storage may be off; the key still works until the page is left
-    }
+    saveKey(keyBox.value);
     loadIndexes();
   });
 
@@ -233,12 +428,9 @@
   }
   const given = keyFromFragment();
   keyBox.value = given ?? saved ?? "";
-  if (given !== null) {
-    try {
-      sessionStorage.setItem(KEY_SAVED, given);
-    } catch {
-      // as above
-    }
-  }
-  loadIndexes();
+  if (given !== null) saveKey(given);
+  showTab(0);
+  loadIndexes().then((ok) => {
+    if (ok && stateFromFragment() !== null) followFragment();
+  });
 })();
