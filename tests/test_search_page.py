@@ -31,14 +31,16 @@ CHROMIUM = os.environ.get("CONDSEARCH_CHROMIUM", "/usr/bin/chromium")
 
 
 def test_page_files_ship_in_the_package_and_hold_no_html_injection() -> None:
-    script = read_page_file("search.js").decode()
-    for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
-        assert sink not in script, sink
-    assert "new URLSearchParams(" not in script  # form decoding makes a key's "+" a space (the browser test below)
-    html = read_page_file("index.html").decode()
-    assert not re.search(r"<script(?![^>]*\ssrc=)", html)  # no inline script
-    assert not re.search(r"<[^>]*\son[a-z]+\s*=", html)  # no inline event handler
-    assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing from elsewhere: works offline
+    for name in ("search.js", "docs.js"):
+        script = read_page_file(name).decode()
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+            assert sink not in script, (name, sink)
+        assert "new URLSearchParams(" not in script  # form decoding makes a key's "+" a space (the browser test)
+    for name in ("index.html", "docs.html"):
+        html = read_page_file(name).decode()
+        assert not re.search(r"<script(?![^>]*\ssrc=)", html)  # no inline script
+        assert not re.search(r"<[^>]*\son[a-z]+\s*=", html)  # no inline event handler
+        assert not re.search(r"(src|href)=\"(https?:)?//", html)  # nothing from elsewhere: works offline
 
 
 def test_the_page_files_are_package_data() -> None:
