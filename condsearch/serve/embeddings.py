@@ -216,7 +216,7 @@ def embed_job(resident: Resident, model: str | None, condition: str, texts: Sequ
     name, manifest = choose_model(resident.listing(), model)
     entry = resident.get(manifest.condition, manifest.corpus_name)
     vec = resident.vectorizer(entry.model_key)
-    cutter = resident._cutter(entry.model_key)  # the server's one copy of this model's tokenizer
+    cutter = resident.cutter(entry.model_key)  # the server's one copy of this model's tokenizer
     if cutter is not None:
         cut, tokens = cutter.cut(texts, condition)
     else:

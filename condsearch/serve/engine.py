@@ -236,7 +236,7 @@ class Resident:
         Runs on the caller's thread (the tokenizer is the model's, copied), not the batching one.
         """
         entry = self.get(condition, corpus)
-        cutter = self._cutter(entry.model_key)
+        cutter = self.cutter(entry.model_key)
         unknown = None
         if cutter is not None:
             texts, tokens = cutter.cut(queries, entry.manifest.condition)
@@ -247,7 +247,8 @@ class Resident:
         shares = None if unknown is None else tuple(unknown)
         return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens), shares)
 
-    def _cutter(self, key: str) -> TextCutter | None:
+    def cutter(self, key: str) -> TextCutter | None:
+        """Return the server's one copy of a model's tokenizer for cutting texts (None where texts are not cut)."""
         if key not in self._cutters:
             with self._cutter_lock:  # one copy of a model's tokenizer, made once
                 if key not in self._cutters:
