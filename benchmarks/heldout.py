@@ -85,7 +85,7 @@ def read_columns(
     sources: Sequence[dict[str, object]], split: str, only: set[str] | None, min_rows: int = 0
 ) -> list[Column]:
     """Return every (source, label column) with at least min_rows of its split's rows carrying a value."""
-    import pyarrow.parquet as pq
+    from condsearch.corpus_formats import format_of, read_table
 
     columns = []
     for source in sources:
@@ -93,7 +93,7 @@ def read_columns(
         if only is not None and name not in only:
             continue
         path = Path(str(source["table"]))
-        table = pq.read_table(path) if path.suffix in (".parquet", ".pq") else _read_other(path)
+        table = read_table(path, format_of(path), "text")
         texts = [str(t) if t is not None else "" for t in table.column("text").to_pylist()]
         labels: dict[str, object] = source["conditions"]  # type: ignore[assignment]
         for column, conditions in labels.items():
@@ -104,15 +104,6 @@ def read_columns(
             if len(keep) >= min_rows:
                 columns.append(Column(name, column, condition, [t for t, _ in keep], [v for _, v in keep]))
     return columns
-
-
-def _read_other(path: Path):
-    import pyarrow.csv as pcsv
-    import pyarrow.json as pjson
-
-    if path.suffix == ".csv":
-        return pcsv.read_csv(path)
-    return pjson.read_json(path)
 
 
 def sample_column(col: Column, corpus_size: int, n_queries: int, seed: int) -> tuple[list[int], list[int]]:
