@@ -1,10 +1,12 @@
 """The Python API: ``condsearch.open`` a store of indexes, ``index`` texts or tables into it, ``search`` it.
 
-``condsearch.load_model`` loads an encoder with its profile, to encode texts under a condition or
-to index with. A store keeps what it loads: each index once (again when `condsearch index`
-replaces it) and one model per model key, shared by every index built with the same model
-(the server's :class:`~condsearch.serve.engine.Resident`). Searches answer through
-:func:`condsearch.search.answer`, as the CLI and the server do.
+``condsearch.load_model`` loads an encoder in either mode, CASE (with its profile: adapter, head)
+or the router tri-encoder (with its router), to encode texts under a condition or to index with;
+the mode when none is named is `condsearch index`'s
+(:data:`~condsearch.artifacts.profiles.DEFAULT_MODE`). A store keeps what it loads: each index
+once (again when `condsearch index` replaces it) and one model per model key, shared by every
+index built with the same model (the server's :class:`~condsearch.serve.engine.Resident`).
+Searches answer through :func:`condsearch.search.answer`, as the CLI and the server do.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.ann import IndexConfig
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES, Mode
+from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize
-from condsearch.errors import CondsearchError, CorpusError
+from condsearch.errors import CondsearchError, CorpusError, ModelError
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
@@ -33,13 +37,21 @@ MEMORY_NAME = "corpus"
 #: how the API's errors tell the caller to name a corpus
 CORPUS_KEYWORD = "corpus="
 MILVUS_PREFIXES = ("milvus-lite:", "milvus://")
+#: what ``router=`` may name besides a folder (as `condsearch index --router`)
+ROUTER_NAMES = (ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE)
 
 
 class Model:
-    """A loaded encoder with its profile (adapter, head): texts under a condition become unit vectors."""
+    """A loaded encoder in its mode: CASE with its profile (adapter, head), or csr with its router.
+
+    Texts under a condition become unit vectors (:meth:`encode`).
+    """
 
     def __init__(self, vectorizer: Vectorizer) -> None:
         self.vectorizer = vectorizer
+
+    def __repr__(self) -> str:
+        return f"condsearch.Model({self.model_id!r}, mode={self.mode!r})"
 
     @property
     def dim(self) -> int:
@@ -49,6 +61,18 @@ class Model:
     @property
     def model_id(self) -> str:
         return self.vectorizer.encoder.model_id
+
+    @property
+    def mode(self) -> Mode:
+        """Return how the vectors are made: 'case' (the CASE bi-encoder) or 'csr' (the router tri-encoder)."""
+        return MODE_CSR if self.vectorizer.mode == MODE_CSR else MODE_CASE
+
+    @property
+    def router(self) -> str | None:
+        """Return the router as an index records it ('none', 'default' or its folder); None in CASE mode."""
+        if self.mode != MODE_CSR:
+            return None
+        return str(self.vectorizer.encoder.describe().get("router"))
 
     def encode(self, texts: Sequence[str], condition: str) -> np.ndarray:
         """Return the vectors of texts under condition: (n, dim) float32, unit length."""
@@ -102,36 +126,79 @@ def _k(k: object) -> int:
     return int(k)
 
 
+def _mode(mode: object) -> Mode:
+    """Return mode, or the front ends' default for None; anything but 'case' or 'csr' is refused in one line."""
+    from condsearch.artifacts import profiles
+
+    if mode is None:
+        return profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
+    if not isinstance(mode, str) or mode not in MODES:
+        raise CondsearchError(f"mode must be {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
+    return mode  # type: ignore[return-value]  # one of MODES
+
+
+def _router(router: object) -> str | None:
+    """Return router as a string (a folder's path), None for none given; other types and blanks are refused."""
+    if router is None:
+        return None
+    names = ", ".join(repr(n) for n in ROUTER_NAMES)
+    if isinstance(router, Path):
+        return str(router)
+    if not isinstance(router, str):
+        raise CondsearchError(f"router must be {names} or a router folder, not {type(router).__name__}")
+    if not router.strip():
+        raise CondsearchError(f"router must be {names} or a router folder, not {router!r}")
+    return router
+
+
 def load_model(
     model: str | None = None,
     *,
+    mode: Mode | None = None,
     profile: str | None = None,
+    router: str | Path | None = None,
     device: str | None = None,
     quantize: Quantize = CpuConfig.quantize,
     threads: int | None = CpuConfig.threads,
     trust_remote_code: bool = False,
 ) -> Model:
-    """Load a model as `condsearch index` does with the same flags (--model, --profile, --device, --quantize, …).
+    """Load a model as `condsearch index` does with the same flags (--model, --mode, --profile, --router, …).
 
-    ``model``: a model id or folder [default: the embedded all-MiniLM-L6-v2]; ``profile``: 'full',
-    'lora', 'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the
-    default model's 'full']; ``device``: a torch device [default: CUDA where present];
-    ``quantize``: 'none' (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all].
+    ``model``: a model id or folder [default: the embedded all-MiniLM-L6-v2]; ``mode``: 'case'
+    (the CASE bi-encoder: one forward pass per pair) or 'csr' (the router tri-encoder over cached
+    sentence states) [default: `condsearch index`'s --mode,
+    :data:`condsearch.artifacts.profiles.DEFAULT_MODE`]; ``profile`` (case): 'full', 'lora',
+    'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the default model's
+    'full']; ``router`` (csr): 'default' (shipped for the default model), 'none' (untrained), 'auto'
+    or a folder from `condsearch train router` [default: auto, 'default' for the default model, else
+    'none']; ``device``: a torch device [default: CUDA where present]; ``quantize`` (case): 'none'
+    (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
+    not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
     from condsearch.spec import EncoderSpec, Runtime
     from condsearch.vectorizer import load_vectorizer
 
+    mode, router = _mode(mode), _router(router)
+    # the mode's own keywords only, refused as `condsearch index` refuses its flags (a dropped one is a defect)
+    if mode == MODE_CSR:
+        if profile is not None:
+            raise ModelError("profile= applies to mode='case'; mode='csr' routes with router=")
+        if quantize != CpuConfig.quantize:
+            raise ModelError(f"quantize={quantize!r} applies to mode='case' (the CSR remainder stays float32)")
+    elif router is not None:
+        raise ModelError("router= applies to mode='csr'")
     runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
-    vec = load_vectorizer(EncoderSpec(model=model, profile=profile, quantize=quantize, runtime=runtime))
-    return Model(vec)
+    spec = EncoderSpec(model=model, mode=mode, profile=profile, router=router, quantize=quantize, runtime=runtime)
+    return Model(load_vectorizer(spec))
 
 
 class Store:
     """A folder of indexes (or a Milvus database, searched only): index into it, search it.
 
-    ``model`` is what :meth:`index` encodes with [default: :func:`load_model`'s, loaded on first
-    use]. A search uses the model each index records, loaded once per model key; ``device``,
-    ``threads`` and ``trust_remote_code`` apply to those loads.
+    ``model`` is what :meth:`index` encodes with, in its own mode [default: :func:`load_model`'s in
+    the mode and router :meth:`index` names, each loaded on first use]. A search uses the model each
+    index records (CASE or router), loaded once per model key; ``device``, ``threads`` and
+    ``trust_remote_code`` apply to those loads.
     """
 
     def __init__(
@@ -149,7 +216,8 @@ class Store:
 
         self.location = str(location if location is not None else default_index_dir())
         self.milvus = self.location.startswith(MILVUS_PREFIXES)
-        self._model = model
+        self._model = model  # given: index() encodes with it, and a mode or router it is not is refused
+        self._loaded: dict[tuple[Mode, str | None], Model] = {}  # loaded for index(), by mode and router
         self.device, self.threads, self.trust_remote_code = device, threads, trust_remote_code
         self._models: dict[str, Vectorizer] = {}  # by model key: those loaded for searches and those indexed with
         self._store: IndexStore | None = None
@@ -189,13 +257,18 @@ class Store:
         search_params: str = IndexConfig.search_params,
         full: bool = False,
         progress: bool = False,
+        mode: Mode | None = None,
+        router: str | Path | None = None,
     ) -> list[str]:
         """Index data under each condition, as `condsearch index` does; return the indexes' names.
 
         ``data``: a list of texts (``ids``: one each [default: row numbers]), a pandas DataFrame, a
         pyarrow Table, or the path of a .parquet, .csv or .jsonl/.ndjson file (``format`` names
         another's). ``name``: the corpus [default: the file's stem, else "corpus"]. Re-indexing
-        encodes only new or changed rows (``full``: all).
+        encodes only new or changed rows (``full``: all). ``mode`` and ``router`` are
+        :func:`load_model`'s (as `condsearch index --mode --router`): the store's model, when it was
+        opened with one, must be that mode and router (else a one-line CondsearchError); without
+        one, the default model is loaded so [default: :func:`load_model`'s].
         """
         from condsearch.corpus import scan_corpus
         from condsearch.corpus_memory import memory_corpus
@@ -208,6 +281,7 @@ class Store:
                 "`condsearch export` or `condsearch index --store`"
             )
         wanted = _conditions(conditions)
+        model = self._indexing_model(mode, router)  # bad or conflicting keywords are refused before any reading
         if isinstance(data, str | Path):
             if ids is not None:
                 raise CondsearchError("ids= goes with a list of texts; a file's ids are its id column")
@@ -218,15 +292,31 @@ class Store:
                 raise CondsearchError("format= names a file's format; data in memory has none")
             corpus = memory_corpus(data, ids=ids, text_column=text_column, id_column=id_column)
             name = name or MEMORY_NAME
-        if self._model is None:
-            self._model = load_model(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
-        vec = self._model.vectorizer
+        vec = model.vectorizer
         store = self._store
         build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
         reports = index_conditions(corpus, wanted, vec, store, corpus_name=name, **build)
         for report in reports:  # searches of these indexes reuse the model that built them
             self._models.setdefault(vectorizer_key(store.read_manifest(report.name)), vec)
         return [r.name for r in reports]
+
+    def _indexing_model(self, mode: object, router: object) -> Model:
+        """Return what index() encodes with: the store's model, checked against mode and router, else one loaded."""
+        named = None if mode is None else _mode(mode)
+        folder = _router(router)
+        if self._model is not None:
+            _check_agrees(self._model, named, folder)
+            return self._model
+        key = (_mode(named), None if folder == ROUTER_AUTO else folder)  # 'auto' is the router named by none
+        if key not in self._loaded:
+            self._loaded[key] = load_model(
+                mode=key[0],
+                router=folder,
+                device=self.device,
+                threads=self.threads,
+                trust_remote_code=self.trust_remote_code,
+            )
+        return self._loaded[key]
 
     @overload
     def search(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too: one query, one Hits
@@ -269,6 +359,29 @@ class Store:
                 found = answer(index, self._vectorizer(index.manifest), texts, k)
         hits = [background.calibrate(h) for h in found.hits] if background else found.hits
         return hits[0] if isinstance(queries, str) else hits
+
+
+def _check_agrees(model: Model, mode: Mode | None, router: str | None) -> None:
+    """Refuse, in one line, a mode or router named beside a model that is not in that mode or with that router."""
+    if mode is not None and mode != model.mode:
+        raise CondsearchError(
+            f"mode={mode!r} conflicts with the store's model (mode {model.mode!r}); open the store without "
+            "model= to index in another mode"
+        )
+    if router is None:
+        return
+    if model.mode != MODE_CSR:
+        raise ModelError("router= applies to mode='csr'")
+    from condsearch.artifacts.routers import resolve_router
+
+    named = resolve_router(router, model.model_id)
+    profile = model.vectorizer.profile
+    loaded = profile.router if profile is not None else None
+    if (named and named.resolve()) != (loaded and Path(loaded).resolve()):
+        raise CondsearchError(
+            f"router={router!r} conflicts with the store's model (router {model.router!r}); open the store "
+            "without model= to index with another router"
+        )
 
 
 def open(

@@ -41,7 +41,8 @@ def run_readme(folder: Path, texts: object, model: condsearch.Model | None) -> d
 
 @pytest.fixture(scope="module")
 def tiny_model(tiny_bert_dir: Path) -> condsearch.Model:
-    return condsearch.load_model(str(tiny_bert_dir), profile="none", device="cpu")
+    # a CASE model whatever the default mode (tests/test_api_csr.py: the router's)
+    return condsearch.load_model(str(tiny_bert_dir), mode="case", profile="none", device="cpu")
 
 
 @pytest.fixture(scope="module")

@@ -50,8 +50,12 @@ ADAPTER_KEY = "adapter"
 Mode = Literal["case", "csr"]
 MODE_CASE: Mode = "case"
 MODE_CSR: Mode = "csr"
-#: the --mode choices, the default first
+#: the --mode choices
 MODES: tuple[Mode, ...] = get_args(Mode)
+#: the mode a front end builds when none is named: index's --mode, condsearch.load_model and Store.index
+#: (the one place to change it; :class:`condsearch.spec.EncoderSpec` and :class:`Profile` default to CASE
+#: as data: a spec or profile that names no mode is a CASE one)
+DEFAULT_MODE: Mode = MODE_CASE
 
 
 class ProfileError(ModelError):

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from condsearch.artifacts.profiles import MODE_CASE, MODES
+from condsearch.artifacts.profiles import DEFAULT_MODE, MODES
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError, first_line
@@ -230,7 +230,7 @@ def encoder_options(command: F) -> F:
 mode_option = click.option(
     "--mode",
     type=click.Choice(MODES),
-    default=MODE_CASE,
+    default=DEFAULT_MODE,
     show_default=True,
     help="case: CASE bi-encoder (one forward pass per pair); csr: router tri-encoder over cached sentence states.",
 )
