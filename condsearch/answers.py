@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from condsearch.artifacts.profiles import MODE_CSR
+
 if TYPE_CHECKING:
     from condsearch.hits import Hits
     from condsearch.store import Manifest
@@ -41,7 +43,15 @@ def index_summary(name: str, manifest: Manifest | Exception) -> dict[str, Any]:
         "rows": m.n_vectors,
         "model": m.model_id,
         "head": m.head,
+        # what makes a csr index's vectors, as its head does a CASE index's ('none', 'default' or a folder)
+        "router": _router(m),
         "dim": m.dim,
         "factory": m.factory,
         "score_background": m.score_background,  # {}: none recorded (condsearch.calibration)
     }
+
+
+def _router(manifest: Manifest) -> str | None:
+    """Return the router a csr index records ('none', 'default' or a folder); None for a CASE index."""
+    router = manifest.encoder.get("router")
+    return router if manifest.mode == MODE_CSR and isinstance(router, str) else None

@@ -20,7 +20,7 @@ from condsearch.ann import IndexConfig
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE
 from condsearch.corpus_formats import CorpusConfig
-from condsearch.encoders.cpu import CpuConfig, Quantize
+from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError
 from condsearch.serve.config import ServeConfig
 
@@ -178,18 +178,19 @@ def load_model(
     from condsearch.spec import EncoderSpec, Runtime
     from condsearch.vectorizer import load_vectorizer
 
-    mode, router = _mode(mode), _router(router)
+    mode, router, quantize = _mode(mode), _router(router), check_quantize(quantize)
     # the mode's own keywords only, refused as `condsearch index` refuses its flags (a dropped one is a defect)
-    if mode == MODE_CSR:
-        if profile is not None:
-            raise ModelError("profile= applies to mode='case'; mode='csr' routes with router=")
-        if quantize != CpuConfig.quantize:
-            raise ModelError(f"quantize={quantize!r} applies to mode='case' (the CSR remainder stays float32)")
-    elif router is not None:
+    if mode == MODE_CSR and profile is not None:
+        raise ModelError("profile= applies to mode='case'; mode='csr' routes with router=")
+    if mode == MODE_CASE and router is not None:
         raise ModelError("router= applies to mode='csr'")
     runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
     spec = EncoderSpec(model=model, mode=mode, profile=profile, router=router, quantize=quantize, runtime=runtime)
-    return Model(load_vectorizer(spec))
+    vec = load_vectorizer(spec)
+    if quantize != CpuConfig.quantize and vec.encoder.describe().get("quantize") != quantize:
+        # an encoder that cannot run so loads as float32: refused, never indexed as if quantised
+        raise ModelError(f"quantize={quantize!r} does not apply to mode={mode!r} here: its model runs in float32")
+    return Model(vec)
 
 
 class Store:

@@ -106,7 +106,6 @@ def test_a_case_model_says_its_mode(case_model: condsearch.Model) -> None:
         ({"mode": 1}, "mode must be 'case' or 'csr', not 1"),
         ({"mode": "case", "router": "none"}, "router= applies to mode='csr'"),
         ({"mode": "csr", "profile": "lora"}, "profile= applies to mode='case'"),
-        ({"mode": "csr", "quantize": "int8"}, "quantize='int8' applies to mode='case'"),
         ({"mode": "csr", "router": 5}, "router must be 'auto', 'default', 'none' or a router folder, not int"),
         ({"mode": "csr", "router": " "}, "router must be 'auto', 'default', 'none' or a router folder, not ' '"),
         ({"mode": "csr", "router": "no/such/router"}, "router 'no/such/router': no such folder"),
@@ -116,6 +115,31 @@ def test_load_model_refuses_bad_modes_and_routers_in_one_line(tiny_bert_dir: Pat
     with pytest.raises(CondsearchError, match=re.escape(match)) as info:
         condsearch.load_model(str(tiny_bert_dir), device="cpu", **kwargs)
     _one_line(info)
+
+
+def test_quantize_in_csr_mode_is_honoured_or_refused_never_dropped(
+    tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """int8 under the router runs as int8 where the router supports it, and is refused in one line where not."""
+    from dataclasses import replace
+
+    import condsearch.vectorizer as vectorizer
+
+    refusal = "quantize='int8' does not apply to mode='csr' here: its model runs in float32"
+    try:
+        model = condsearch.load_model(str(tiny_bert_dir), mode="csr", router="none", quantize="int8", device="cpu")
+    except CondsearchError as exc:
+        assert str(exc) == refusal
+    else:
+        assert model.vectorizer.encoder.describe()["quantize"] == "int8"
+    with pytest.raises(ModelError, match="unknown quantisation 'int4'"):
+        condsearch.load_model(str(tiny_bert_dir), mode="csr", quantize="int4")  # type: ignore[arg-type]
+    # an encoder that loads as float32 whatever it is asked: refused, not a float32 model said to be int8
+    real = vectorizer.load_vectorizer
+    monkeypatch.setattr(vectorizer, "load_vectorizer", lambda spec: real(replace(spec, quantize="none")))
+    with pytest.raises(ModelError) as info:
+        condsearch.load_model(str(tiny_bert_dir), mode="csr", router="none", quantize="int8", device="cpu")
+    assert str(info.value) == refusal
 
 
 def test_a_router_folder_that_holds_no_router_is_a_model_error(tiny_bert_dir: Path, tmp_path: Path) -> None:

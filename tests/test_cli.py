@@ -167,8 +167,8 @@ def test_list_json(indexed: Path, tiny_bert_dir: Path) -> None:
     assert len(rows) == 2
     assert {r["condition"] for r in rows} == {COLOUR, SPORT}
     for r in rows:
-        keys = {"index", "condition", "corpus", "mode", "rows", "model", "head", "dim", "factory", "score_background"}
-        assert set(r) == keys
+        keys = {"index", "condition", "corpus", "mode", "rows", "model", "head", "router", "dim", "factory"}
+        assert set(r) == keys | {"score_background"} and r["router"] is None  # a CASE index has no router
         assert r["score_background"]["sample_rows"] == 8 and r["score_background"]["pairs"] == 28
         assert (r["corpus"], r["rows"], r["model"], r["head"], r["dim"], r["factory"]) == (
             "corpus",

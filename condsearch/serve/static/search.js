@@ -28,7 +28,7 @@
   const pickers = [byId("left"), byId("right")];
   const columns = [byId("left-results"), byId("right-results")];
 
-  let indexes = new Map(); // an index name -> {condition, corpus, rows, model, head, mode, background}
+  let indexes = new Map(); // an index name -> {condition, corpus, rows, model, head, mode, router, background}
   let pending = null; // the AbortController of the search in flight
   let reading = null; // the listing being read, if any: a focus while it runs asks nothing more
 
@@ -181,6 +181,7 @@
           model: String(i.model ?? ""),
           head: String(i.head ?? ""),
           mode: String(i.mode ?? ""),
+          router: String(i.router ?? ""),
           background: typeof i.score_background === "object" && i.score_background !== null
             && Object.keys(i.score_background).length > 0,
         },
@@ -236,10 +237,13 @@
   function showAddCommand(own) {
     const corpus = corpusPicker.value || "CORPUS";
     const first = own.length ? own[0][1] : null;
-    const mode = first && first.mode && first.mode !== "case" ? ` --mode ${first.mode}` : "";
+    // the mode always: the default of condsearch index may not be the mode these indexes were built in
+    const mode = first && first.mode ? ` --mode ${first.mode}` : "";
     byId("add-file").textContent = corpus;
     byId("add-command").textContent = `condsearch index FILE -c "the new condition"${mode}`;
-    byId("add-model").textContent = first ? `model ${first.model}, head ${first.head}, mode ${first.mode}` : "none yet";
+    // a router index's vectors are made by its router, as a CASE index's by its head
+    const made = first && first.mode === "csr" ? `router ${first.router}` : `head ${first ? first.head : ""}`;
+    byId("add-model").textContent = first ? `model ${first.model}, ${made}, mode ${first.mode}` : "none yet";
   }
 
   function refresh() {
