@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.ann import IndexConfig
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES, Mode
-from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE
+from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError
@@ -373,8 +373,6 @@ def _check_agrees(model: Model, mode: Mode | None, router: str | None) -> None:
         return
     if model.mode != MODE_CSR:
         raise ModelError("router= applies to mode='csr'")
-    from condsearch.artifacts.routers import resolve_router
-
     named = resolve_router(router, model.model_id)
     profile = model.vectorizer.profile
     loaded = profile.router if profile is not None else None
