@@ -3,8 +3,10 @@
 ``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
-every core; otherwise (``torch``, CUDA, another kind of model or pooling, a ``dtype``, CSR, a
-refused export) transformers (torch) runs it. An int8 encoder is its int8 export either way.
+every core; the router (CSR) runs its two passes on its checked float32 export where that measured
+faster than torch (:data:`condsearch.csr.onnx.FASTER_ON_ONNX`). Otherwise (``torch``, CUDA, another
+kind of model or pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
+encoder is its int8 export either way.
 """
 
 from __future__ import annotations
@@ -45,7 +47,22 @@ def backend_of(vec: Vectorizer) -> str:
     """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
     from condsearch.encoders.onnx_files import OnnxBertEncoder
 
-    return "onnxruntime" if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder) else "torch"
+    if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder):
+        return "onnxruntime"
+    return "onnxruntime" if getattr(vec.encoder, "backend", "torch") == "onnxruntime" else "torch"  # the router's
+
+
+def _router_on_onnx(vec: Vectorizer, backend: Backend, device: str | None, threads: int | None) -> Vectorizer:
+    """Run a float32 torch router's passes on its checked float32 export where ``auto`` allows it and that is faster."""
+    from condsearch.csr.encoder import CsrEncoder
+    from condsearch.csr.onnx import FASTER_ON_ONNX
+
+    encoder = vec.encoder
+    if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or not onnx_allowed(backend, device):
+        return vec
+    if encoder.variant in FASTER_ON_ONNX and encoder.use_onnx("float32", threads=threads or available_cores()):
+        log.info("routing on onnxruntime, from the router's checked float32 export")
+    return vec
 
 
 def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.backend) -> Vectorizer:
@@ -56,12 +73,15 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     query of the index it builds would run on onnxruntime is run so here as well, with
     ``spec.runtime.threads`` or every core (its export written and checked against torch first
     where none is cached); the index records the same manifest either way, so the result is the
-    same index up to float32 rounding. Anything else keeps torch.
+    same index up to float32 rounding. The router (CSR) runs on its float32 export likewise where that
+    is faster (:func:`_router_on_onnx`). Anything else keeps torch.
     """
-    from condsearch.artifacts.profiles import MODE_CASE
+    from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
     from condsearch.vectorizer import load_vectorizer
 
     vec = load_vectorizer(spec)
+    if vec.mode == MODE_CSR:
+        return _router_on_onnx(vec, backend, spec.runtime.device, spec.runtime.threads)
     if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not onnx_allowed(backend, spec.runtime.device):
         return vec
     from condsearch.ingest import VectorizerInfo
@@ -92,6 +112,10 @@ def load_served_vectorizer(
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
         runtime = replace(runtime, threads=available_cores())
     vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=onnx)
+    from condsearch.artifacts.profiles import MODE_CSR
+
+    if vec.mode == MODE_CSR:
+        return _router_on_onnx(vec, backend, runtime.device, runtime.threads).serving()
     if onnx and vec.backend == "torch":
         from condsearch.one_shot import load_onnx_twin
 

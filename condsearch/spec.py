@@ -123,6 +123,7 @@ class EncoderSpec:
                 router=str(described.get("router") or PROFILE_NONE),
                 router_layer=_int(described.get("router_layer")),
                 router_variant=_str(described.get("router_variant")),
+                quantize="int8" if described.get("quantize") == "int8" else "none",
             )
         if mode != MODE_CASE:
             raise StoreError(f"unknown index mode {mode!r}")

@@ -136,6 +136,8 @@ def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
             device=run.device,
             max_length=spec.max_length,
             trust_remote_code=run.trust_remote_code,
+            quantize=spec.quantize,
+            threads=run.threads,
         )
         return Vectorizer(router, None, chosen.name, "", mode=MODE_CSR, profile=chosen)
     from condsearch.encoders import load_encoder

@@ -122,11 +122,11 @@ def test_every_parameter_is_taken_and_read_by_its_command(path: tuple[str, ...],
 INDEX_BOTH_MODES = {
     "--condition", "--format", "--text-column", "--id-column", "--name", "--model", "--index-factory",
     "--search-params", "--max-index-memory", "--full", "--batch-size", "--max-length", "--json", "--mode",
-    "--threads", "--backend", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store",
+    "--threads", "--backend", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store", "--quantize",
 }  # fmt: skip
 INDEX_CASE_ONLY = {
     "--profile", "--adapter", "--head", "--pooling", "--prompt-template", "--unconditional-template", "--dtype",
-    "--bidirectional-layers", "--preset", "--quantize",
+    "--bidirectional-layers", "--preset",
 }  # fmt: skip
 INDEX_CSR_ONLY = {"--router", "--router-layer", "--router-variant"}
 INDEX_RAY_ONLY = {"--ray-actors", "--ray-work-dir"}
@@ -144,7 +144,6 @@ REFUSED: list[tuple[str, list[str], list[str], str]] = [
     ("index", ["--dtype", "float32"], CSR, "apply to --mode case"),
     ("index", ["--bidirectional-layers", "1"], CSR, "apply to --mode case"),
     ("index", ["--preset", "bellm"], CSR, "apply to --mode case"),
-    ("index", ["--quantize", "int8"], CSR, "applies to --mode case"),
     ("index", ["--router", "none"], CASE, "apply to --mode csr"),
     ("index", ["--router-layer", "2"], [], "apply to --mode csr"),
     ("index", ["--router-variant", "context"], CASE, "apply to --mode csr"),

@@ -68,8 +68,6 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
             raise click.UsageError(
                 "--pooling, --prompt-template, --unconditional-template and --dtype apply to --mode case"
             )
-        if "--quantize" in flags:
-            raise click.UsageError("--quantize applies to --mode case (the CSR remainder stays float32)")
     elif flags.intersection(_CSR_FLAGS):
         raise click.UsageError("--router, --router-layer and --router-variant apply to --mode csr")
     if not ray and (needs_ray := [f for f in _RAY_FLAGS if f in flags]):

@@ -7,6 +7,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -18,9 +19,13 @@ from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, Co
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
+
+if TYPE_CHECKING:
+    from condsearch.csr.onnx import OnnxRouter
 from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
+from condsearch.encoders.cpu import check_quantize
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource, resolve_model
 from condsearch.progress import progress_bar
@@ -41,7 +46,11 @@ def weights_digest(module: torch.nn.Module) -> str:
 
 
 class CsrEncoder:
-    """Encode sentences under a condition with the router tri-encoder (SPEC §2.2)."""
+    """Encode sentences under a condition with the router tri-encoder (SPEC §2.2).
+
+    What runs its two per-sentence passes (:attr:`runner`): the torch router, or its onnxruntime
+    export (:meth:`use_onnx`; ``quantize="int8"`` always). A condition's code is torch float32 either way.
+    """
 
     pooling = "mean"
 
@@ -57,6 +66,8 @@ class CsrEncoder:
         cache_dir: Path | None = None,
         state_dtype: torch.dtype | None = None,
         trust_remote_code: bool = False,
+        quantize: str = "none",
+        threads: int | None = None,
     ) -> None:
         # float32, as the CASE encoders load it (the router's arithmetic and its state cache are float32)
         self.tokenizer, model = load_backbone(source, trust_remote_code=trust_remote_code)
@@ -83,6 +94,8 @@ class CsrEncoder:
         self.router_name = router_name(folder)
         self.router_checksum = checksum
         self.device = pick_device(device)
+        if check_quantize(quantize) == "int8" and self.device.type != "cpu":
+            raise ModelError("--quantize int8 runs on the CPU from float32 weights; drop --device")
         self.router.to(self.device).eval()
         self.source = source
         self.model_id = source.model_id
@@ -92,8 +105,52 @@ class CsrEncoder:
         self._root = cache_dir or default_cache_dir()
         self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
         self._queries = EmbeddingCache(self._root / "csr-queries")
+        #: what runs the lower layers and the routed layers: the torch router, or its onnxruntime export
+        self.runner: Router | ContextRouter | OnnxRouter = self.router
         self.refresh_identity()
         self._truncations = EncodeStats()  # counted per thread, like every encoder's
+        if quantize == "int8":
+            self.use_onnx("int8", threads=threads or torch.get_num_threads())
+
+    @property
+    def backend(self) -> str:
+        """Return what runs the router's passes: torch or onnxruntime."""
+        return "torch" if self.runner is self.router else "onnxruntime"
+
+    @property
+    def precision(self) -> str:
+        """Return the precision of the router's passes: float32, or int8 (onnxruntime's dynamic int8)."""
+        return str(getattr(self.runner, "precision", "float32"))
+
+    @property
+    def cache_root(self) -> Path:
+        """Return the cache folder this encoder's states, condition codes and exports live under."""
+        return self._root
+
+    def use_onnx(self, precision: str, *, threads: int) -> bool:
+        """Run the router's passes on its onnxruntime export of precision (exported and checked the first time).
+
+        Returns whether it does. A float32 export that cannot be made or was refused keeps torch (said
+        in the log); int8 has no such fallback: a one-line ModelError.
+        """
+        from condsearch.csr.onnx import load_onnx_router
+
+        if self.device.type != "cpu":
+            raise ModelError("the router runs on onnxruntime on the CPU only")
+        try:
+            runner, refused = load_onnx_router(self, "int8" if precision == "int8" else "float32", threads=threads)
+        except ModelError as exc:
+            if precision == "int8":
+                raise
+            runner, refused = None, str(exc)
+        if runner is None:
+            if precision == "int8":
+                raise ModelError(f"{self.model_id}: the router's int8 outputs stray from float32 ({refused})")
+            log.warning("the router keeps torch: its float32 ONNX export was refused (%s)", refused)
+            return False
+        self.runner = runner
+        self.refresh_identity()
+        return True
 
     def refresh_identity(self) -> None:
         """Name the sentence and condition caches after the weights they depend on.
@@ -108,19 +165,27 @@ class CsrEncoder:
         if self._state_dtype != torch.float16:  # float16 caches keep the names they had before the option
             backbone += f"|states={str(self._state_dtype).removeprefix('torch.')}"
         weights = self.router_checksum or f"params:{weights_digest(self.router)}"
+        if getattr(self, "weights_ident", weights) != weights and self.runner is not self.router:
+            # the export holds the weights it was made from: never run it for others
+            if self.precision == "int8":
+                raise ModelError("the router's weights changed under its int8 export; load the encoder again")
+            self.runner = self.router
+        self.weights_ident = weights
         if isinstance(self.router, ContextRouter):
             backbone += f"|{CONTEXT}|weights={weights}"
         elif self.router.trainable == "all":  # eq. 1 with its whole backbone trained: the states move with it
             backbone += f"|backbone=trained|weights={weights}"
-        self._state_ident = backbone
-        digest = hashlib.sha256(backbone.encode()).hexdigest()[:16]
+        # onnxruntime's float32 states equal torch's up to rounding (tests/test_csr_onnx.py), int8's do not
+        self._state_ident = backbone + ("|pass=int8" if self.precision == "int8" else "")
+        digest = hashlib.sha256(self._state_ident.encode()).hexdigest()[:16]
         self.states = StateCache(
             self._root / "csr-states" / digest, dtype=self._state_dtype, names=self.router.state_names
         )
         self._query_ident = f"{backbone}|router={weights}|{sorted(self.router.config.to_dict().items())}"
 
     def describe(self) -> dict[str, object]:
-        return {
+        """Return what an index records of this encoder; int8 adds ``quantize``, as a CASE int8 encoder does."""
+        described: dict[str, object] = {
             "model_id": self.model_id,
             "revision": self.revision,
             "dim": self.dim,
@@ -132,6 +197,9 @@ class CsrEncoder:
             "router_config": self.router.config.to_dict(),
             "router_checksum": self.router_checksum,
         }
+        if self.precision == "int8":  # never mixed with float32 vectors
+            described |= {"quantize": "int8", "quantize_runtime": str(getattr(self.runner, "runtime", ""))}
+        return described
 
     @property
     def variant(self) -> str:
@@ -158,7 +226,7 @@ class CsrEncoder:
         shard_states: list = []
         for start in range(0, len(todo), batch_size):
             chunk = todo[start : start + batch_size]
-            states = self.router.sentence_states(self._tokenize([text_of[k] for k in chunk]))
+            states = self.runner.sentence_states(self._tokenize([text_of[k] for k in chunk]))
             shard_keys += chunk
             shard_states += split(states)
             if len(shard_keys) >= 4096:
@@ -238,7 +306,10 @@ class CsrEncoder:
 
     def route(self, states: SentenceStates, code: AnyCode | None) -> torch.Tensor:
         """Finish the forward pass of cached sentence states under condition codes: (b, hidden)."""
-        return self.router.route(states, code)  # type: ignore[arg-type]  # each router makes its own codes
+        runner = self.runner
+        if code is None or isinstance(runner, Router | ContextRouter):  # the plain forward pass is torch's alone
+            return self.router.route(states, code)  # type: ignore[arg-type]  # each router makes its own codes
+        return runner.route(states, code)
 
     def _encode_rows(
         self, texts: Sequence[str], conditions: Sequence[str], *, batch_size: int, progress: bool

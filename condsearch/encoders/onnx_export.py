@@ -174,17 +174,8 @@ def export_onnx(
             warnings.simplefilter("ignore")
             export_hidden(_Last(_traceable(encoder.model)), args, plain)
             if precision == "int8":
-                from onnxruntime.quantization import QuantType, quantize_dynamic
-
-                quantize_dynamic(
-                    str(plain),
-                    str(folder / MODEL_FILE),
-                    weight_type=QuantType.QInt8,
-                    per_channel=True,
-                    op_types_to_quantize=["MatMul"],
-                )
-                plain.unlink()
-            _weights_beside(folder / MODEL_FILE)
+                quantize_int8(plain, folder / MODEL_FILE)
+            weights_beside(folder / MODEL_FILE)
     except Exception as exc:  # noqa: BLE001 - the exporter's and quantiser's errors have no common base
         raise ModelError(
             f"{encoder.model_id}: cannot export to {precision} ONNX ({type(exc).__name__}: {exc})"
@@ -205,12 +196,25 @@ def export_onnx(
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
 
-def _weights_beside(path: Path) -> None:
-    """Move an ONNX model's weights out of its protobuf into WEIGHTS_FILE beside it."""
+def quantize_int8(plain: Path, path: Path) -> None:
+    """Write onnxruntime's dynamic int8 model of the float32 ONNX model plain to path, and remove plain.
+
+    int8 weights per output channel, activations quantised per run, matrix products only.
+    """
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quantize_dynamic(
+        str(plain), str(path), weight_type=QuantType.QInt8, per_channel=True, op_types_to_quantize=["MatMul"]
+    )
+    plain.unlink()
+
+
+def weights_beside(path: Path, location: str = WEIGHTS_FILE) -> None:
+    """Move an ONNX model's weights out of its protobuf into the file ``location`` beside it."""
     import onnx
 
     model = onnx.load(str(path))
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=WEIGHTS_FILE)
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=location)
 
 
 def pooled_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -186,9 +186,9 @@ def _cached_meta(folder: Path) -> dict[str, Any] | None:
     return meta if meta is not None and _foreign(folder, meta) is None else None
 
 
-def file_records(folder: Path) -> dict[str, dict[str, object]]:
-    """Return the size and sha256 of each of an export's files: what its meta file records."""
-    return {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in EXPORT_FILES}
+def file_records(folder: Path, names: Sequence[str] = EXPORT_FILES) -> dict[str, dict[str, object]]:
+    """Return the size and sha256 of each of an export's files (``names``): what its meta file records."""
+    return {name: {"size": (folder / name).stat().st_size, "sha256": _sha256(folder / name)} for name in names}
 
 
 def _read_stamp(folder: Path) -> object:
@@ -216,20 +216,20 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
 
 
-def export_problem(folder: Path, meta: Mapping[str, Any]) -> str | None:
-    """Return why an export's files differ from what its meta file records (size, then sha256), or None.
+def export_problem(folder: Path, meta: Mapping[str, Any], names: Sequence[str] = EXPORT_FILES) -> str | None:
+    """Return why an export's files (``names``) differ from what its meta file records (size, then sha256), or None.
 
     A file is hashed unless the folder's stamp shows it unchanged since it was last found whole
     (see the module's docstring); a whole export whose files have settled is stamped.
     """
     records = meta.get(FILES_KEY)
-    if not isinstance(records, dict) or set(records) != set(EXPORT_FILES):
+    if not isinstance(records, dict) or set(records) != set(names):
         return f"{META_FILE} records no size and sha256 of its files"
     try:
-        identities = {name: _identity(folder / name) for name in EXPORT_FILES}
+        identities = {name: _identity(folder / name) for name in names}
     except OSError as exc:
         return f"{Path(str(exc.filename)).name}: unreadable ({exc.strerror or type(exc).__name__})"
-    for name in EXPORT_FILES:
+    for name in names:
         record, size = records[name], identities[name][2]
         if not isinstance(record, dict) or record.get("size") != size:
             recorded = record.get("size") if isinstance(record, dict) else None
@@ -237,7 +237,7 @@ def export_problem(folder: Path, meta: Mapping[str, Any]) -> str | None:
     stamp = {"meta": hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest(), "files": identities}
     if _read_stamp(folder) == stamp:
         return None
-    for name in EXPORT_FILES:
+    for name in names:
         try:
             digest = _sha256(folder / name)
         except OSError as exc:
@@ -349,6 +349,25 @@ def read_export(
         return None
 
 
+def checked_meta(folder: Path, names: Sequence[str] = EXPORT_FILES) -> dict[str, Any] | None:
+    """Return the meta file of the export cached in folder, its files (``names``) checked if it is usable.
+
+    None where there is none or it is of another format. A foreign meta file, or a usable export whose
+    files differ from their records, is a cache miss said in one line: the folder is discarded.
+    """
+    meta = read_meta(folder)
+    if meta is None:
+        return None
+    problem = _foreign(folder, meta) or (export_problem(folder, meta, names) if meta.get(USABLE_KEY) else None)
+    if problem is not None:
+        log.warning(
+            "the ONNX export cached in %s does not match its %s (%s); exporting it again", folder, META_FILE, problem
+        )
+        _discard(folder)
+        return None
+    return meta
+
+
 def load_cached_export(
     source: ModelSource, precision: Precision, *, max_length: int | None, adapter: Path | None, threads: int
 ) -> OnnxBertEncoder | None:
@@ -356,17 +375,8 @@ def load_cached_export(
     from condsearch.artifacts.adapters import checked_checksum
 
     folder = export_folder(source, adapter, precision)
-    meta = read_meta(folder) if folder is not None else None
-    if folder is None or meta is None:
-        return None
-    problem = _foreign(folder, meta) or (export_problem(folder, meta) if meta.get(USABLE_KEY) else None)
-    if problem is not None:
-        log.warning(
-            "the ONNX export cached in %s does not match its %s (%s); exporting it again", folder, META_FILE, problem
-        )
-        _discard(folder)
-        return None
-    if not meta.get(USABLE_KEY):
+    meta = checked_meta(folder) if folder is not None else None
+    if folder is None or meta is None or not meta.get(USABLE_KEY):
         return None
     encoder = read_export(folder, source, max_length=max_length, threads=threads, verify=False)  # verified just now
     if encoder is not None and adapter is not None:
