@@ -21,14 +21,14 @@ from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
-from condsearch.errors import CondsearchError, CorpusError, ModelError
+from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
     import numpy as np
 
     from condsearch.hits import Hits
-    from condsearch.serve.engine import Resident
+    from condsearch.serve.engine import LoadedIndex, Resident
     from condsearch.store import Manifest
     from condsearch.vectorizer import Vectorizer
 
@@ -109,14 +109,16 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
 
 def _conditions(conditions: object) -> list[str]:
-    """Return the conditions to index under: one string or a list of them, at least one."""
+    """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
+    from condsearch.conditions import check_new_condition
+
     if isinstance(conditions, str):
-        return [_condition(conditions)]
+        return [check_new_condition(_condition(conditions))]
     if not isinstance(conditions, Sequence):
         raise CondsearchError(f"conditions must be strings, not {type(conditions).__name__}")
     if not conditions:
         raise CondsearchError("no condition given: name at least one to index under")
-    return [_condition(c, "conditions must be strings") for c in conditions]
+    return [check_new_condition(_condition(c, "conditions must be strings")) for c in conditions]
 
 
 def _k(k: object) -> int:
@@ -321,11 +323,25 @@ class Store:
 
     @overload
     def search(  # type: ignore[overload-overlap]  # a str is a Sequence[str] too: one query, one Hits
-        self, queries: str, *, condition: str, k: int = ..., corpus: str | None = ..., calibrated: bool = ...
+        self,
+        queries: str,
+        *,
+        condition: str,
+        k: int = ...,
+        corpus: str | None = ...,
+        calibrated: bool = ...,
+        build: bool = ...,
     ) -> Hits: ...
     @overload
     def search(
-        self, queries: Sequence[str], *, condition: str, k: int = ..., corpus: str | None = ..., calibrated: bool = ...
+        self,
+        queries: Sequence[str],
+        *,
+        condition: str,
+        k: int = ...,
+        corpus: str | None = ...,
+        calibrated: bool = ...,
+        build: bool = ...,
     ) -> list[Hits]: ...
     def search(
         self,
@@ -335,31 +351,63 @@ class Store:
         k: int = ServeConfig.k,
         corpus: str | None = None,
         calibrated: bool = False,
+        build: bool = True,
     ) -> Hits | list[Hits]:
         """Return the k best rows of condition's index for a query (Hits), or for each of a list (a list of Hits).
 
         A k larger than the index returns every row. ``corpus`` picks among corpora indexed under
         the same condition. ``calibrated`` also sets each hit's ``z``, its score's standard score
         against the index's background (:mod:`condsearch.calibration`); an index that records none
-        raises CondsearchError naming the fix.
+        raises CondsearchError naming the fix. ``build``: a condition not yet indexed for a corpus
+        indexed with mode='csr' is indexed first, from the router's cached sentence states, as
+        `condsearch query` does (:func:`condsearch.on_demand.build_on_demand`); False raises
+        :class:`~condsearch.errors.UnknownCondition` instead, as does a Milvus store, which cannot build.
         """
         from condsearch.calibration import Background
         from condsearch.search import answer
 
         texts = _strings([queries] if isinstance(queries, str) else queries, "queries", "query")
         condition, k = _condition(condition), _k(k)
+        if not isinstance(build, bool):
+            raise CondsearchError(f"build must be True or False, not {type(build).__name__}")
         if self._resident is not None:
-            loaded = self._resident.get(condition, corpus)
+            loaded = self._loaded_index(self._resident, condition, corpus, build=build)
             background = Background.of(loaded.manifest) if calibrated else None
             found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k)
         else:
             from condsearch.scale.milvus import open_index
 
-            with open_index(self.location, condition, corpus) as index:
-                background = Background.of(index.manifest) if calibrated else None
-                found = answer(index, self._vectorizer(index.manifest), texts, k)
+            try:
+                with open_index(self.location, condition, corpus) as index:
+                    background = Background.of(index.manifest) if calibrated else None
+                    found = answer(index, self._vectorizer(index.manifest), texts, k)
+            except UnknownCondition as exc:
+                if not build:
+                    raise
+                cannot = "; a Milvus store cannot build one on demand: index it into a folder"
+                raise UnknownCondition(str(exc) + cannot, exc.conditions) from exc
         hits = [background.calibrate(h) for h in found.hits] if background else found.hits
         return hits[0] if isinstance(queries, str) else hits
+
+    def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
+        """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
+        from condsearch.on_demand import build_on_demand
+        from condsearch.search import vectorizer_key
+        from condsearch.spec import Runtime
+
+        try:
+            return resident.get(condition, corpus)
+        except UnknownCondition as exc:
+            if not build or self._store is None:
+                raise
+            unknown = exc
+        runtime = Runtime(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
+        made = build_on_demand(
+            self._store, condition, corpus, runtime=runtime, corpus_option=CORPUS_KEYWORD, unknown=unknown
+        )
+        if made.vectorizer is not None:  # its searches reuse the model that built it, as index()'s do
+            self._models.setdefault(vectorizer_key(self._store.read_manifest(made.name)), made.vectorizer)
+        return resident.get(condition, made.corpus_name)
 
 
 def _check_agrees(model: Model, mode: Mode | None, router: str | None) -> None:

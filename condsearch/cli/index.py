@@ -81,8 +81,10 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
     "--condition",
     "conditions",
     multiple=True,
-    required=True,
-    help="Condition to index under; repeat for several.",
+    help=(
+        "Condition to index under; repeat for several. At least one: with --mode csr, `query` builds further "
+        "conditions on demand from the corpus's indexes."
+    ),
 )
 @click.option(
     "--format",
@@ -164,13 +166,15 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     runs on onnxruntime where a one-shot query would (--backend). --ray encodes on Ray Data
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
+    from condsearch.conditions import check_new_condition
     from condsearch.corpus import scan_corpus
-    from condsearch.search import check_condition
 
+    if not conditions:
+        raise click.UsageError(_NO_CONDITION)
     spec, build = _settings(corpus, params)
     try:
         for c in conditions:
-            check_condition(c)
+            check_new_condition(c)
         _check_index_options(build["factory"], build["search_params"])
         data = scan_corpus(corpus, params["text_column"], params["id_column"], format=params["corpus_format"])
         if data.n_skipped:
@@ -184,6 +188,13 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_reports(store, reports, len(data), elapsed, backend, as_json=params["as_json"])
+
+
+#: index without -c: the states alone would leave no index that a later query could find the corpus by
+_NO_CONDITION = (
+    "give at least one --condition: with --mode csr, `condsearch query -c C` then builds any other condition "
+    "on demand from the sentence states that indexing cached, which needs one index of the corpus to find it by"
+)
 
 
 def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dict[str, Any]]:

@@ -6,6 +6,7 @@ import atexit
 import gc
 import os
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,12 +24,14 @@ from condsearch.cli.options import (
     threads_option,
     trust_option,
 )
-from condsearch.errors import CondsearchError, first_line
+from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
     from condsearch.calibration import Background
     from condsearch.search import Answer
+    from condsearch.spec import Runtime
+    from condsearch.store import IndexStore
 
 
 def _stdin_queries() -> list[str]:
@@ -96,6 +99,14 @@ _FEW_QUERIES = 16
         "written): z=3 is 3 standard deviations above a random pair of its rows. The score is unchanged."
     ),
 )
+@click.option(
+    "--no-build",
+    is_flag=True,
+    help=(
+        "Refuse a condition that is not indexed. Without it, on a corpus indexed with --mode csr, its index is "
+        "built first from the router's cached sentence states (a progress bar on stderr), then answered."
+    ),
+)
 @quantize_check_option
 @threads_option
 @index_dir_option
@@ -112,6 +123,7 @@ def query_cmd(
     profile: str | None,
     as_json: bool,
     calibrated: bool,
+    no_build: bool,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -119,7 +131,11 @@ def query_cmd(
     threads: int | None,
     store_spec: str | None,
 ) -> None:
-    """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line)."""
+    """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line).
+
+    A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
+    sentence states the router cached when the corpus was indexed (--no-build refuses instead).
+    """
     from condsearch.calibration import Background
     from condsearch.search import FaissIndex, answer
     from condsearch.spec import Runtime
@@ -144,13 +160,16 @@ def query_cmd(
             with open_index(store_spec, condition, corpus_name) as index:
                 background = Background.of(index.manifest) if calibrated else None
                 found = answer(index, checked(index.manifest), queries, k)
+        except UnknownCondition as exc:
+            cannot = "" if no_build else "; a Milvus store cannot build one on demand: index it into a folder"
+            raise click.ClickException(first_line(exc) + cannot) from exc
         except CondsearchError as exc:
             raise fail(exc) from exc
         _print_answers(found, as_json, background)
         return
     try:
         store = open_store(index_dir)
-        stored = store.load(store.find(condition, corpus_name))
+        stored = store.load(_find_or_build(store, condition, corpus_name, runtime, build=not no_build))
         background = Background.of(stored.manifest) if calibrated else None  # before any model loads
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
@@ -171,6 +190,29 @@ def query_cmd(
 
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
+
+
+def _find_or_build(store: IndexStore, condition: str, corpus_name: str | None, runtime: Runtime, *, build: bool) -> str:
+    """Return the name of condition's index; where it has none, build it on demand first (with ``build``)."""
+    try:
+        return store.find(condition, corpus_name)
+    except UnknownCondition as exc:
+        if not build:
+            raise
+        unknown = exc
+    from condsearch.on_demand import build_on_demand
+
+    def say(line: str) -> None:
+        click.echo(f"condsearch: {line}", err=True)
+
+    start = time.perf_counter()
+    made = build_on_demand(
+        store, condition, corpus_name, runtime=runtime, progress=True, notice=say, announce=say, unknown=unknown
+    )
+    if made.built:
+        elapsed = time.perf_counter() - start
+        say(f"indexed {made.n_rows} rows under {condition!r} in {elapsed:.1f}s -> {store.root / made.name}")
+    return made.name
 
 
 def _print_answers(found: Answer, as_json: bool, background: Background | None = None) -> None:

@@ -1,0 +1,260 @@
+"""Conditions on demand: index a router corpus under a condition nobody indexed, from its cached sentence states.
+
+A corpus indexed with ``--mode csr`` under some conditions (its *siblings*) holds what another
+condition needs: its rows (each sibling's ``rows.parquet`` keeps ids and texts, so the corpus file
+is not read) and the spec its model was loaded from (the manifest's ``spec``). :func:`build_on_demand`
+loads that model as `condsearch index` does, refuses it when its router or encoder is no longer the
+one the siblings were built with, and indexes the rows through the one ingest path
+(:func:`condsearch.ingest.build_condition_index`: the writer lock, atomic publish, resumable
+staging) with the sibling's factory and search parameters. The index is the one `condsearch index -c
+CONDITION` on those rows gives. The router's state cache makes it cheap: only the per-pair
+remainder runs. Where the cache lacks a row's states (another machine, a cleared cache) they are
+encoded again, said in one line first.
+
+Builders of one index take its build lock (``.versions/<name>.build.lock``) and look again once they
+hold it: of two builds of one condition, the second finds the first's index and uses it.
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
+from condsearch.conditions import check_new_condition
+from condsearch.encoders.cpu import Backend, CpuConfig
+from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.manifest import Manifest
+from condsearch.search import Listing, vectorizer_key
+from condsearch.spec import Runtime
+
+if TYPE_CHECKING:
+    from condsearch.store import IndexStore
+    from condsearch.vectorizer import Vectorizer
+
+log = logging.getLogger(__name__)
+
+BUILD_LOCK = ".build.lock"
+
+
+@dataclass(frozen=True)
+class OnDemand:
+    """The index of a condition built on demand (``built``), or found published by another build first."""
+
+    name: str
+    corpus_name: str
+    built: bool
+    n_rows: int
+    #: rows whose sentence states were not cached and were encoded again
+    n_states_encoded: int = 0
+    #: the model that built it (None when another build did): a front end may answer with it
+    vectorizer: Vectorizer | None = None
+
+
+@dataclass(frozen=True)
+class _IndexedRows:
+    """A sibling index's rows, read as ingestion reads a corpus, under the corpus path and checksum it records."""
+
+    path: str
+    checksum: str
+    n_skipped: int
+    ids: list[str | int]
+    texts: list[str]
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
+        for start in range(0, len(self.ids), rows):
+            yield self.ids[start : start + rows], self.texts[start : start + rows]
+
+
+def build_on_demand(
+    store: IndexStore,
+    condition: str,
+    corpus: str | None = None,
+    *,
+    runtime: Runtime = Runtime(),  # noqa: B008 - frozen
+    backend: Backend = CpuConfig.backend,
+    progress: bool = False,
+    notice: Callable[[str], None] = log.warning,
+    announce: Callable[[str], None] = log.info,
+    corpus_option: str = "--corpus",
+    unknown: UnknownCondition | None = None,
+) -> OnDemand:
+    """Index corpus's rows under condition with the model of its router indexes, unless another build did first.
+
+    ``corpus`` names the corpus among several; ``backend`` runs the model as `condsearch index
+    --backend` does; ``announce`` is told, in one line, that a build starts, and ``notice`` when
+    sentence states are encoded again; ``corpus_option`` is how the front end names the corpus in
+    errors; ``unknown``, the front end's refusal of the unindexed condition, leads any refusal to
+    build, so that its list of what is indexed stays in view. Raises CondsearchError in one line,
+    before anything is written: a condition that is empty, too long or has control characters
+    (:func:`condsearch.conditions.check_new_condition`), no index of the corpus, several corpora and
+    none named, a corpus indexed with --mode case or with several models, or a router or encoder that
+    changed since the corpus was indexed.
+    """
+    from filelock import FileLock
+
+    from condsearch.store import VERSIONS, index_name
+
+    try:  # every refusal comes before anything is written
+        condition = check_new_condition(condition)
+        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option)
+        source_name, source = _one_model(corpus_name, siblings, condition)
+        if (found := _published(store, condition, corpus_name)) is not None:
+            return found
+        indexed = ", ".join(sorted(repr(m.condition) for _, m in siblings))
+        announce(
+            f"{condition!r} is not indexed for corpus {corpus_name!r} (indexed: {indexed}); indexing it now, on "
+            "demand, from the router's cached sentence states"
+        )
+        vectorizer = _load_model(source, corpus_name, runtime, backend)  # a changed router is refused here
+    except CondsearchError as exc:
+        if unknown is None:
+            raise
+        raise _after(unknown, exc) from exc
+    name = index_name(corpus_name, condition)
+    (store.root / VERSIONS).mkdir(parents=True, exist_ok=True)
+    with FileLock(store.root / VERSIONS / f"{name}{BUILD_LOCK}"):
+        if (found := _published(store, condition, corpus_name)) is not None:  # by a build this one waited for
+            return found
+        stored = store.load(source_name, verify=True)  # every byte checked: no damaged row seeds a new index
+        rows = _IndexedRows(source.corpus_path, source.corpus_checksum, source.n_skipped, stored.ids, stored.texts)
+        encoded = _uncached_states(vectorizer, rows.texts)
+        if encoded:
+            notice(
+                f"the sentence states of {encoded} of {len(rows)} rows of corpus {corpus_name!r} are not in the "
+                "cache (another machine, or a cleared cache): encoding them again"
+            )
+        from condsearch.ingest import build_condition_index
+
+        report = build_condition_index(
+            rows,
+            condition,
+            vectorizer,
+            store,
+            corpus_name=corpus_name,
+            factory=source.factory,
+            search_params=source.search_params,
+            progress=progress,
+        )
+    return OnDemand(report.name, corpus_name, True, report.n_rows, encoded, vectorizer)
+
+
+def _after(unknown: UnknownCondition, exc: CondsearchError) -> CondsearchError:
+    """Return exc, of its type, its one line after the line of the refusal that asked for the build."""
+    message = f"{first_line(unknown)}; {first_line(exc)}"
+    if isinstance(exc, AmbiguousCondition):
+        return AmbiguousCondition(message, exc.corpora)
+    if isinstance(exc, UnknownCondition):
+        return UnknownCondition(message, exc.conditions)
+    return type(exc)(message)
+
+
+def _published(store: IndexStore, condition: str, corpus_name: str) -> OnDemand | None:
+    """Return the index of (corpus, condition) if one is published, else None."""
+    try:
+        name = store.find(condition, corpus_name)
+    except UnknownCondition:
+        return None
+    return OnDemand(name, corpus_name, False, store.read_manifest(name).n_vectors)
+
+
+def _siblings(
+    store: IndexStore, listing: Listing, condition: str, corpus: str | None, corpus_option: str
+) -> tuple[str, list[tuple[str, Manifest]]]:
+    """Return the corpus to build for and its indexes; refuse no index, or several corpora and none named."""
+    readable = [(n, m) for n, m in listing if isinstance(m, Manifest)]
+    corpora = sorted({m.corpus_name for _, m in readable})
+    if corpus is None and len(corpora) > 1:
+        raise AmbiguousCondition(
+            f"condition {condition!r} is not indexed; several corpora could build it ({', '.join(corpora)}): "
+            f"choose one with {corpus_option}",
+            corpora,
+        )
+    chosen = corpus if corpus is not None else (corpora[0] if corpora else None)
+    siblings = [(n, m) for n, m in readable if m.corpus_name == chosen]
+    if chosen is None or not siblings:
+        scope = f"corpus {corpus!r}" if corpus is not None else "any corpus"
+        raise UnknownCondition(
+            f"no index of {scope} in {store.root} to build condition {condition!r} from; index the corpus first: "
+            f"condsearch index CORPUS --mode csr -c {shlex.quote(condition)}",
+            sorted({m.condition for _, m in readable}),
+        )
+    return chosen, siblings
+
+
+def _one_model(corpus_name: str, siblings: list[tuple[str, Manifest]], condition: str) -> tuple[str, Manifest]:
+    """Return the newest sibling, once every sibling was built by one router model; refuse CASE and mixed corpora."""
+    models: dict[str, list[tuple[str, Manifest]]] = {}
+    for name, m in siblings:
+        models.setdefault(vectorizer_key(m), []).append((name, m))
+    if len(models) > 1:
+        built = "; ".join(
+            f"{_model_of(group[0][1])}: {', '.join(repr(m.condition) for _, m in group)}" for group in models.values()
+        )
+        raise StoreError(
+            f"corpus {corpus_name!r} is indexed with several models ({built}); a condition is built on demand with "
+            f"one: re-index the corpus with one, or index {condition!r} with condsearch index"
+        )
+    newest = max(siblings, key=lambda s: s[1].created_at)
+    m = newest[1]
+    if m.mode != MODE_CSR:
+        mode = m.mode if m.mode == MODE_CASE else repr(m.mode)
+        raise StoreError(
+            f"corpus {corpus_name!r} was indexed with --mode {mode}; a condition can be built on demand only for "
+            f"--mode csr corpora: run condsearch index {shlex.quote(m.corpus_path)} --name {shlex.quote(corpus_name)} "
+            f"-c {shlex.quote(condition)} (with the flags it was indexed with)"
+        )
+    return newest
+
+
+def _model_of(m: Manifest) -> str:
+    """Return a few words naming the model an index was built with: mode, model, router or profile."""
+    if m.mode == MODE_CSR:
+        checksum = str(m.encoder.get("router_checksum") or "")
+        return f"csr {m.model_id} router {m.encoder.get('router')}" + (f" ({checksum[:12]})" if checksum else "")
+    return f"{m.mode} {m.model_id} profile {m.head}"
+
+
+def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend) -> Vectorizer:
+    """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
+    from condsearch.backends import load_bulk_vectorizer
+    from condsearch.ingest import VectorizerInfo
+    from condsearch.spec import EncoderSpec
+
+    vectorizer = load_bulk_vectorizer(EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
+    info = VectorizerInfo.of(vectorizer)
+    recorded, loaded = source.encoder.get("router_checksum"), info.described.get("router_checksum")
+    if recorded != loaded:
+        raise StoreError(
+            f"corpus {corpus_name!r} was indexed with router {source.encoder.get('router')} "
+            f"(sha256 {str(recorded or '-')[:12]}), which has changed since (now {str(loaded or '-')[:12]}); "
+            "re-index the corpus, or restore the router it was built with"
+        )
+    if source.fingerprint and info.fingerprint != source.fingerprint:
+        differ = sorted(k for k in {*source.encoder, *info.described} if source.encoder.get(k) != info.described.get(k))
+        raise StoreError(
+            f"corpus {corpus_name!r} was indexed with another encoder than {source.model_id} loads now "
+            f"({', '.join(differ) or 'its settings'} differ); re-index the corpus"
+        )
+    return vectorizer
+
+
+def _uncached_states(vectorizer: Vectorizer, texts: list[str]) -> int:
+    """Return how many distinct texts' sentence states the router's cache lacks (0 for a model with no such cache).
+
+    The router names each sentence's cache entry by its state identity and the text
+    (:func:`condsearch.csr.cache.text_key`); a damaged entry counts as missing, as it does when routing.
+    """
+    from condsearch.csr.cache import StateCache, text_key
+
+    encoder = vectorizer.encoder
+    ident, states = getattr(encoder, "_state_ident", None), getattr(encoder, "states", None)
+    if not isinstance(ident, str) or not isinstance(states, StateCache):
+        return 0
+    return len(states.missing([text_key(ident, t) for t in dict.fromkeys(texts)]))
