@@ -209,14 +209,14 @@ def test_the_server_runs_each_index_as_built(tiny_bert_dir: Path, corpus_file: P
     assert backend_of(load_served_vectorizer(manifest, backend="torch", runtime=runtime)) == "torch"
 
 
-def test_bulk_keeps_torch_where_onnx_is_not_faster(tiny_bert_dir: Path, monkeypatch) -> None:
-    spec = EncoderSpec(
-        str(tiny_bert_dir), mode="csr", router="none", router_variant="paper", runtime=Runtime(device="cpu", threads=1)
-    )
-    assert "paper" not in csr_onnx.FASTER_ON_ONNX
-    assert backend_of(load_bulk_vectorizer(spec)) == "torch"
-    monkeypatch.setattr(csr_onnx, "FASTER_ON_ONNX", frozenset({"paper"}))
+def test_bulk_routes_on_onnx_only_where_it_measured_faster(tiny_bert_dir: Path, monkeypatch) -> None:
+    runtime = Runtime(device="cpu", threads=1)
+    spec = EncoderSpec(str(tiny_bert_dir), mode="csr", router="none", router_variant="paper", runtime=runtime)
+    assert "paper" in csr_onnx.FASTER_ON_ONNX
     assert backend_of(load_bulk_vectorizer(spec)) == "onnxruntime"
+    assert backend_of(load_bulk_vectorizer(spec, backend="torch")) == "torch"
+    monkeypatch.setattr(csr_onnx, "FASTER_ON_ONNX", frozenset())
+    assert backend_of(load_bulk_vectorizer(spec)) == "torch"
 
 
 def test_csr_paths_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
