@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.condsearch-installed
 BROWSER_STAMP := $(VENV)/.condsearch-browser-installed
 CONSTRAINTS := constraints.txt
-DEMO_QUERY := A girl in an orange dress serves the ball
+DEMO_QUERY := A girl in an orange dress plays tennis
 
 .PHONY: install upgrade constraints demo test test-numerics test-slow test-ray test-browser page-screenshot bench-smoke lint clean
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.ann import IndexConfig
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES, Mode
+from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
 from condsearch.corpus_formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
@@ -128,15 +128,18 @@ def _k(k: object) -> int:
     return int(k)
 
 
-def _mode(mode: object) -> Mode:
-    """Return mode, or the front ends' default for None; anything but 'case' or 'csr' is refused in one line."""
+def _mode(mode: object, model: str | None, *, profile: bool, router: bool) -> Mode:
+    """Return the mode named, or the front ends' default's (auto: as ``index --mode auto`` resolves it).
+
+    Anything but 'auto', 'case' or 'csr' is refused in one line.
+    """
     from condsearch.artifacts import profiles
 
     if mode is None:
-        return profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
-    if not isinstance(mode, str) or mode not in MODES:
-        raise CondsearchError(f"mode must be {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
-    return mode  # type: ignore[return-value]  # one of MODES
+        mode = profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
+    if not isinstance(mode, str) or mode not in (profiles.MODE_AUTO, *MODES):
+        raise CondsearchError(f"mode must be 'auto', {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
+    return profiles.resolve_mode(mode, model, case_settings=profile, router=router)
 
 
 def _router(router: object) -> str | None:
@@ -156,7 +159,7 @@ def _router(router: object) -> str | None:
 def load_model(
     model: str | None = None,
     *,
-    mode: Mode | None = None,
+    mode: str | None = None,
     profile: str | None = None,
     router: str | Path | None = None,
     device: str | None = None,
@@ -167,8 +170,9 @@ def load_model(
     """Load a model as `condsearch index` does with the same flags (--model, --mode, --profile, --router, …).
 
     ``model``: a model id or folder [default: the embedded all-MiniLM-L6-v2]; ``mode``: 'case'
-    (the CASE bi-encoder: one forward pass per pair) or 'csr' (the router tri-encoder over cached
-    sentence states) [default: `condsearch index`'s --mode,
+    (the CASE bi-encoder: one forward pass per pair), 'csr' (the router tri-encoder over cached
+    sentence states) or 'auto' (csr for the default model unless ``profile`` is given, case for
+    other models) [default: `condsearch index`'s --mode,
     :data:`condsearch.artifacts.profiles.DEFAULT_MODE`]; ``profile`` (case): 'full', 'lora',
     'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the default model's
     'full']; ``router`` (csr): 'default' (shipped for the default model), 'none' (untrained), 'auto'
@@ -180,7 +184,8 @@ def load_model(
     from condsearch.spec import EncoderSpec, Runtime
     from condsearch.vectorizer import load_vectorizer
 
-    mode, router, quantize = _mode(mode), _router(router), check_quantize(quantize)
+    router, quantize = _router(router), check_quantize(quantize)
+    mode = _mode(mode, model, profile=profile is not None, router=router is not None)
     # the mode's own keywords only, refused as `condsearch index` refuses its flags (a dropped one is a defect)
     if mode == MODE_CSR and profile is not None:
         raise ModelError("profile= applies to mode='case'; mode='csr' routes with router=")
@@ -260,7 +265,7 @@ class Store:
         search_params: str = IndexConfig.search_params,
         full: bool = False,
         progress: bool = False,
-        mode: Mode | None = None,
+        mode: str | None = None,
         router: str | Path | None = None,
     ) -> list[str]:
         """Index data under each condition, as `condsearch index` does; return the indexes' names.
@@ -305,12 +310,13 @@ class Store:
 
     def _indexing_model(self, mode: object, router: object) -> Model:
         """Return what index() encodes with: the store's model, checked against mode and router, else one loaded."""
-        named = None if mode is None else _mode(mode)
         folder = _router(router)
-        if self._model is not None:
+        routed = folder not in (None, ROUTER_AUTO)
+        if self._model is not None:  # the store's model: a mode named must be its own ('auto' names none)
+            named = None if mode in (None, MODE_AUTO) else _mode(mode, None, profile=False, router=routed)
             _check_agrees(self._model, named, folder)
             return self._model
-        key = (_mode(named), None if folder == ROUTER_AUTO else folder)  # 'auto' is the router named by none
+        key = (_mode(mode, None, profile=False, router=routed), None if folder == ROUTER_AUTO else folder)
         if key not in self._loaded:
             self._loaded[key] = load_model(
                 mode=key[0],

@@ -18,7 +18,7 @@ import pytest
 import condsearch
 import condsearch.api as api
 from condsearch.artifacts import profiles
-from condsearch.artifacts.profiles import DEFAULT_MODE, MODES
+from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.hits import Hits
 from condsearch.store import IndexStore
@@ -63,13 +63,32 @@ def test_the_default_mode_has_one_home_that_the_cli_and_the_api_read(
     command = main.get_command(click.Context(main), "index")
     assert command is not None
     [mode] = [p for p in command.params if p.name == "mode"]
-    assert mode.default == DEFAULT_MODE and DEFAULT_MODE in MODES
+    assert mode.default == DEFAULT_MODE and DEFAULT_MODE in (MODE_AUTO, *MODES)
     # the API reads the constant when called, so changing that one value changes its default too
     assert inspect.signature(condsearch.load_model).parameters["mode"].default is None
     assert inspect.signature(condsearch.Store.index).parameters["mode"].default is None
     for default in MODES:
         monkeypatch.setattr(profiles, "DEFAULT_MODE", default)
         assert condsearch.load_model(str(tiny_bert_dir), device="cpu").mode == default
+    # auto: a model no router ships for is a CASE one, unless a router is named
+    monkeypatch.setattr(profiles, "DEFAULT_MODE", MODE_AUTO)
+    assert condsearch.load_model(str(tiny_bert_dir), device="cpu").mode == "case"
+    assert condsearch.load_model(str(tiny_bert_dir), device="cpu", router="none").mode == "csr"
+
+
+def test_auto_is_the_router_for_the_default_model_unless_a_case_setting_is_named() -> None:
+    from condsearch.models import DEFAULT_MODEL
+
+    resolve = profiles.resolve_mode
+    assert DEFAULT_MODE == MODE_AUTO  # issue 39: the router loses least out of the caption domain
+    assert resolve("auto") == resolve("auto", DEFAULT_MODEL) == "csr"
+    assert resolve("auto", case_settings=True) == "case"  # --profile, --head, --pooling, … ask for CASE
+    assert resolve("auto", "some/other-model") == "case"  # no router ships for it
+    assert resolve("auto", "some/other-model", router=True) == "csr"
+    assert resolve("auto", case_settings=True, router=True) == "csr"  # csr's own check then refuses the CASE flag
+    assert resolve("case") == "case" and resolve("csr", "some/other-model") == "csr"
+    with pytest.raises(CondsearchError, match="mode must be 'auto', 'case' or 'csr', not 'bert'"):
+        resolve("bert")
 
 
 # ---------------------------------------------------------------- load_model
@@ -102,8 +121,8 @@ def test_a_case_model_says_its_mode(case_model: condsearch.Model) -> None:
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        ({"mode": "CSR"}, "mode must be 'case' or 'csr', not 'CSR'"),
-        ({"mode": 1}, "mode must be 'case' or 'csr', not 1"),
+        ({"mode": "CSR"}, "mode must be 'auto', 'case' or 'csr', not 'CSR'"),
+        ({"mode": 1}, "mode must be 'auto', 'case' or 'csr', not 1"),
         ({"mode": "case", "router": "none"}, "router= applies to mode='csr'"),
         ({"mode": "csr", "profile": "lora"}, "profile= applies to mode='case'"),
         ({"mode": "csr", "router": 5}, "router must be 'auto', 'default', 'none' or a router folder, not int"),
@@ -206,7 +225,7 @@ def test_index_refuses_a_mode_or_router_that_conflicts_with_the_store_s_model(
         (csr_model, {"mode": "case"}, "mode='case' conflicts with the store's model (mode 'csr')"),
         (case_model, {"router": "none"}, "router= applies to mode='csr'"),
         (csr_model, {"router": "default"}, "router='default' conflicts with the store's model (router 'none')"),
-        (csr_model, {"mode": "bogus"}, "mode must be 'case' or 'csr', not 'bogus'"),
+        (csr_model, {"mode": "bogus"}, "mode must be 'auto', 'case' or 'csr', not 'bogus'"),
         (csr_model, {"router": 3}, "router must be 'auto', 'default', 'none' or a router folder, not int"),
     ]
     for model, kwargs, match in refused:

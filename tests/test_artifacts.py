@@ -221,7 +221,7 @@ def test_cli_index_with_adapter_and_head_then_query(tiny_bert_dir: Path, corpus_
     assert len(hits["results"]) == 2
     result = run("index", corpus_file, "-c", COLOUR, "--profile", "frozen", "--adapter", ad, *common)
     assert "--profile names the adapter and head together" in assert_clean_error(result, code=2)
-    result = run("index", corpus_file, "-c", COLOUR, "--router", "default", *common)
+    result = run("index", corpus_file, "-c", COLOUR, "--mode", "case", "--router", "default", *common)
     assert "--mode csr" in assert_clean_error(result, code=2)
 
 

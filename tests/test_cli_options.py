@@ -145,7 +145,7 @@ REFUSED: list[tuple[str, list[str], list[str], str]] = [
     ("index", ["--bidirectional-layers", "1"], CSR, "apply to --mode case"),
     ("index", ["--preset", "bellm"], CSR, "apply to --mode case"),
     ("index", ["--router", "none"], CASE, "apply to --mode csr"),
-    ("index", ["--router-layer", "2"], [], "apply to --mode csr"),
+    ("index", ["--router-layer", "2"], CASE, "apply to --mode csr"),
     ("index", ["--router-variant", "context"], CASE, "apply to --mode csr"),
     ("index", ["--ray-actors", "2"], [], "--ray-actors applies with --ray"),
     ("index", ["--ray-work-dir", "{folder}"], CSR, "--ray-work-dir applies with --ray"),
@@ -240,7 +240,7 @@ INDEX_VALUES: dict[str, list[str]] = {
     "--max-index-memory": ["1G"],
     "--batch-size": ["9"],
     "--max-length": ["64"],
-    "--mode": ["csr"],
+    "--mode": ["case"],  # auto is csr for the default model
     "--router": ["none"],
     "--router-layer": ["2"],
     "--router-variant": ["context"],

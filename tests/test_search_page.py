@@ -90,7 +90,7 @@ def _chromium() -> object:
     return sync_api
 
 
-DEMO_QUERY = "A girl in an orange dress serves the ball"  # the Makefile's demo query
+DEMO_QUERY = "A girl in an orange dress plays tennis"  # the Makefile's demo query
 
 
 @pytest.fixture(scope="module")

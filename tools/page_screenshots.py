@@ -21,7 +21,7 @@ from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
 
 FOLDER = Path("build/page-shots")
-QUERY = "A girl in an orange dress serves the ball"
+QUERY = "A girl in an orange dress plays tennis"
 COLOUR, SPORT = "color of the dress", "the sport being played"
 CARS = [
     "A red Ferrari parked outside a cafe.",

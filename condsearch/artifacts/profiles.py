@@ -52,10 +52,35 @@ MODE_CASE: Mode = "case"
 MODE_CSR: Mode = "csr"
 #: the --mode choices
 MODES: tuple[Mode, ...] = get_args(Mode)
+#: --mode auto: csr for a model a trained router ships for (the default model), CASE otherwise or when a
+#: CASE-only setting is named (resolve_mode)
+MODE_AUTO = "auto"
 #: the mode a front end builds when none is named: index's --mode, condsearch.load_model and Store.index
 #: (the one place to change it; :class:`condsearch.spec.EncoderSpec` and :class:`Profile` default to CASE
-#: as data: a spec or profile that names no mode is a CASE one)
-DEFAULT_MODE: Mode = MODE_CASE
+#: as data: a spec or profile that names no mode is a CASE one). auto: the router for the default model,
+#: the mode that loses least out of the caption domain (issue 39; benchmarks/README.md)
+DEFAULT_MODE = MODE_AUTO
+
+
+def resolve_mode(mode: str, model: str | None = None, *, case_settings: bool = False, router: bool = False) -> Mode:
+    """Return the mode that ``mode`` names; ``auto`` is resolved from what else was asked.
+
+    ``auto``: csr when a router was named (``router``), CASE when a CASE-only setting was
+    (``case_settings``: a profile, adapter, head, pooling, prompt, dtype or decoder preset), else csr
+    for the default model (its router ships) and CASE for any other (no trained router for it).
+    Both named at once resolve to csr, whose own check then refuses the CASE setting in one line.
+    """
+    if mode in MODES:
+        return mode  # type: ignore[return-value]  # one of MODES
+    if mode != MODE_AUTO:
+        raise ProfileError(f"mode must be 'auto', 'case' or 'csr', not {mode!r}")
+    if router:
+        return MODE_CSR
+    if case_settings:
+        return MODE_CASE
+    from condsearch.models import DEFAULT_MODEL
+
+    return MODE_CSR if (model or DEFAULT_MODEL) == DEFAULT_MODEL else MODE_CASE  # by name: no hub lookup
 
 
 class ProfileError(ModelError):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from condsearch.ann import IndexConfig, check_index_options
-from condsearch.artifacts.profiles import MODE_CSR
+from condsearch.artifacts.profiles import MODE_CSR, resolve_mode
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     backend_option,
@@ -146,7 +146,8 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
 @backend_option(
     "What runs the encoder. auto: onnxruntime on the CPU with every core wherever a one-shot query of "
     "the index would run it (BERT-style, condition-mean pooling; its checked float32 export, written first "
-    "if missing), else torch; torch: always transformers. The index is the same either way.",
+    "if missing) and, with --mode csr, the router's two passes from their checked float32 export; else "
+    "torch; torch: always transformers. The index is the same either way.",
 )
 @threads_option
 @index_dir_option
@@ -215,9 +216,18 @@ def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dic
         "--ray-actors": params["ray_actors"] is not None,
         "--ray-work-dir": params["ray_work_dir"] is not None,
     }
-    _check_flags(
-        params["mode"], {flag for flag, off in off_default.items() if off}, ray=params["ray_address"] is not None
-    )
+    flags = {flag for flag, off in off_default.items() if off}
+    named = any(params[name] is not None for name in ("profile", "adapter", "head"))
+    params = {
+        **params,
+        "mode": resolve_mode(
+            params["mode"],
+            params["model"],
+            case_settings=named or bool(flags.intersection(_ENCODER_FLAGS + _DECODER_FLAGS)),
+            router=bool(flags.intersection(_CSR_FLAGS)),
+        ),
+    }
+    _check_flags(params["mode"], flags, ray=params["ray_address"] is not None)
     # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error);
     # the case-only flags are refused above, so under csr they hold their defaults
     adapter = params["adapter"]

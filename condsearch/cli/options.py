@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from condsearch.artifacts.profiles import DEFAULT_MODE, MODES
+from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError, first_line
@@ -134,7 +134,8 @@ def quantize_option(command: F) -> F:
         default=CpuConfig.quantize,
         show_default=True,
         help=(
-            "int8: the encoder runs as onnxruntime's dynamic int8 export on the CPU (adapter merged); "
+            "int8: the encoder (with --mode csr, the router's two passes) runs as onnxruntime's dynamic int8 "
+            "export on the CPU (adapter merged); "
             "recorded in the manifest, and a query with another setting is refused."
         ),
     )(command)
@@ -229,10 +230,16 @@ def encoder_options(command: F) -> F:
 
 mode_option = click.option(
     "--mode",
-    type=click.Choice(MODES),
+    type=click.Choice((MODE_AUTO, *MODES)),
     default=DEFAULT_MODE,
     show_default=True,
-    help="case: CASE bi-encoder (one forward pass per pair); csr: router tri-encoder over cached sentence states.",
+    help=(
+        "csr: router tri-encoder over cached sentence states (a new condition costs a fraction of a full "
+        "pass); case: CASE bi-encoder (one forward pass per pair; sharper on captions). auto: csr for the "
+        "default model, whose router ships, unless a case-only flag (--profile, --adapter, --head, --pooling, "
+        "--prompt-template, --unconditional-template, --dtype, --bidirectional-layers, --preset) is given; "
+        "case for other models."
+    ),
 )
 
 
