@@ -398,7 +398,6 @@ class Store:
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
         from condsearch.on_demand import build_on_demand
-        from condsearch.search import vectorizer_key
         from condsearch.spec import Runtime
 
         try:
@@ -411,8 +410,7 @@ class Store:
         made = build_on_demand(
             self._store, condition, corpus, runtime=runtime, corpus_option=CORPUS_KEYWORD, unknown=unknown
         )
-        if made.vectorizer is not None:  # its searches reuse the model that built it, as index()'s do
-            self._models.setdefault(vectorizer_key(self._store.read_manifest(made.name)), made.vectorizer)
+        # answered as any search of that index is (the builder may route on onnxruntime, as `index` does)
         return resident.get(condition, made.corpus_name)
 
 

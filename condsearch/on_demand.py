@@ -50,8 +50,6 @@ class OnDemand:
     n_rows: int
     #: rows whose sentence states were not cached and were encoded again
     n_states_encoded: int = 0
-    #: the model that built it (None when another build did): a front end may answer with it
-    vectorizer: Vectorizer | None = None
 
 
 @dataclass(frozen=True)
@@ -142,7 +140,7 @@ def build_on_demand(
             search_params=source.search_params,
             progress=progress,
         )
-    return OnDemand(report.name, corpus_name, True, report.n_rows, encoded, vectorizer)
+    return OnDemand(report.name, corpus_name, True, report.n_rows, encoded)
 
 
 def _after(unknown: UnknownCondition, exc: CondsearchError) -> CondsearchError:

@@ -357,3 +357,24 @@ def test_the_manifest_of_an_index_built_on_demand_names_the_corpus_it_came_from(
     assert made.built and made.n_states_encoded == 0 and new.condition == SPORT
     again = build_on_demand(store, SPORT, "c", runtime=Runtime(device="cpu"))
     assert (again.built, again.name) == (False, made.name)
+
+
+def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    import importlib.util
+    import sys
+
+    folder = Path(__file__).resolve().parent.parent / "benchmarks"
+    sys.path.insert(0, str(folder))
+    spec = importlib.util.spec_from_file_location("bench_on_demand", folder / "on_demand.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "out.json"
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--work-dir", str(tmp_path / "w")]
+    assert module.main([*argv, "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["config"]["rows"] == 40 and result["cold_notice_printed"]
+    assert set(result["seconds"]) >= {"cli_warm", "api_warm", "index_new_condition", "cli_cold", "api_cold"}
+    equal = result["equal_to_index"]
+    assert equal["cli_answers_equal"] and equal["api_ids_equal"]
+    assert all(v["vectors_equal"] for v in equal["vectors"].values())
