@@ -128,7 +128,7 @@ def _k(k: object) -> int:
     return int(k)
 
 
-def _mode(mode: object, model: str | None, *, profile: bool, router: bool) -> Mode:
+def _mode(mode: object, model: str | None, *, profile: bool, router: bool, kept: Mode | None = None) -> Mode:
     """Return the mode named, or the front ends' default's (auto: as ``index --mode auto`` resolves it).
 
     Anything but 'auto', 'case' or 'csr' is refused in one line.
@@ -139,7 +139,7 @@ def _mode(mode: object, model: str | None, *, profile: bool, router: bool) -> Mo
         mode = profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
     if not isinstance(mode, str) or mode not in (profiles.MODE_AUTO, *MODES):
         raise CondsearchError(f"mode must be 'auto', {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
-    return profiles.resolve_mode(mode, model, case_settings=profile, router=router)
+    return profiles.resolve_mode(mode, model, case_settings=profile, router=router, kept=kept)
 
 
 def _router(router: object) -> str | None:
@@ -281,7 +281,7 @@ class Store:
         from condsearch.corpus import scan_corpus
         from condsearch.corpus_memory import memory_corpus
         from condsearch.ingest import index_conditions
-        from condsearch.search import vectorizer_key
+        from condsearch.search import kept_mode, vectorizer_key
 
         if self._store is None:
             raise CondsearchError(
@@ -289,17 +289,19 @@ class Store:
                 "`condsearch export` or `condsearch index --store`"
             )
         wanted = _conditions(conditions)
-        model = self._indexing_model(mode, router)  # bad or conflicting keywords are refused before any reading
+        named = name or (Path(data).stem if isinstance(data, str | Path) else MEMORY_NAME)
+        kept = kept_mode(self._store.manifests(), named, wanted) if mode in (None, MODE_AUTO) else None
+        model = self._indexing_model(mode, router, kept)  # bad or conflicting keywords are refused before any reading
         if isinstance(data, str | Path):
             if ids is not None:
                 raise CondsearchError("ids= goes with a list of texts; a file's ids are its id column")
             corpus: Any = scan_corpus(data, text_column, id_column, format=format)
-            name = name or Path(data).stem
+            name = named
         else:
             if format is not None:
                 raise CondsearchError("format= names a file's format; data in memory has none")
             corpus = memory_corpus(data, ids=ids, text_column=text_column, id_column=id_column)
-            name = name or MEMORY_NAME
+            name = named
         vec = model.vectorizer
         store = self._store
         build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
@@ -308,15 +310,18 @@ class Store:
             self._models.setdefault(vectorizer_key(store.read_manifest(report.name)), vec)
         return [r.name for r in reports]
 
-    def _indexing_model(self, mode: object, router: object) -> Model:
-        """Return what index() encodes with: the store's model, checked against mode and router, else one loaded."""
+    def _indexing_model(self, mode: object, router: object, kept: Mode | None = None) -> Model:
+        """Return what index() encodes with: the store's model, checked against mode and router, else one loaded.
+
+        ``kept``: the mode of the corpus's indexes already here, which mode 'auto' (or None) keeps.
+        """
         folder = _router(router)
         routed = folder not in (None, ROUTER_AUTO)
         if self._model is not None:  # the store's model: a mode named must be its own ('auto' names none)
             named = None if mode in (None, MODE_AUTO) else _mode(mode, None, profile=False, router=routed)
             _check_agrees(self._model, named, folder)
             return self._model
-        key = (_mode(mode, None, profile=False, router=routed), None if folder == ROUTER_AUTO else folder)
+        key = (_mode(mode, None, profile=False, router=routed, kept=kept), None if folder == ROUTER_AUTO else folder)
         if key not in self._loaded:
             self._loaded[key] = load_model(
                 mode=key[0],

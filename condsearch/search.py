@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
+from condsearch.artifacts.profiles import MODES, Mode
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
 from condsearch.hits import Hit, Hits
 from condsearch.index import SearchResult, search, to_search_device
@@ -91,6 +92,17 @@ def find_index(
     scope = (f" for corpus {corpus!r}" if corpus is not None else "") + (f" in {where}" if where else "")
     message = f"no index for condition {condition!r}{scope}; indexed: {listed}{damaged_note(listing, root)}"
     raise UnknownCondition(message, known)
+
+
+def kept_mode(listing: Listing, corpus: str, conditions: Sequence[str]) -> Mode | None:
+    """Return the mode of a corpus's indexes under these conditions already in a listing, if they share one.
+
+    What ``--mode auto`` keeps when re-indexing: an index built in one mode stays in it (and
+    incremental), whatever the default is now. None when there are none, or they differ.
+    """
+    pairs = {(corpus, c.strip()) for c in conditions}
+    modes = {m.mode for _, m in listing if isinstance(m, Manifest) and (m.corpus_name, m.condition) in pairs}
+    return modes.pop() if len(modes) == 1 and modes <= set(MODES) else None  # type: ignore[return-value]
 
 
 def damaged_note(listing: Listing, root: str = "") -> str:

@@ -137,7 +137,7 @@ def test_index_json_output(tiny_bert_dir: Path, corpus_file: Path, index_dir: Pa
     )
     [row] = json_lines(result.stdout)
     assert set(row) == {
-        *("index", "condition", "rows", "dim", "model", "head", "path"),
+        *("index", "condition", "rows", "dim", "model", "mode", "head", "path"),
         *("factory", "search_params", "encoded", "reused", "backend"),
     }
     assert row["backend"] == ("onnxruntime" if not torch.cuda.is_available() else "torch")

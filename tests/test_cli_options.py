@@ -281,9 +281,17 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
         return Corpus(["a red dress", "a blue hat"])
 
     manifest = SimpleNamespace(
-        condition="c", n_vectors=2, dim=4, model_id="m", head="h", factory="Flat", search_params="", spec={}
+        condition="c",
+        n_vectors=2,
+        dim=4,
+        model_id="m",
+        mode="case",
+        head="h",
+        factory="Flat",
+        search_params="",
+        spec={},
     )
-    store = SimpleNamespace(root=tmp_path, read_manifest=lambda name: manifest)
+    store = SimpleNamespace(root=tmp_path, read_manifest=lambda name: manifest, manifests=lambda: [])
 
     def open_store(index_dir: Path | None) -> SimpleNamespace:
         calls.append(("store", index_dir))
@@ -330,7 +338,7 @@ def test_every_index_option_changes_the_call(
         return list(index_calls), result.stdout
 
     reference = call()
-    assert [c[0] for c in reference[0]] == ["scan", "store", "load", "index"]
+    assert [c[0] for c in reference[0]] == ["store", "scan", "load", "index"]  # the store first: auto keeps its mode
     for option in _options(main.commands["index"]):
         if option.name == "help":
             continue

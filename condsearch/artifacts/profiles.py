@@ -62,13 +62,22 @@ MODE_AUTO = "auto"
 DEFAULT_MODE = MODE_AUTO
 
 
-def resolve_mode(mode: str, model: str | None = None, *, case_settings: bool = False, router: bool = False) -> Mode:
+def resolve_mode(
+    mode: str,
+    model: str | None = None,
+    *,
+    case_settings: bool = False,
+    router: bool = False,
+    kept: Mode | None = None,
+) -> Mode:
     """Return the mode that ``mode`` names; ``auto`` is resolved from what else was asked.
 
     ``auto``: csr when a router was named (``router``), CASE when a CASE-only setting was
-    (``case_settings``: a profile, adapter, head, pooling, prompt, dtype or decoder preset), else csr
-    for the default model (its router ships) and CASE for any other (no trained router for it).
-    Both named at once resolve to csr, whose own check then refuses the CASE setting in one line.
+    (``case_settings``: a profile, adapter, head, pooling, prompt, dtype or decoder preset), else
+    ``kept`` (the mode of the corpus's indexes already in the store, so re-indexing stays
+    incremental), else csr for the default model (its router ships) and CASE for any other (no
+    trained router for it). Router and CASE settings at once resolve to csr, whose own check then
+    refuses the CASE setting in one line.
     """
     if mode in MODES:
         return mode  # type: ignore[return-value]  # one of MODES
@@ -78,6 +87,8 @@ def resolve_mode(mode: str, model: str | None = None, *, case_settings: bool = F
         return MODE_CSR
     if case_settings:
         return MODE_CASE
+    if kept is not None:
+        return kept
     from condsearch.models import DEFAULT_MODEL
 
     return MODE_CSR if (model or DEFAULT_MODEL) == DEFAULT_MODEL else MODE_CASE  # by name: no hub lookup

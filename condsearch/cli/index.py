@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from condsearch.ann import IndexConfig, check_index_options
-from condsearch.artifacts.profiles import MODE_CSR, resolve_mode
+from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, resolve_mode
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     backend_option,
@@ -172,15 +172,15 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
 
     if not conditions:
         raise click.UsageError(_NO_CONDITION)
-    spec, build = _settings(corpus, params)
     try:
+        store = open_store(params["index_dir"])
+        spec, build = _settings(corpus, params, store, conditions)
         for c in conditions:
             check_new_condition(c)
         _check_index_options(build["factory"], build["search_params"])
         data = scan_corpus(corpus, params["text_column"], params["id_column"], format=params["corpus_format"])
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
-        store = open_store(params["index_dir"])
         start = time.perf_counter()
         reports, backend = _encode(data, conditions, spec, store, params, build)
         elapsed = time.perf_counter() - start
@@ -198,9 +198,17 @@ _NO_CONDITION = (
 )
 
 
-def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dict[str, Any]]:
-    """Return the encoder spec and the index's build settings from index's options, refusing flags that do not apply."""
+def _settings(
+    corpus: Path, params: Mapping[str, Any], store: IndexStore, conditions: tuple[str, ...]
+) -> tuple[EncoderSpec, dict[str, Any]]:
+    """Return the encoder spec and the index's build settings from index's options, refusing flags that do not apply.
+
+    --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
+    """
+    from condsearch.search import kept_mode
     from condsearch.spec import EncoderSpec, Runtime
+
+    corpus_name = params["corpus_name"] or corpus.stem
 
     off_default = {
         "--pooling": params["pooling"] != EncoderSpec.pooling,
@@ -225,6 +233,7 @@ def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dic
             params["model"],
             case_settings=named or bool(flags.intersection(_ENCODER_FLAGS + _DECODER_FLAGS)),
             router=bool(flags.intersection(_CSR_FLAGS)),
+            kept=kept_mode(store.manifests(), corpus_name, conditions) if params["mode"] == MODE_AUTO else None,
         ),
     }
     _check_flags(params["mode"], flags, ray=params["ray_address"] is not None)
@@ -239,7 +248,7 @@ def _settings(corpus: Path, params: Mapping[str, Any]) -> tuple[EncoderSpec, dic
         ),
     )
     build = {
-        "corpus_name": params["corpus_name"] or corpus.stem,
+        "corpus_name": corpus_name,
         "factory": params["index_factory"],
         "search_params": params["search_params"],
         "max_index_memory": params["max_index_memory"],
@@ -309,6 +318,7 @@ def _print_reports(
                         "rows": m.n_vectors,
                         "dim": m.dim,
                         "model": m.model_id,
+                        "mode": m.mode,
                         "head": m.head,
                         "factory": m.factory,
                         "search_params": m.search_params,
