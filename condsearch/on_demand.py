@@ -53,6 +53,22 @@ class OnDemand:
 
 
 @dataclass(frozen=True)
+class Plan:
+    """What a build on demand of ``condition`` would do: index ``n_rows`` rows of ``corpus_name`` like ``source``."""
+
+    condition: str
+    corpus_name: str
+    source_name: str
+    source: Manifest
+    #: the conditions the corpus is indexed under
+    indexed: tuple[str, ...]
+
+    @property
+    def n_rows(self) -> int:
+        return self.source.n_vectors
+
+
+@dataclass(frozen=True)
 class _IndexedRows:
     """A sibling index's rows, read as ingestion reads a corpus, under the corpus path and checksum it records."""
 
@@ -61,13 +77,19 @@ class _IndexedRows:
     n_skipped: int
     ids: list[str | int]
     texts: list[str]
+    #: told (rows indexed, rows in all) as each batch is asked for, and once all are
+    on_rows: Callable[[int, int], None] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
         for start in range(0, len(self.ids), rows):
+            if self.on_rows is not None:  # the ingest asks for a batch once the previous one is written
+                self.on_rows(start, len(self.ids))
             yield self.ids[start : start + rows], self.texts[start : start + rows]
+        if self.on_rows is not None:
+            self.on_rows(len(self.ids), len(self.ids))
 
 
 def build_on_demand(
@@ -82,6 +104,7 @@ def build_on_demand(
     announce: Callable[[str], None] = log.info,
     corpus_option: str = "--corpus",
     unknown: UnknownCondition | None = None,
+    on_rows: Callable[[int, int], None] | None = None,
 ) -> OnDemand:
     """Index corpus's rows under condition with the model of its router indexes, unless another build did first.
 
@@ -93,19 +116,19 @@ def build_on_demand(
     before anything is written: a condition that is empty, too long or has control characters
     (:func:`condsearch.conditions.check_new_condition`), no index of the corpus, several corpora and
     none named, a corpus indexed with --mode case or with several models, or a router or encoder that
-    changed since the corpus was indexed.
+    changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
+    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.CHUNK_ROWS` rows).
     """
     from filelock import FileLock
 
     from condsearch.store import VERSIONS, index_name
 
+    plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown)
+    condition, corpus_name, source_name, source = plan.condition, plan.corpus_name, plan.source_name, plan.source
     try:  # every refusal comes before anything is written
-        condition = check_new_condition(condition)
-        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option)
-        source_name, source = _one_model(corpus_name, siblings, condition)
         if (found := _published(store, condition, corpus_name)) is not None:
             return found
-        indexed = ", ".join(sorted(repr(m.condition) for _, m in siblings))
+        indexed = ", ".join(repr(c) for c in plan.indexed)
         announce(
             f"{condition!r} is not indexed for corpus {corpus_name!r} (indexed: {indexed}); indexing it now, on "
             "demand, from the router's cached sentence states"
@@ -121,7 +144,9 @@ def build_on_demand(
         if (found := _published(store, condition, corpus_name)) is not None:  # by a build this one waited for
             return found
         stored = store.load(source_name, verify=True)  # every byte checked: no damaged row seeds a new index
-        rows = _IndexedRows(source.corpus_path, source.corpus_checksum, source.n_skipped, stored.ids, stored.texts)
+        rows = _IndexedRows(
+            source.corpus_path, source.corpus_checksum, source.n_skipped, stored.ids, stored.texts, on_rows
+        )
         encoded = _uncached_states(vectorizer, rows.texts)
         if encoded:
             notice(
@@ -141,6 +166,31 @@ def build_on_demand(
             progress=progress,
         )
     return OnDemand(report.name, corpus_name, True, report.n_rows, encoded)
+
+
+def plan_on_demand(
+    store: IndexStore,
+    condition: str,
+    corpus: str | None = None,
+    *,
+    corpus_option: str = "--corpus",
+    unknown: UnknownCondition | None = None,
+) -> Plan:
+    """Return what building condition on demand would index, reading only manifests; refuse as build_on_demand does.
+
+    Refuses, in one line: a bad condition, no index of the corpus, several corpora and none named, a
+    corpus indexed with --mode case or with several models. A router that changed since is found only
+    when the model loads (:func:`build_on_demand`).
+    """
+    try:
+        condition = check_new_condition(condition)
+        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option)
+        source_name, source = _one_model(corpus_name, siblings, condition)
+    except CondsearchError as exc:
+        if unknown is None:
+            raise
+        raise _after(unknown, exc) from exc
+    return Plan(condition, corpus_name, source_name, source, tuple(sorted(m.condition for _, m in siblings)))
 
 
 def _after(unknown: UnknownCondition, exc: CondsearchError) -> CondsearchError:

@@ -65,6 +65,35 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     type=click.IntRange(min=1),
     help="A request body larger than this gets a 413 before it is read.",
 )
+@click.option(
+    "--build/--no-build",
+    default=ServeConfig.build,
+    show_default=True,
+    help="Build a condition that a router (--mode csr) corpus has no index for when a query asks for it, "
+    "from the corpus's rows and cached sentence states (an index folder only; --no-build answers 404).",
+)
+@click.option(
+    "--max-builds",
+    default=ServeConfig.max_builds,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Conditions built at once, each on its own thread and copy of the model; others wait their turn.",
+)
+@click.option(
+    "--max-pending-builds",
+    default=ServeConfig.max_pending_builds,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Builds running or waiting at most; past it a query under a new condition gets a 503.",
+)
+@click.option(
+    "--build-inline-rows",
+    default=ServeConfig.build_inline_rows,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="A corpus of at most this many rows is built and answered in the request; a larger one gets a 202 "
+    "naming a job to poll at GET /builds/ID.",
+)
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
 @backend_option(
     "What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
@@ -91,6 +120,10 @@ def serve_cmd(
     max_batch_tokens: int,
     batch_window_ms: float,
     max_body_bytes: int,
+    build: bool,
+    max_builds: int,
+    max_pending_builds: int,
+    build_inline_rows: int,
     preload: bool,
     backend: str,
     search_threads: int | None,
@@ -105,6 +138,8 @@ def serve_cmd(
 
     Each model is loaded once and shared by the indexes built with it; indexes load on first use
     and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
+    A query under a condition that a router corpus has no index for builds it first (--no-build: 404);
+    a large corpus answers 202 and a job to poll at GET /builds/ID.
     """
     refuse_index_dir_beside_store(store_spec, "serve from")
     try:
@@ -129,6 +164,10 @@ def serve_cmd(
         max_batch_tokens=max_batch_tokens,
         batch_window_ms=batch_window_ms,
         max_body_bytes=max_body_bytes,
+        build=build,
+        max_builds=max_builds,
+        max_pending_builds=max_pending_builds,
+        build_inline_rows=build_inline_rows,
         preload=preload,
         quantize=quantize,
         threads=threads,

@@ -26,10 +26,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from condsearch import __version__
 from condsearch.answers import index_summary, query_answer
 from condsearch.calibration import Background
-from condsearch.errors import CondsearchError, first_line
+from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.index import search_threads
 from condsearch.manifest import Manifest
 from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.builds import Builds, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from condsearch.serve.headers import SecurityHeaders
@@ -219,9 +220,13 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         max_cost=config.max_batch_tokens,
     )
 
+    builds = Builds.of(resident.store, config)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        if builds is not None:
+            builds.close()
         batcher.close()
         resident.close()
 
@@ -234,6 +239,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
+    app.state.builds = builds
 
     # outermost last: the key is checked before the body is read
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
@@ -296,7 +302,15 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         # found, and each query cut to the tokens its model reads, on a worker thread: not the batcher's
-        job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
+        try:
+            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
+        except UnknownCondition as unknown:
+            if builds is None:
+                raise
+            # a router corpus builds the condition on demand (condsearch.serve.builds)
+            if (accepted := await _build(builds, body.condition, body.corpus, unknown)) is not None:
+                return accepted
+            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
         entry = job.index
         background = _background(entry.manifest) if body.calibrated else None
         # a large request is answered in parts, in turn with others (condsearch.serve.batching)
@@ -322,6 +336,18 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             }
         )
 
+    async def _build(builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition) -> Any:
+        try:
+            return await build_or_accept(builds, condition, corpus, unknown, config)
+        except (UnknownCondition, AmbiguousCondition):
+            raise
+        except TooManyBuilds as exc:
+            raise RequestError(503, str(exc), conditions=unknown.conditions) from exc
+        except CondsearchError as exc:
+            # a bad condition (422); a corpus that cannot build one: --mode case, several models, a changed router (409)
+            status = 409 if isinstance(exc, StoreError) else 422
+            raise RequestError(status, str(exc), conditions=unknown.conditions) from exc
+
     @app.get("/indexes")
     def indexes() -> dict[str, list[dict[str, Any]]]:
         """List the stored indexes, as `condsearch list --json` does."""
@@ -344,5 +370,6 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         }
 
     add_embeddings(app, resident, batcher, config)
+    add_builds(app, builds)
     add_page(app)
     return app

@@ -68,6 +68,16 @@ class ServeConfig:
     reload_interval_s: float = 0.5
     #: a request waiting longer than this for its batch gets a 503
     request_timeout_s: float = 120.0
+    #: a query under a condition that a router (--mode csr) corpus has no index for builds it, from the
+    #: corpus's rows and cached sentence states; False refuses it (404) as for any other corpus
+    build: bool = True
+    #: builds on demand that run at once, each on its own thread with its own copy of the model
+    max_builds: int = 1
+    #: builds on demand running or waiting at most; past it a new condition gets a 503
+    max_pending_builds: int = 8
+    #: a corpus of at most this many rows is built and answered in the request that asked; a larger one
+    #: gets a 202 naming a job to poll (GET /builds/ID). 1,000 rows took about 2 s here (docs/serve.md)
+    build_inline_rows: int = 1000
     #: load every index and its model at startup instead of on first use
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built

@@ -1,0 +1,225 @@
+"""Conditions built on demand by the server: one job per (corpus, condition), on a bounded pool of threads.
+
+A query under a condition that a router corpus has no index for starts a build
+(:func:`condsearch.on_demand.build_on_demand`); requests for the same condition while it runs share
+it. A build loads its own copy of the corpus's model on a worker thread, so the batcher that answers
+queries is never waiting on it; ``max_builds`` builds run at once, the rest wait their turn
+(``queued``), and past ``max_pending_builds`` a new one is refused (503). A small corpus (at most
+``build_inline_rows`` rows) is answered in the request that asked; a larger one gets a 202 naming
+the job, which ``GET /builds/{id}`` reports on until it is done or has failed (in one line). A failed
+job is not reused: the next request starts another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+
+from condsearch.errors import CondsearchError, UnknownCondition, first_line
+from condsearch.on_demand import OnDemand, build_on_demand, plan_on_demand
+from condsearch.serve.config import Backend, ServeConfig
+from condsearch.spec import Runtime
+from condsearch.store import IndexStore
+
+log = logging.getLogger(__name__)
+
+Status = Literal["queued", "building", "done", "failed"]
+#: finished jobs kept for GET /builds/{id}, newest last
+KEEP_FINISHED = 256
+
+
+@dataclass
+class BuildJob:
+    """One build on demand: what it builds, how far it is, and how it ended."""
+
+    id: str
+    condition: str
+    corpus: str
+    rows: int
+    status: Status = "queued"
+    rows_done: int = 0
+    #: one line, once failed
+    error: str | None = None
+    #: what the build raised, once failed
+    exception: BaseException | None = None
+    created: float = field(default_factory=time.monotonic)
+    finished: float | None = None
+    future: Future[OnDemand] = field(default_factory=Future)
+
+    @property
+    def seconds(self) -> float:
+        """Return the seconds since the job was asked for, until it finished."""
+        return round((self.finished if self.finished is not None else time.monotonic()) - self.created, 3)
+
+    def describe(self) -> dict[str, Any]:
+        """Return the job as the API shows it."""
+        described: dict[str, Any] = {
+            "job": self.id,
+            "status": self.status,
+            "condition": self.condition,
+            "corpus": self.corpus,
+            "rows": self.rows,
+            "rows_done": self.rows_done,
+            "seconds": self.seconds,
+            "poll": f"/builds/{self.id}",
+        }
+        if self.error is not None:
+            described["error"] = self.error
+        return described
+
+
+class TooManyBuilds(CondsearchError):
+    """More builds are waiting than the server takes."""
+
+
+class Builds:
+    """The server's builds on demand: started, shared while they run, and reported on."""
+
+    def __init__(
+        self,
+        store: IndexStore,
+        *,
+        max_builds: int = ServeConfig.max_builds,
+        max_pending: int = ServeConfig.max_pending_builds,
+        runtime: Runtime = Runtime(),  # noqa: B008 - frozen
+        backend: Backend = ServeConfig.backend,
+        corpus_option: str = '"corpus"',
+        build: Callable[..., OnDemand] | None = None,
+    ) -> None:
+        self.store, self.runtime, self.backend, self.corpus_option = store, runtime, backend, corpus_option
+        self.max_pending = max_pending
+        self._build = build or build_on_demand  # looked up now: a test may put another in its place
+        self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build")
+        self._jobs: dict[str, BuildJob] = {}
+        self._running: dict[tuple[str, str], BuildJob] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def of(cls, store: object, config: ServeConfig) -> Builds | None:
+        """Return the builds of config's server, or None where it builds nothing (--no-build, a Milvus store)."""
+        if not config.build or not isinstance(store, IndexStore):
+            return None
+        runtime = Runtime(device=config.device, threads=config.threads, trust_remote_code=config.trust_remote_code)
+        return cls(
+            store,
+            max_builds=config.max_builds,
+            max_pending=config.max_pending_builds,
+            runtime=runtime,
+            backend=config.backend,
+        )
+
+    def start(self, condition: str, corpus: str | None, unknown: UnknownCondition) -> BuildJob:
+        """Return the running job that builds condition for corpus, started now unless one runs.
+
+        Refuses what :func:`condsearch.on_demand.plan_on_demand` refuses, in one line after unknown's,
+        before anything starts; and a build past ``max_pending`` (TooManyBuilds).
+        """
+        plan = plan_on_demand(self.store, condition, corpus, corpus_option=self.corpus_option, unknown=unknown)
+        key = (plan.corpus_name, plan.condition)
+        with self._lock:
+            job = self._running.get(key)
+            if job is not None:
+                return job
+            if len(self._running) >= self.max_pending:
+                raise TooManyBuilds(
+                    f"{first_line(unknown)}; {len(self._running)} conditions are being built already: try again later"
+                )
+            job = BuildJob(secrets.token_hex(8), plan.condition, plan.corpus_name, plan.n_rows)
+            self._running[key] = job
+            self._jobs[job.id] = job
+            self._forget_finished()
+            self._pool.submit(self._run, job, unknown)
+        log.info("building %r for corpus %r on demand (job %s, %d rows)", job.condition, job.corpus, job.id, job.rows)
+        return job
+
+    def get(self, job_id: str) -> BuildJob | None:
+        """Return the job of that id, if it runs or finished lately."""
+        with self._lock:
+            return self._jobs.get(job_id)
+
+    def close(self) -> None:
+        """Stop taking builds; the one running finishes (its index is published whole or not at all)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self, job: BuildJob, unknown: UnknownCondition) -> None:
+        job.status = "building"
+
+        def on_rows(done: int, total: int) -> None:
+            job.rows_done, job.rows = done, total
+
+        try:
+            made = self._build(
+                self.store,
+                job.condition,
+                job.corpus,
+                runtime=self.runtime,
+                backend=self.backend,
+                corpus_option=self.corpus_option,
+                unknown=unknown,
+                on_rows=on_rows,
+            )
+        except BaseException as exc:  # reported by the job; the pool's thread goes on
+            if not isinstance(exc, CondsearchError):
+                log.error("building %r on demand failed", job.condition, exc_info=exc)
+            job.exception, job.error = exc, first_line(exc) or type(exc).__name__
+            self._finish(job, "failed")
+            job.future.set_exception(exc)
+            return
+        job.rows_done = job.rows = made.n_rows
+        self._finish(job, "done")
+        log.info("built %r for corpus %r on demand in %.1f s", job.condition, job.corpus, job.seconds)
+        job.future.set_result(made)
+
+    def _finish(self, job: BuildJob, status: Status) -> None:
+        job.finished = time.monotonic()
+        with self._lock:
+            job.status = status
+            self._running.pop((job.corpus, job.condition), None)
+
+    def _forget_finished(self) -> None:
+        finished = [i for i, j in self._jobs.items() if j.finished is not None]
+        for job_id in finished[: max(0, len(finished) - KEEP_FINISHED)]:
+            del self._jobs[job_id]
+
+
+async def build_or_accept(
+    builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition, config: ServeConfig
+) -> JSONResponse | None:
+    """Start or join the build of condition; return None once it is built, else the 202 that names its job.
+
+    A corpus of at most ``config.build_inline_rows`` rows is waited for (up to ``request_timeout_s``,
+    then answered 202 as well); a build that fails raises what it raised.
+    """
+    job = await run_in_threadpool(builds.start, condition, corpus, unknown)
+    if job.rows <= config.build_inline_rows:
+        # shielded: a client that leaves, or a timeout, must not cancel a build others share
+        waiting = asyncio.shield(asyncio.wrap_future(job.future))
+        try:
+            await asyncio.wait_for(waiting, config.request_timeout_s)
+            return None
+        except asyncio.TimeoutError:
+            pass
+    return JSONResponse(job.describe(), status_code=202)
+
+
+def add_builds(app: FastAPI, builds: Builds | None) -> None:
+    """Serve ``GET /builds/{id}``: a build's status, rows done of its rows, seconds, and its error once failed."""
+
+    @app.get("/builds/{job_id}", responses={404: {"description": "No such build (or forgotten)."}})
+    def build_status(job_id: str) -> JSONResponse:
+        """Report on a build on demand that a query started (its 202 named it)."""
+        job = builds.get(job_id) if builds is not None else None
+        if job is None:
+            return JSONResponse({"error": f"no build {job_id[:40]!r} (finished builds are kept a while)"}, 404)
+        return JSONResponse(job.describe())
