@@ -133,10 +133,11 @@ def _expect(locator: object) -> object:
 
 
 def _pick(page: object, side: str, condition: str) -> None:
-    page.select_option(f"#{side}", label=condition)  # type: ignore[attr-defined]
+    page.fill(f"#{side}", condition)  # type: ignore[attr-defined]  # free text, the indexed ones suggested
 
 
 def _search(page: object, query: str, left: str, right: str, k: int) -> None:
+    page.wait_for_selector("#corpus option", state="attached")  # type: ignore[attr-defined]  # the listing is read
     page.fill("#query", query)  # type: ignore[attr-defined]
     _pick(page, "left", left)
     _pick(page, "right", right)
@@ -173,7 +174,7 @@ def test_the_page_ranks_one_query_under_two_conditions(browser, demo_server: str
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(f"{demo_server}/")
-    _expect(page.locator("#left option")).to_have_count(2)
+    _expect(page.locator("#conditions option")).to_have_count(2)
     assert page.input_value("#left") != page.input_value("#right")  # two different conditions to start with
 
     _search(page, DEMO_QUERY, COLOUR, SPORT, 5)
@@ -203,8 +204,8 @@ def test_the_page_asks_for_the_key_and_shows_hostile_text_as_text(browser, hosti
     assert "API key" in page.text_content("#status")
     page.fill("#key", KEY)
     page.press("#key", "Tab")  # change: the conditions are read with the key
-    _expect(page.locator("#left option")).to_have_count(2)
-    labels = page.eval_on_selector_all("#left option", "options => options.map(o => o.textContent)")
+    _expect(page.locator("#conditions option")).to_have_count(2)
+    labels = page.eval_on_selector_all("#conditions option", "options => options.map(o => o.textContent)")
     assert sorted(labels) == sorted([COLOUR, HOSTILE_CONDITION])
 
     # a hostile row under a hostile condition is shown as text: nothing it holds runs or renders
@@ -220,7 +221,7 @@ def test_the_page_asks_for_the_key_and_shows_hostile_text_as_text(browser, hosti
     # the key from the URL fragment: used, then taken out of the address bar
     fresh = browser.new_page()  # type: ignore[attr-defined]
     fresh.goto(f"{hostile_server}/#key={KEY}")
-    _expect(fresh.locator("#right option")).to_have_count(2)
+    _expect(fresh.locator("#conditions option")).to_have_count(2)
     assert fresh.url == f"{hostile_server}/" and fresh.input_value("#key") == KEY
 
 
@@ -355,13 +356,13 @@ def test_one_corpus_at_a_time_labelled_results_and_scores_explained(browser, two
     errors: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     page.goto(f"{url}/")
-    _expect(page.locator("#left option")).to_have_count(2)
+    _expect(page.locator("#conditions option")).to_have_count(2)
     assert sorted(_options(page, "#corpus")) == ["cars", "corpus"]
     assert page.input_value("#corpus") == "corpus"  # the corpus that has two conditions to compare
-    assert sorted(_options(page, "#left")) == sorted(_options(page, "#right")) == sorted([COLOUR, SPORT])
+    assert sorted(_options(page, "#conditions")) == sorted([COLOUR, SPORT])  # suggested to both boxes
     page.select_option("#corpus", "cars")
-    _expect(page.locator("#left option")).to_have_count(1)
-    assert _options(page, "#right") == [CAR]
+    _expect(page.locator("#conditions option")).to_have_count(1)
+    assert _options(page, "#conditions") == [CAR]
     page.select_option("#corpus", "corpus")
 
     _search(page, "a girl in a red dress", COLOUR, SPORT, 3)
@@ -390,13 +391,13 @@ def test_how_to_add_a_condition_and_a_new_one_appears_without_a_reload(browser, 
     url, add_condition = two_corpora
     page = browser.new_page()  # type: ignore[attr-defined]
     page.goto(f"{url}/")
-    _expect(page.locator("#left option")).to_have_count(2)
+    _expect(page.locator("#conditions option")).to_have_count(2)
     command = page.text_content("#add-command")
     assert command.startswith("condsearch index ") and '-c "' in command
     add_condition(NEW_CONDITION)
     page.focus("#right")  # the lists are read again when a condition box gets focus
-    _expect(page.locator("#right option")).to_have_count(3)
-    assert NEW_CONDITION in _options(page, "#left")
+    _expect(page.locator("#conditions option")).to_have_count(3)
+    assert NEW_CONDITION in _options(page, "#conditions")
 
 
 @pytest.mark.browser
@@ -405,7 +406,7 @@ def test_the_docs_page_lists_the_api_offline(browser, hostile_server: str) -> No
     elsewhere: list[str] = []
     page.on("request", lambda r: None if r.url.startswith(hostile_server) else elsewhere.append(r.url))
     page.goto(f"{hostile_server}/#key={KEY}")  # the key is kept for the tab: the docs page uses it
-    _expect(page.locator("#left option")).to_have_count(2)
+    _expect(page.locator("#conditions option")).to_have_count(2)
     page.goto(f"{hostile_server}/docs")
     _expect(page.locator(".operation")).not_to_have_count(0)
     listed = page.locator(".operation h2").all_text_contents()
@@ -427,7 +428,7 @@ def test_the_search_button_reads_in_dark_mode(browser, demo_server: str) -> None
 def test_on_a_phone_both_columns_are_in_reach_and_targets_are_44px(browser, demo_server: str) -> None:
     page = browser.new_page(viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True)  # type: ignore[attr-defined]
     page.goto(f"{demo_server}/")
-    _expect(page.locator("#left option")).to_have_count(2)
+    _expect(page.locator("#conditions option")).to_have_count(2)
     _search(page, DEMO_QUERY, COLOUR, SPORT, 10)
     first_a = page.locator("#left-results li").first.bounding_box()
     page.click("#tab-right")
@@ -469,3 +470,62 @@ def test_the_search_is_in_the_url_and_back_returns_to_it(browser, two_corpora) -
     assert fresh.input_value("#corpus") == "corpus"
     assert fresh.text_content("#right-results h2") == COLOUR
     assert not errors
+
+
+MOOD = "the mood of the scene"  # never indexed
+
+
+@pytest.fixture
+def router_corpus(browser: object, tiny_bert_dir: Path, write_corpus, tmp_path: Path) -> Path:
+    """An index folder of a router (--mode csr) corpus of the tiny BERT, indexed under COLOUR only."""
+    from tests.test_on_demand import index as index_csr
+
+    corpus = write_corpus({"id": [f"s{i}" for i in range(len(SENTENCES))], "text": SENTENCES})
+    folder = tmp_path / "indexes"
+    index_csr(corpus, folder, tiny_bert_dir, COLOUR)
+    return folder
+
+
+@pytest.mark.browser
+def test_a_condition_typed_on_a_router_corpus_is_built_and_answered(browser, router_corpus: Path) -> None:
+    with serve(router_corpus) as server:  # a small corpus: built in the request
+        page = browser.new_page()  # type: ignore[attr-defined]
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/")
+        _expect(page.locator("#conditions option")).to_have_count(1)
+        assert _options(page, "#conditions") == [COLOUR]
+        assert page.get_attribute("#add-typed", "hidden") is None  # "type any condition", said for a router corpus
+        _search(page, "a girl in a red dress", COLOUR, MOOD, 3)
+        assert page.text_content("#right-results h2") == MOOD
+        assert _column(page, "right") == _api(server.url, "a girl in a red dress", MOOD, 3)
+        _expect(page.locator("#conditions option")).to_have_count(2)  # the built condition is offered now
+        assert not errors
+
+
+@pytest.mark.browser
+def test_a_large_build_shows_its_progress_then_the_results(
+    browser, router_corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import condsearch.serve.builds as builds_module
+    from tests.test_serve_builds import HeldBuild
+
+    held = HeldBuild()
+    monkeypatch.setattr(builds_module, "build_on_demand", held)
+    with serve(router_corpus, build_inline_rows=0) as server:  # every build answers 202: the page polls it
+        page = browser.new_page()  # type: ignore[attr-defined]
+        page.goto(f"{server.url}/")
+        _expect(page.locator("#conditions option")).to_have_count(1)
+        page.fill("#query", "a girl in a red dress")
+        page.fill("#left", COLOUR)
+        page.fill("#right", MOOD)
+        page.fill("#k", "3")
+        page.click("#go")
+        status = page.locator("#status")
+        _expect(status).to_have_text(f"Building “{MOOD}” for corpus corpus: 0 of {len(SENTENCES)} rows…")
+        assert page.locator("#results li").count() == 0  # no column shown before both answer
+        held.release.set()
+        _expect(page.locator("#right-results li")).to_have_count(3)
+        assert _column(page, "right") == _api(server.url, "a girl in a red dress", MOOD, 3)
+        assert "error" not in (page.get_attribute("#status", "class") or "")
+    assert held.calls == 1

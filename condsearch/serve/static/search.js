@@ -1,6 +1,8 @@
 // The search page of `condsearch serve`: list the indexed conditions (GET indexes), pick a corpus,
-// ask one query under two of its conditions (POST query, once per column) and show both rankings
-// side by side (as tabs on a phone). The search lives in the URL's fragment (q, corpus, a, b, k, z),
+// ask one query under two conditions (POST query, once per column) and show both rankings
+// side by side (as tabs on a phone). A condition box takes any text, the indexed conditions
+// suggested; one the corpus has no index for is built by the server (a router corpus), the page
+// showing its progress (GET builds/ID) until it answers. The search lives in the URL's fragment (q, corpus, a, b, k, z),
 // so it can be shared and Back returns to the one before; an API key never goes there.
 // It is a client of the JSON API like any other. Every text the server sends goes into the page
 // through textContent or an Option's text, never parsed as HTML.
@@ -10,6 +12,7 @@
   const KEY_HEADER = "X-API-Key"; // condsearch.serve.config.API_KEY_HEADER
   const KEY_SAVED = "condsearch-api-key"; // sessionStorage: this tab only, gone when it closes
   const UNREADABLE_SHARE = 0.5; // a query with more unknown tokens ([UNK]) than this is flagged
+  const POLL_MS = 500; // how often a build's progress is asked for
 
   const byId = (id) => document.getElementById(id);
   const form = byId("search");
@@ -25,7 +28,8 @@
   const tabs = byId("tabs");
   const tabButtons = [byId("tab-left"), byId("tab-right")];
   const results = byId("results");
-  const pickers = [byId("left"), byId("right")];
+  const pickers = [byId("left"), byId("right")]; // free text, the corpus's conditions suggested
+  const suggestions = byId("conditions");
   const columns = [byId("left-results"), byId("right-results")];
 
   let indexes = new Map(); // an index name -> {condition, corpus, rows, model, head, mode, router, background}
@@ -219,12 +223,14 @@
   function fillConditions(wanted = [null, null]) {
     const corpus = corpusPicker.value;
     const own = conditionsOf(corpus);
+    suggestions.replaceChildren(...own.map(([, i]) => new Option(i.condition, i.condition)));
+    const indexedElsewhere = (text) => [...indexes.values()].some((i) => i.condition === text && i.corpus !== corpus);
     pickers.forEach((picker, side) => {
-      const before = wanted[side] !== null ? indexNamed(corpus, wanted[side]) : picker.value;
-      picker.replaceChildren(...own.map(([name, i]) => new Option(i.condition, name)));
+      // what was typed stays, unless it is empty or a suggestion of another corpus
+      const before = wanted[side] !== null ? wanted[side] : picker.value;
       const fallback = own[Math.min(side, own.length - 1)];
-      picker.value = before && indexes.has(before) && indexes.get(before).corpus === corpus
-        ? before : fallback ? fallback[0] : "";
+      const keep = before.trim() !== "" && (indexNamed(corpus, before) !== null || !indexedElsewhere(before));
+      picker.value = keep ? before : fallback ? fallback[1].condition : "";
     });
     showAddCommand(own);
   }
@@ -232,6 +238,15 @@
   function indexNamed(corpus, condition) {
     const found = conditionsOf(corpus).find(([, i]) => i.condition === condition);
     return found ? found[0] : null;
+  }
+
+  function chosenIndex(picker) {
+    // the index of the condition typed, or a condition to build: {condition, corpus, background: false}
+    const corpus = corpusPicker.value;
+    const condition = picker.value.trim();
+    if (!corpus || !condition) return null;
+    const name = indexNamed(corpus, condition);
+    return name !== null ? indexes.get(name) : { condition, corpus, background: false, built: false };
   }
 
   function showAddCommand(own) {
@@ -244,6 +259,7 @@
     // a router index's vectors are made by its router, as a CASE index's by its head
     const made = first && first.mode === "csr" ? `router ${first.router}` : `head ${first ? first.head : ""}`;
     byId("add-model").textContent = first ? `model ${first.model}, ${made}, mode ${first.mode}` : "none yet";
+    byId("add-typed").hidden = !(first && first.mode === "csr");
   }
 
   function refresh() {
@@ -254,21 +270,58 @@
 
   // ------------------------------------------------------------------ searching
 
-  async function ask(query, index, k, calibrated, signal) {
+  async function ask(query, index, k, calibrated, signal, onProgress) {
     const request = { query, condition: index.condition, corpus: index.corpus };
     if (k !== null) request.k = k;
     if (calibrated) request.calibrated = true;
     try {
-      const got = await call("query", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify(request),
-        signal,
-      });
-      return got.status === 200 ? { answer: got.body } : { error: got.body.error };
+      for (;;) {
+        const got = await call("query", {
+          method: "POST",
+          headers: { "Content-Type": "application/json" },
+          body: JSON.stringify(request),
+          signal,
+        });
+        if (got.status !== 202) return got.status === 200 ? { answer: got.body } : { error: got.body.error };
+        // the server builds this condition's index: follow the job, then ask again
+        const failed = await followBuild(got.body, signal, onProgress);
+        if (failed !== null) return { error: failed };
+      }
     } catch (error) {
       return error.name === "AbortError" ? { aborted: true } : { error: `cannot ask the server: ${error.message}` };
     }
+  }
+
+  async function followBuild(job, signal, onProgress) {
+    // poll GET builds/ID until the build is done (null) or failed (its one-line error)
+    const path = `builds/${encodeURIComponent(String(job.job))}`;
+    for (;;) {
+      onProgress(job);
+      if (job.status === "done") return null;
+      if (job.status === "failed") return String(job.error ?? "the build failed");
+      await new Promise((resolve, reject) => {
+        const stop = () => {
+          clearTimeout(timer);
+          reject(new DOMException("replaced by a newer search", "AbortError"));
+        };
+        const timer = setTimeout(() => {
+          signal.removeEventListener("abort", stop);
+          resolve();
+        }, POLL_MS);
+        signal.addEventListener("abort", stop, { once: true });
+      });
+      const got = await call(path, { signal });
+      if (got.status !== 200) return got.body.error;
+      job = got.body;
+    }
+  }
+
+  function buildProgress(job) {
+    const rows = Number(job.rows) || 0;
+    const done = Math.min(Number(job.rows_done) || 0, rows);
+    const waiting = job.status === "queued" ? " (waiting for another build to finish)" : "";
+    return `Building “${job.condition}” for corpus ${job.corpus}: ${done.toLocaleString("en")} of `
+      + `${rows.toLocaleString("en")} rows…${waiting}`;
   }
 
   function readK() {
@@ -293,10 +346,10 @@
 
   async function search(push = true) {
     const query = queryBox.value;
-    const chosen = pickers.map((p) => indexes.get(p.value));
+    const chosen = pickers.map(chosenIndex);
     const k = readK();
     if (!query.trim()) return refuse("Type a query.");
-    if (chosen.some((c) => !c)) return refuse("Pick a corpus and two conditions.");
+    if (chosen.some((c) => !c)) return refuse("Pick a corpus and two conditions (type or choose them).");
     if (k === undefined) return refuse("k must be a whole number, 1 or more.");
     const calibrated = calibratedBox.checked;
     const corpus = chosen[0].corpus;
@@ -304,12 +357,23 @@
     if (push && fragment !== location.hash) history.pushState(null, "", fragment);
     if (pending) pending.abort(); // a newer search replaces one still running
     const controller = (pending = new AbortController());
-    say("Searching…");
+    const building = chosen.filter((c) => c.built === false).map((c) => `“${c.condition}”`);
+    say(building.length ? `Searching… (${building.join(" and ")} is not indexed yet: the server builds it first)` : "Searching…");
+    const progress = [null, null]; // each column's build in progress, shown in the status line
+    const onProgress = (side) => (job) => {
+      if (controller !== pending) return;
+      progress[side] = job.status === "done" || job.status === "failed" ? null : buildProgress(job);
+      const lines = [...new Set(progress.filter(Boolean))];
+      if (lines.length) say(lines.join(" "));
+    };
     const got = await Promise.all(
-      chosen.map((index) => ask(query, index, k, calibrated && index.background, controller.signal)),
+      chosen.map((index, side) =>
+        ask(query, index, k, calibrated && index.background, controller.signal, onProgress(side)),
+      ),
     );
     if (controller !== pending) return;
     pending = null;
+    if (chosen.some((c) => c.built === false)) loadIndexes(true); // offer what was built
     const hits = got.map((g) => (g.answer && g.answer.results && g.answer.results[0] ? g.answer.results[0].results : null));
     const sameCorpus = hits.every(Boolean) && got[0].answer.corpus === got[1].answer.corpus;
     const idSets = hits.map((h) => new Set((h || []).map((hit) => idKey(hit.id))));
@@ -342,7 +406,7 @@
     const answer = got.answer;
     const hits = answer.results[0].results;
     let meta = `top ${hits.length} of ${answer.rows} rows · corpus ${answer.corpus}`;
-    if (calibrated && !index.background) {
+    if (calibrated && !index.background && index.built !== false) {
       meta += " · no z: this index records no score background (index it again to record one)";
     }
     const parts = [heading, element("p", meta, "meta")];
