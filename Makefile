@@ -88,7 +88,7 @@ page-screenshot: $(BROWSER_STAMP)
 	CONDSEARCH_PAGE_SCREENSHOT=docs/search-page.png $(BIN)/python -m pytest -q -m browser -k ranks_one_query
 
 bench-smoke: $(STAMP)
-	$(BIN)/python benchmarks/csts.py --smoke --mode case
+	$(BIN)/python -m benchmarks.paper.csts --smoke --mode case
 
 # ruff on everything, mypy on the package (its settings are in pyproject.toml)
 lint: $(STAMP)

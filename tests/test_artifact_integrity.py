@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -401,9 +400,7 @@ def test_the_shipped_default_routers_weights_fit_its_recorded_shape() -> None:
 
 
 def test_kgc_with_the_two_towers_weights_swapped_refuses(tmp_path: Path) -> None:
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    from kgclib.encoding import load_tail_tower
-
+    from benchmarks._lib.kgclib.encoding import load_tail_tower
     from condsearch.csr.context_weights import base_weights
 
     source = REPO / "benchmarks/weights/wn18rr-minilm-context"

@@ -2,26 +2,22 @@
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import itertools
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+GROUPS = ("_lib", "paper", "systems", "studies")
 
 
 def load_script(name: str):
-    """Import benchmarks/<name>.py as a module (the folder is not a package)."""
-    sys.path.insert(0, str(BENCHMARKS))
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """Import the benchmark module called name (``benchmarks.<group>.<name>``) from whichever group holds it."""
+    (group,) = [g for g in GROUPS if (BENCHMARKS / g / f"{name}.py").is_file()]
+    return importlib.import_module(f"benchmarks.{group}.{name}")
 
 
 @pytest.fixture(scope="module")

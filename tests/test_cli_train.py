@@ -270,11 +270,12 @@ def test_legacy_spelling_runs_the_subcommand_with_a_note(
 
 
 def _train_examples() -> list[tuple[str, str]]:
-    """Return every `condsearch train …` command in README.md, docs/ and benchmarks/README.md (continuations joined)."""
+    """Return every `condsearch train …` command in README.md, docs/ and benchmarks/ READMEs (continuations joined)."""
     root = Path(__file__).resolve().parent.parent
     found = []
     pages = sorted(str(p.relative_to(root)) for p in (root / "docs").glob("*.md"))
-    for doc in ("README.md", *pages, "benchmarks/README.md"):
+    benches = sorted(str(p.relative_to(root)) for p in (root / "benchmarks").glob("**/README.md"))
+    for doc in ("README.md", *pages, *benches):
         text = (root / doc).read_text(encoding="utf-8").replace("\\\n", " ")
         found += [(doc, line.strip()) for line in text.splitlines() if line.strip().startswith("condsearch train ")]
     return found

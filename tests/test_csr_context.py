@@ -257,7 +257,7 @@ def test_a_compact_change_loads_exactly_as_saved(tmp_path: Path, deep_bert_dir: 
 
 
 def test_wise_scales_a_saved_routers_change(tmp_path: Path, deep_bert_dir: Path) -> None:
-    """benchmarks/wise.py --router: the base model plus alpha times the saved change, compact or whole."""
+    """benchmarks/studies/wise.py --router: the base model plus alpha times the saved change, compact or whole."""
     from tests.test_benchmarks import load_script
 
     encoder = _encoder(deep_bert_dir, tmp_path / "cache", k=2)
@@ -541,7 +541,7 @@ def test_top_scope_trains_only_the_top_layers(deep_bert_dir: Path) -> None:
 
 
 def test_the_shipped_default_router_is_the_context_router_with_k_2() -> None:
-    """The default chosen on issue 22's accuracy-cost table (benchmarks/README.md)."""
+    """The default chosen on issue 22's accuracy-cost table (benchmarks/paper/README.md)."""
     from condsearch.artifacts.files import DEFAULT_ROUTER_DIR
     from condsearch.artifacts.routers import router_model_id
     from condsearch.csr.context_weights import saved_context_config

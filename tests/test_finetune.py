@@ -374,15 +374,8 @@ def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: 
 
 
 def test_csts_benchmark_scores_an_adapter_folder(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    import importlib.util
-    import sys
+    from benchmarks.paper import csts
 
-    bench = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location("bench_csts_finetune", bench / "csts.py")
-    assert spec is not None and spec.loader is not None
-    csts = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(csts)
     _trained_adapter(tiny_bert_dir, tmp_path / "ad")
     argv = [
         "--smoke",

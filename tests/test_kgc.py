@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from benchmarks._lib.kgclib.data import (
+    entity_text,
+    known_answers,
+    link_graph,
+    n_hop,
+    read_kg,
+    relation_text,
+    with_inverse,
+)
+from benchmarks._lib.kgclib.ranking import (
+    average_metrics,
+    dense_filtered_ranks,
+    filtered_ranks,
+    query_filters,
+    rank_metrics,
+)
+from benchmarks._lib.kgclib.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
 from condsearch.errors import CorpusError
 from condsearch.index import build_index
 from tests.tolerance import assert_rows_close, mean_pooled, routed_tolerance, text_tolerance, unit_tolerance
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))  # kgclib is benchmark code
-from kgclib.data import entity_text, known_answers, link_graph, n_hop, read_kg, relation_text, with_inverse
-from kgclib.ranking import average_metrics, dense_filtered_ranks, filtered_ranks, query_filters, rank_metrics
-from kgclib.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
 
 
 def write_kg(folder: Path) -> Path:
@@ -175,8 +186,9 @@ def csr(tiny_bert_dir: Path, tmp_path: Path):
 
 
 def test_entity_vectors_are_the_plain_forward_pass(csr, kg) -> None:
-    from kgclib.encoding import entity_vectors, load_entity_states
     from transformers import AutoModel
+
+    from benchmarks._lib.kgclib.encoding import entity_vectors, load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     got = entity_vectors(csr, states, chunk=2)  # several length-sorted chunks
@@ -197,7 +209,7 @@ def _query_tolerance(csr, kg, heads: np.ndarray, rels: np.ndarray) -> np.ndarray
 
 @pytest.mark.numerics
 def test_queries_are_routed_in_the_order_given(csr, kg) -> None:
-    from kgclib.encoding import load_entity_states, query_vectors
+    from benchmarks._lib.kgclib.encoding import load_entity_states, query_vectors
 
     states = load_entity_states(csr, kg.entity_texts)
     heads, rels = np.array([5, 0, 3]), np.array([1, 0, 3])
@@ -207,7 +219,7 @@ def test_queries_are_routed_in_the_order_given(csr, kg) -> None:
 
 
 def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
-    from kgclib.encoding import evaluate_link_prediction, load_entity_states
+    from benchmarks._lib.kgclib.encoding import evaluate_link_prediction, load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     answers = known_answers(kg.splits.values(), kg.n_relations)
@@ -235,8 +247,13 @@ def test_evaluate_and_train_run_end_to_end(csr, kg) -> None:
 
 
 def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
-    from kgclib.encoding import TAIL_FOLDER, entity_vectors, load_entity_states, load_tail_tower, tail_tower
-
+    from benchmarks._lib.kgclib.encoding import (
+        TAIL_FOLDER,
+        entity_vectors,
+        load_entity_states,
+        load_tail_tower,
+        tail_tower,
+    )
     from condsearch.csr.weights import save_router
 
     states = load_entity_states(csr, kg.entity_texts)
@@ -255,7 +272,7 @@ def test_two_towers_train_apart_and_reload(csr, kg, tmp_path: Path) -> None:
 
 
 def test_an_interrupted_run_resumes_to_the_same_weights(csr, kg, tmp_path: Path) -> None:
-    from kgclib.encoding import load_entity_states
+    from benchmarks._lib.kgclib.encoding import load_entity_states
 
     states = load_entity_states(csr, kg.entity_texts)
     start = {k: v.detach().clone() for k, v in csr.router.trainable_parameters().items()}
@@ -305,7 +322,7 @@ def context_csr(tiny_bert_dir: Path, tmp_path: Path):
 
 @pytest.mark.numerics
 def test_token_ids_and_cached_states_give_the_same_vectors(context_csr, kg) -> None:
-    from kgclib.encoding import entity_tokens, entity_vectors, load_entity_states, query_vectors
+    from benchmarks._lib.kgclib.encoding import entity_tokens, entity_vectors, load_entity_states, query_vectors
 
     tokens, states = entity_tokens(context_csr, kg.entity_texts), load_entity_states(context_csr, kg.entity_texts)
     assert len(tokens) == len(states) == kg.n_entities
@@ -323,7 +340,7 @@ def test_token_ids_and_cached_states_give_the_same_vectors(context_csr, kg) -> N
 
 
 def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, kg) -> None:
-    from kgclib.encoding import entity_tokens, load_entity_states, tail_tower
+    from benchmarks._lib.kgclib.encoding import entity_tokens, load_entity_states, tail_tower
 
     router = context_csr.router
     tail = tail_tower(router)
@@ -343,7 +360,7 @@ def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, k
 
 
 def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr, kg, tmp_path: Path) -> None:
-    from kgclib.encoding import (
+    from benchmarks._lib.kgclib.encoding import (
         entity_tokens,
         entity_vectors,
         load_tail_tower,
@@ -351,7 +368,6 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
         save_towers,
         tail_tower,
     )
-
     from condsearch.csr import load_csr_encoder
     from condsearch.csr.context_weights import base_weights
 
@@ -377,9 +393,8 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
 
 
 def test_a_checkpoints_best_dev_weights_load_into_fresh_towers(context_csr, kg, tmp_path: Path) -> None:
-    from kgclib.encoding import entity_tokens, tail_tower
-    from kgclib.training import load_best_weights
-
+    from benchmarks._lib.kgclib.encoding import entity_tokens, tail_tower
+    from benchmarks._lib.kgclib.training import load_best_weights
     from condsearch.errors import ModelError
 
     tokens = entity_tokens(context_csr, kg.entity_texts)

@@ -1,4 +1,4 @@
-"""benchmarks/latency.py --plot: a plot that is asked for is made, or the run is refused up front."""
+"""benchmarks/paper/latency.py --plot: a plot that is asked for is made, or the run is refused up front."""
 
 from __future__ import annotations
 

@@ -171,7 +171,7 @@ def test_a_two_tower_router_keeps_its_tail_folder_and_nothing_else(genuine: dict
     from condsearch.artifacts.files import ROUTER_TAIL, ArtifactFolderError, check_own_artifact
 
     out = _copy(genuine, "router", tmp_path)
-    shutil.copytree(genuine["router"], out / ROUTER_TAIL)  # benchmarks/kgc.py's candidate tower
+    shutil.copytree(genuine["router"], out / ROUTER_TAIL)  # benchmarks/paper/kgc.py's candidate tower
     check_own_artifact(out, "router")
     (out / ROUTER_TAIL / "notes.txt").write_text("keep me")
     with pytest.raises(

@@ -42,7 +42,7 @@ NATIVE_ADAPTER_CONFIG = "adapter.json"
 ROUTER_FORMAT_VERSION = 2
 ROUTER_WEIGHTS = "router.safetensors"
 ROUTER_CONFIG = "router.json"
-#: a two-tower router (benchmarks/kgc.py) keeps its candidate tower, itself a router folder, here
+#: a two-tower router (benchmarks/paper/kgc.py) keeps its candidate tower, itself a router folder, here
 ROUTER_TAIL = "tail"
 
 CHECKPOINT_FORMAT_VERSION = 1

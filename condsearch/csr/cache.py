@@ -34,7 +34,7 @@ def default_state_dtype(variant: str) -> torch.dtype:
     """Return how a router variant's states are stored by default.
 
     The context router's int8 states route to within 4e-4 cosine of float32 ones on C-STS dev, at
-    the same Spearman, in half float16's bytes (benchmarks/csr_states.py); the paper and extended
+    the same Spearman, in half float16's bytes (benchmarks/studies/csr_states.py); the paper and extended
     variants keep float16.
     """
     return torch.int8 if variant == CONTEXT else torch.float16

@@ -190,7 +190,7 @@ def saved_context_config(directory: Path) -> ContextConfig | None:
     return ContextConfig.from_dict(raw)
 
 
-#: backbone_delta.encoding: how save_context_router stored the change (whole or compact), or benchmarks/wise.py
+#: backbone_delta.encoding: how save_context_router stored the change (whole or compact), or benchmarks/studies/wise.py
 #: (decoded: float factors and whole tensors, no int8 parts)
 _ENCODINGS = ("whole", "compact", "decoded")
 

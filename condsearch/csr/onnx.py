@@ -78,7 +78,7 @@ ROUTE_FILE = "route.onnx"
 CSR_FILES = (LOWER_FILE, LOWER_FILE + ".data", ROUTE_FILE, ROUTE_FILE + ".data")
 #: the router variants whose float32 export routed more pairs/s than torch float32 on this CPU, which
 #: ``--backend auto`` therefore runs on onnxruntime: each of them, for new sentences and over cached states
-#: (MiniLM, 2 loaded cores; 1 thread: 2.1x for the shipped context router; benchmarks/results/csr_paths*.json)
+#: (MiniLM, 2 loaded cores; 1 thread: 2.1x for the shipped context router; benchmarks/systems/results/csr_paths*.json)
 FASTER_ON_ONNX = frozenset({"context", "paper", "extended"})
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PROBE_SENTENCES = [

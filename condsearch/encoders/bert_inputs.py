@@ -95,7 +95,7 @@ class TokenSorted:
     """For encoders over :func:`case_inputs`: batches are formed by token count, not characters.
 
     Characters left 1.20 padded tokens per real token in batches of 64 C-STS pairs, token counts
-    1.04 (benchmarks/results/int8_study.md): less padding on every backend and device.
+    1.04 (benchmarks/systems/results/int8_study.md): less padding on every backend and device.
     """
 
     tokenizer: Any

@@ -77,9 +77,9 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 #: rows per onnxruntime run: a batch runs as runs of this many pairs of like token length, each
 #: padded only to its own longest. On 512 C-STS dev pairs (about 24 tokens, batches of 64 sorted
 #: by characters, 2 loaded cores) int8 went 306 -> 464 pairs/s and the float32 export 160 -> 196
-#: (issue 28, benchmarks/results/int8_study.json): less padding (1.20 -> about 1.04 tokens per
+#: (issue 28, benchmarks/systems/results/int8_study.json): less padding (1.20 -> about 1.04 tokens per
 #: real token), and smaller activations (batches of 16 alone gave most of it; runs of 8 or 32 did no
-#: better: benchmarks/results/int8_study_runs.json)
+#: better: benchmarks/systems/results/int8_study_runs.json)
 RUN_ROWS = 16
 
 

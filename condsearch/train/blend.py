@@ -3,7 +3,7 @@
 With ``blend`` B < 1 (`train full|lora --blend B`), the cosine the losses fit and the dev Spearman an
 epoch is chosen on are B × the CASE cosine + (1 − B) × the cosine of the two texts' plain vectors from
 the base model (the texts alone, no condition), computed once before the first step. That is the
-cosine of the concatenation √B · CASE ⊕ √(1 − B) · plain, which ``benchmarks/ood.py``'s
+cosine of the concatenation √B · CASE ⊕ √(1 − B) · plain, which ``benchmarks/studies/ood.py``'s
 ``blend:B:SYSTEM`` indexes.
 """
 

@@ -1,0 +1,1 @@
+"""Published tables reproduced here: C-STS (CASE, CSR), WN18RR, conditional retrieval, latency."""
