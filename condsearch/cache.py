@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +41,7 @@ def _read_shard(shard: Path) -> tuple[np.ndarray, np.ndarray] | None:
     try:
         with np.load(shard, allow_pickle=False) as data:
             keys, vectors, checksum = data["keys"], data["vectors"], data["checksum"]
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # a damaged member fails its CRC
         return None
     if (
         keys.dtype != np.dtype("S64")

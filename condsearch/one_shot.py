@@ -1,7 +1,9 @@
 """One-shot queries without torch: the model an index was built with, run by onnxruntime from its checked export.
 
 For a few texts on the CPU, ``import torch`` alone costs more than their forward pass. This
-applies to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
+applies to router (csr) indexes whose condition's code is in the query cache and whose router
+export is cached and checked (:mod:`condsearch.csr.one_shot`; a query under one condition only),
+and to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
 earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
 int8 export), and only when the model revision, adapter and head are those the index records.
 :func:`condsearch.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from condsearch.artifacts.heads import head_checksum
-from condsearch.artifacts.profiles import MODE_CASE, Profile
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
 from condsearch.errors import CondsearchError, first_line
 from condsearch.head_files import load_numpy_head
 from condsearch.models import ModelSource, resolve_model
@@ -96,15 +98,20 @@ def _one_shot(record: ModelRecord) -> _OneShot | None:
     return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
 
 
-def load_one_shot(manifest: Manifest | ModelRecord, *, threads: int | None = None) -> Vectorizer | None:
+def load_one_shot(
+    manifest: Manifest | ModelRecord, *, threads: int | None = None, condition: str | None = None
+) -> Vectorizer | None:
     """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
 
-    ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more].
+    ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more];
+    ``condition``: the one condition it will encode under, which a router index needs (its code cached).
     """
     from condsearch.encoders.onnx_files import load_cached_export
 
     try:
         record = _record(manifest)
+        if record.mode == MODE_CSR:
+            return _load_router(record, condition, threads or ONE_SHOT_THREADS) if condition is not None else None
         target = _one_shot(record)
         if target is None:
             return None
@@ -132,15 +139,53 @@ def load_one_shot(manifest: Manifest | ModelRecord, *, threads: int | None = Non
     return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile, backend="onnxruntime")
 
 
+def _load_router(record: ModelRecord, condition: str, threads: int) -> Vectorizer | None:
+    from condsearch.csr.one_shot import load_one_shot_router
+
+    encoder = load_one_shot_router(
+        record.model_id, record.model_revision, record.encoder, record.spec, condition, threads=threads
+    )
+    if encoder is None:
+        return None
+    profile = record.spec.resolve_profile()
+    return Vectorizer(encoder, None, profile.name, "", mode=MODE_CSR, profile=profile, backend="onnxruntime")
+
+
+def _cache_router_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) -> None:
+    """Write the float32 export of a trained torch router on the CPU that a one-shot query of the index would use."""
+    from condsearch.csr.encoder import CsrEncoder
+    from condsearch.csr.one_shot import router_record
+
+    encoder, record = vectorizer.encoder, _record(manifest)
+    if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or encoder.device.type != "cpu":
+        return
+    try:
+        if router_record(record.model_id, record.model_revision, record.encoder, record.spec) is None:
+            return
+        from condsearch.csr.onnx import load_onnx_router
+
+        _, refused = load_onnx_router(encoder, "float32", threads=ONE_SHOT_THREADS)
+    except (CondsearchError, OSError) as exc:
+        log.warning("one-shot queries of this index will load torch: %s", first_line(exc))
+        return
+    if refused is not None:
+        log.warning("one-shot queries of this index will load torch: its router's ONNX export differs (%s)", refused)
+
+
 def cache_onnx_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) -> None:
     """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
 
-    Checked against that encoder before it is marked usable (see :mod:`condsearch.encoders.onnx_export`);
+    For a router index, the router's float32 export (:mod:`condsearch.csr.onnx`; the query put the
+    condition's code in the query cache). Checked against that encoder before it is marked usable (see
+    :mod:`condsearch.encoders.onnx_export`);
     nothing is written where :func:`load_one_shot` would not use it, where it is cached
     already, or where it was refused before. A failure is a warning: the query has its answers.
     """
     from condsearch.encoders.bert import BertStyleEncoder
 
+    if _record(manifest).mode == MODE_CSR:
+        _cache_router_export(manifest, vectorizer)
+        return
     encoder = vectorizer.encoder
     try:
         target = _one_shot(_record(manifest))

@@ -156,6 +156,7 @@ def vectorizer_for(
     quantize: str | None = None,
     runtime: Runtime = Runtime(),  # noqa: B008 - frozen
     one_shot: bool = False,
+    one_condition: bool = False,
 ) -> Vectorizer:
     """Load the model and profile an index was built with, refusing any other.
 
@@ -164,13 +165,17 @@ def vectorizer_for(
     one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
     ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
     (:mod:`condsearch.one_shot`), without importing torch: a few one-shot queries, and the server.
+    ``one_condition``: the vectorizer encodes under the index's condition alone (a one-shot query), so
+    that a router index's cached condition code lets it skip torch too (:mod:`condsearch.csr.one_shot`).
     """
     if one_shot and model is None and profile is None:
         if quantize is not None:  # the export follows the index; another quantisation is refused first
             _check_model(manifest, model, quantize)
         from condsearch.one_shot import load_one_shot
 
-        light = load_one_shot(manifest, threads=runtime.threads)
+        light = load_one_shot(
+            manifest, threads=runtime.threads, condition=manifest.condition if one_condition else None
+        )
         if light is not None:
             return light
     _check_model(manifest, model, quantize)

@@ -150,7 +150,13 @@ def query_cmd(
 
     def checked(manifest: Any, *, one_shot: bool = False) -> Any:  # the model, head, adapter and router checks
         return vectorizer_for(
-            manifest, model=model, profile=profile, quantize=quantize, runtime=runtime, one_shot=one_shot
+            manifest,
+            model=model,
+            profile=profile,
+            quantize=quantize,
+            runtime=runtime,
+            one_shot=one_shot,
+            one_condition=one_shot,  # a query's vectors are under its condition alone
         )
 
     if store_spec is not None:

@@ -3,12 +3,35 @@
 Variants: ``paper`` (eq. 1 of the router paper), ``extended`` (ours, :mod:`condsearch.csr.router`)
 and ``context`` (ours: the condition as attention context in the top k layers,
 :mod:`condsearch.csr.context`).
+
+The names below load on first use: a one-shot query (:mod:`condsearch.csr.one_shot`) imports this
+package without torch.
 """
 
 from __future__ import annotations
 
-from condsearch.csr.context import ContextConfig, ContextRouter
-from condsearch.csr.encoder import CsrEncoder, load_csr_encoder
-from condsearch.csr.router import Router, SentenceStates
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from condsearch.csr.context import ContextConfig, ContextRouter
+    from condsearch.csr.encoder import CsrEncoder, load_csr_encoder
+    from condsearch.csr.router import Router, SentenceStates
 
 __all__ = ["ContextConfig", "ContextRouter", "CsrEncoder", "Router", "SentenceStates", "load_csr_encoder"]
+
+_HOMES = {
+    "ContextConfig": "context",
+    "ContextRouter": "context",
+    "CsrEncoder": "encoder",
+    "load_csr_encoder": "encoder",
+    "Router": "router",
+    "SentenceStates": "router",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -13,7 +13,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from condsearch.atomic import replacing_file
-from condsearch.csr.context import CONTEXT
+from condsearch.csr.keys import state_dtype_name
 from condsearch.csr.router import SentenceStates
 from condsearch.errors import ModelError
 
@@ -37,7 +37,7 @@ def default_state_dtype(variant: str) -> torch.dtype:
     the same Spearman, in half float16's bytes (benchmarks/studies/csr_states.py); the paper and extended
     variants keep float16.
     """
-    return torch.int8 if variant == CONTEXT else torch.float16
+    return STATE_DTYPES[state_dtype_name(variant)]
 
 
 def quantize(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,10 +13,11 @@ import numpy as np
 import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
-from condsearch.cache import EmbeddingCache, default_cache_dir, pair_key
+from condsearch.cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
+from condsearch.csr.keys import QUERIES_SUBDIR, RouterIdentity
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
 
@@ -104,7 +105,7 @@ class CsrEncoder:
         self.max_length = max_length or min(int(self.tokenizer.model_max_length), 512)
         self._root = cache_dir or default_cache_dir()
         self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
-        self._queries = EmbeddingCache(self._root / "csr-queries")
+        self._queries = EmbeddingCache(self._root / QUERIES_SUBDIR)
         #: what runs the lower layers and the routed layers: the torch router, or its onnxruntime export
         self.runner: Router | ContextRouter | OnnxRouter = self.router
         self.refresh_identity()
@@ -161,9 +162,6 @@ class CsrEncoder:
         whole backbone, so its state cache is named after the router's checksum (or, untrained or
         trained in memory, a digest of the weights themselves).
         """
-        backbone = f"{self.model_id}|{self.revision}|layer={self.router.layer}|max_length={self.max_length}"
-        if self._state_dtype != torch.float16:  # float16 caches keep the names they had before the option
-            backbone += f"|states={str(self._state_dtype).removeprefix('torch.')}"
         weights = self.router_checksum or f"params:{weights_digest(self.router)}"
         if getattr(self, "weights_ident", weights) != weights and self.runner is not self.router:
             # the export holds the weights it was made from: never run it for others
@@ -171,17 +169,25 @@ class CsrEncoder:
                 raise ModelError("the router's weights changed under its int8 export; load the encoder again")
             self.runner = self.router
         self.weights_ident = weights
-        if isinstance(self.router, ContextRouter):
-            backbone += f"|{CONTEXT}|weights={weights}"
-        elif self.router.trainable == "all":  # eq. 1 with its whole backbone trained: the states move with it
-            backbone += f"|backbone=trained|weights={weights}"
+        self.identity = RouterIdentity(
+            model_id=self.model_id,
+            revision=self.revision,
+            layer=self.router.layer,
+            max_length=self.max_length,
+            variant=self.router.config.variant,
+            config=self.router.config.to_dict(),
+            weights=weights,
+            trainable=str(self.router.trainable) if isinstance(self.router, Router) else "top",
+            state_dtype=str(self._state_dtype).removeprefix("torch."),
+        )
+        backbone = self.identity.backbone
         # onnxruntime's float32 states equal torch's up to rounding (tests/test_csr_onnx.py), int8's do not
         self._state_ident = backbone + ("|pass=int8" if self.precision == "int8" else "")
         digest = hashlib.sha256(self._state_ident.encode()).hexdigest()[:16]
         self.states = StateCache(
             self._root / "csr-states" / digest, dtype=self._state_dtype, names=self.router.state_names
         )
-        self._query_ident = f"{backbone}|router={weights}|{sorted(self.router.config.to_dict().items())}"
+        self._query_ident = self.identity.query_ident
 
     def describe(self) -> dict[str, object]:
         """Return what an index records of this encoder; int8 adds ``quantize``, as a CASE int8 encoder does."""
@@ -268,7 +274,7 @@ class CsrEncoder:
     @torch.inference_mode()
     def condition_code(self, condition: str) -> AnyCode:
         """Return the code of one condition (a batch of 1), through the query cache."""
-        key = pair_key(self._query_ident, condition, None)
+        key = self.identity.condition_key(condition)
         found = self._queries.get_many([key]).get(key)
         if found is None:
             found = self.router.condition_codes(self._tokenize([condition])).flat()[0].float().cpu().numpy()

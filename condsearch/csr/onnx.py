@@ -5,11 +5,14 @@ A :class:`~condsearch.csr.encoder.CsrEncoder` runs two passes per sentence: the 
 exported here from the router's own torch modules (:mod:`condsearch.csr.onnx_graphs`), as
 :mod:`condsearch.encoders.onnx_export` exports a CASE encoder: ``float32`` as they are, ``int8``
 through onnxruntime's dynamic quantisation with CASE's settings (:func:`quantize_int8`). A condition's
-code stays torch float32: one pass per condition, kept in the query cache.
+code stays torch float32: one pass per condition, kept in the query cache. The export carries the
+tokenizer too, so that a one-shot query runs it without torch or transformers (:mod:`condsearch.csr.onnx_run`,
+:mod:`condsearch.csr.one_shot`).
 
 An export is cached beside CASE's (the cache's ``onnx/``), keyed by model, revision, router variant
 and config, the router's weights (its checksum, or a digest of weights changed in memory), precision
-and the onnxruntime, onnx and torch versions. Its ``export.json`` records each file's size and sha256,
+and the onnxruntime, onnx and torch versions (:meth:`condsearch.csr.keys.RouterIdentity.export_folder`).
+Its ``export.json`` records each file's size and sha256,
 checked on load (:func:`condsearch.encoders.onnx_files.checked_meta`): a damaged or swapped file is a
 cache miss, said in one line, and the export is written again. It is written in a temporary folder
 and renamed into place, so a reader never sees half of one and two exporters do not collide.
@@ -22,7 +25,6 @@ largest activation the probe reaches), int8 within a cosine of
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import shutil
@@ -38,11 +40,13 @@ import torch
 
 from condsearch.atomic import swap_dir
 from condsearch.csr.context import ContextCode, ContextRouter
+from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, ROUTE_FILE
 from condsearch.csr.onnx_graphs import ContextRoute, LowerPass, PaperRoute
+from condsearch.csr.onnx_run import INPUTS, RouterSessions, read_router_sessions
 from condsearch.csr.router import ConditionCode, Router, SentenceStates
-from condsearch.encoders import onnx_files
 from condsearch.encoders.onnx_export import (
     MIN_INT8_COSINE,
+    _tokenizer_files,
     pooled_cosines,
     probe_tolerance,
     quantize_int8,
@@ -50,12 +54,11 @@ from condsearch.encoders.onnx_export import (
     weights_beside,
 )
 from condsearch.encoders.onnx_files import (
-    CACHE_SUBDIR,
     FILES_KEY,
     FOLDER_KEY,
     FORMAT_VERSION,
     META_FILE,
-    RUN_ROWS,
+    TOKENIZER_FILE,
     USABLE_KEY,
     Precision,
     checked_meta,
@@ -70,17 +73,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: in an export's meta file: what it exports (CASE's exports have no such key)
-KIND = "csr-router"
-LOWER_FILE = "lower.onnx"
-ROUTE_FILE = "route.onnx"
-#: the files of a usable router export, each recorded in its meta file (size and sha256)
-CSR_FILES = (LOWER_FILE, LOWER_FILE + ".data", ROUTE_FILE, ROUTE_FILE + ".data")
 #: the router variants whose float32 export routed more pairs/s than torch float32 on this CPU, which
 #: ``--backend auto`` therefore runs on onnxruntime: each of them, for new sentences and over cached states
 #: (MiniLM, 2 loaded cores; 1 thread: 2.1x for the shipped context router; benchmarks/systems/results/csr_paths*.json)
 FASTER_ON_ONNX = frozenset({"context", "paper", "extended"})
-_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _PROBE_SENTENCES = [
     "A girl in an orange dress serves the ball.",
     "two dogs run on the beach",
@@ -92,86 +88,43 @@ _PROBE_CONDITIONS = ["the colour of the dress", "sport", "the mood of the people
 
 def router_export_folder(encoder: CsrEncoder, precision: Precision) -> Path | None:
     """Return where the router export of an encoder is cached, or None if it is unsafe to cache (revision 'main')."""
-    if encoder.revision == "main":
-        return None
-    router = encoder.router
-    key = [
-        FORMAT_VERSION,
-        KIND,
-        encoder.model_id,
-        encoder.revision,
-        sorted(router.config.to_dict().items()),
-        float(getattr(router, "w_scale", 1.0)),
-        encoder.weights_ident,
-        precision,
-        runtime_versions(),
-    ]
-    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
-    return encoder.cache_root / CACHE_SUBDIR / digest
+    w_scale = float(getattr(encoder.router, "w_scale", 1.0))
+    return encoder.identity.export_folder(encoder.cache_root, precision, w_scale=w_scale)
 
 
 class OnnxRouter:
     """A router's sentence pass and routed pass on onnxruntime, with the torch router's interface.
 
-    Both take and give torch tensors on the CPU; a batch runs as runs of :data:`RUN_ROWS` rows of
-    like length, each cut to its own longest row (as CASE's export runs), which changes float32
-    vectors by rounding only and int8 ones by their per-run activation scales.
+    Both take and give torch tensors on the CPU; the passes run as :class:`RouterSessions` runs them
+    (runs of like length), as a one-shot query does (:mod:`condsearch.csr.one_shot`).
     """
 
     backend = "onnxruntime"
 
-    def __init__(self, lower: Any, route: Any, meta: dict[str, Any]) -> None:
-        self.lower, self.route_session = lower, route
-        self.precision: Precision = meta["precision"]
-        self.variant = str(meta["variant"])
-        self.runtime = f"onnxruntime {meta['runtime']['onnxruntime']}"
-        self._lower_inputs = [i.name for i in lower.get_inputs()]
-        self._route_inputs = {i.name for i in route.get_inputs()}  # the exporter drops unused ones (e, unprojected)
-        self.run_rows = RUN_ROWS
-
-    def _runs(self, lengths: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
-        """Yield (rows, width): runs of like length, longest first."""
-        order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), self.run_rows):
-            run = order[start : start + self.run_rows]
-            yield run, max(int(lengths[run].max()), 1)
+    def __init__(self, sessions: RouterSessions) -> None:
+        self.sessions = sessions
+        self.precision: Precision = sessions.precision
+        self.variant = sessions.variant
+        self.runtime = sessions.runtime
 
     def sentence_states(self, inputs: dict[str, torch.Tensor]) -> SentenceStates:
         """Run the lower layers on a tokenized batch of sentences (torch tensors on the CPU)."""
-        mask = inputs["attention_mask"].cpu().numpy().astype(np.int64)
-        feeds = {name: inputs[name].cpu().numpy().astype(np.int64) for name in _INPUTS if name in inputs}
-        feeds.setdefault("token_type_ids", np.zeros_like(mask))
-        b, length = mask.shape
-        outs: list[np.ndarray] = []
-        for run, width in self._runs(mask.sum(axis=1)):
-            got = self.lower.run(None, {name: feeds[name][run, :width] for name in self._lower_inputs})
-            if not outs:
-                outs = [np.zeros((b, length, g.shape[-1]), dtype=np.float32) for g in got]
-            for full, g in zip(outs, got, strict=True):
-                full[run, :width] = g
-        tensors = [torch.from_numpy(o) for o in outs]
+        feeds = {name: inputs[name].cpu().numpy().astype(np.int64) for name in INPUTS if name in inputs}
+        tensors = [torch.from_numpy(o) for o in self.sessions.sentence_states(feeds)]
         k, c = (tensors[1], tensors[2]) if len(tensors) == 3 else (None, None)
-        return SentenceStates(tensors[0], k, c, torch.from_numpy(mask.astype(bool)))
+        return SentenceStates(tensors[0], k, c, torch.from_numpy(feeds["attention_mask"].astype(bool)))
 
     def route(self, states: SentenceStates, code: ContextCode | ConditionCode) -> torch.Tensor:
         """Finish cached states under condition codes (one per sentence, or a batch of 1): (b, hidden) float32."""
-        mask = states.mask.cpu().numpy().astype(np.int64)
-        x = states.x.float().cpu().numpy()
-        named: dict[str, np.ndarray] = {"x": x}
+        named: dict[str, np.ndarray] = {"x": states.x.float().cpu().numpy()}
         if states.k is not None and states.c is not None:
             named |= {"k": states.k.float().cpu().numpy(), "c": states.c.float().cpu().numpy()}
         if isinstance(code, ContextCode):
             per_code = {"h": code.h.float().cpu().numpy(), "condition_mask": code.mask.cpu().numpy().astype(np.int64)}
         else:
             per_code = {"q": code.q.float().cpu().numpy(), "e": code.e.float().cpu().numpy()}
-        one = next(iter(per_code.values())).shape[0] == 1
-        out = np.empty((x.shape[0], x.shape[-1]), dtype=np.float32)
-        for run, width in self._runs(mask.sum(axis=1)):
-            feeds = {name: t[run, :width] for name, t in named.items()}
-            feeds["mask"] = mask[run, :width]
-            feeds |= per_code if one else {name: t[run] for name, t in per_code.items()}
-            (out[run],) = self.route_session.run(None, {k: v for k, v in feeds.items() if k in self._route_inputs})
-        return torch.from_numpy(out)
+        mask = states.mask.cpu().numpy().astype(np.int64)
+        return torch.from_numpy(self.sessions.route(named, mask, per_code))
 
 
 def _graphs(encoder: CsrEncoder) -> tuple[torch.nn.Module, torch.nn.Module]:
@@ -223,7 +176,7 @@ def export_router(encoder: CsrEncoder, folder: Path, precision: Precision, cache
     inputs, codes = _probe(encoder)
     inputs.setdefault("token_type_ids", torch.zeros_like(inputs["input_ids"]))
     tokens = {0: "batch", 1: "tokens"}
-    lower_names = {name: tokens for name in _INPUTS} | {"out_x": tokens}
+    lower_names = {name: tokens for name in INPUTS} | {"out_x": tokens}
     with torch.inference_mode():
         states = encoder.router.sentence_states(inputs)
     mask = states.mask.long()
@@ -242,7 +195,7 @@ def export_router(encoder: CsrEncoder, folder: Path, precision: Precision, cache
         # the TorchScript exporter's deprecation notice and the quantiser's advice concern no user
         with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), root_quiet():
             warnings.simplefilter("ignore")
-            lower_args = tuple(inputs[name] for name in _INPUTS)
+            lower_args = tuple(inputs[name] for name in INPUTS)
             for module, args, names, name in (
                 (lower, lower_args, lower_names, LOWER_FILE),
                 (route, route_args, route_names, ROUTE_FILE),
@@ -256,12 +209,15 @@ def export_router(encoder: CsrEncoder, folder: Path, precision: Precision, cache
         raise ModelError(
             f"{encoder.model_id}: cannot export the router to {precision} ONNX ({type(exc).__name__}: {exc})"
         ) from exc
+    text, tokenizer_meta = _tokenizer_files(encoder.tokenizer)
+    (folder / TOKENIZER_FILE).write_text(text)
     meta = {
         "format_version": FORMAT_VERSION,
         "kind": KIND,
         "precision": precision,
         "variant": encoder.router.config.variant,
         USABLE_KEY: False,
+        "tokenizer": tokenizer_meta,
         "runtime": runtime_versions(),
         FOLDER_KEY: cache_name,
         FILES_KEY: file_records(folder, CSR_FILES),
@@ -271,17 +227,8 @@ def export_router(encoder: CsrEncoder, folder: Path, precision: Precision, cache
 
 def read_router_export(folder: Path, meta: dict[str, Any], threads: int) -> OnnxRouter | None:
     """Return the router of an export whose files were checked, or None if onnxruntime cannot read it."""
-    if meta.get("kind") != KIND:
-        return None
-    try:
-        lower = onnx_files._session(folder / LOWER_FILE, threads)
-        route = onnx_files._session(folder / ROUTE_FILE, threads)
-        return OnnxRouter(lower, route, meta)
-    except ModelError:
-        raise  # onnxruntime is missing: one line
-    except Exception as exc:  # noqa: BLE001 - a damaged export is only a cache miss
-        log.info("ignoring the router's ONNX export in %s (%s)", folder, type(exc).__name__)
-        return None
+    sessions = read_router_sessions(folder, meta, threads)
+    return OnnxRouter(sessions) if sessions is not None else None
 
 
 @contextmanager
