@@ -81,6 +81,23 @@ class EmbeddingCache:
                     self._loaded[key.decode("ascii")] = vec
         return self._loaded
 
+    def _shard(self, keys: list[str]) -> tuple[Path, np.ndarray]:
+        """Return the shard a put of keys writes (named after them) and the keys as stored."""
+        arr_keys = np.array([k.encode("ascii") for k in keys], dtype="S64")
+        return self.directory / f"shard-{hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]}.npz", arr_keys
+
+    def get(self, key: str) -> np.ndarray | None:
+        """Return one key's cached vector, or None.
+
+        The shard a put of that key alone wrote is read first (a condition's code is put so), so a
+        hit reads one small file instead of every shard; otherwise every shard is read, as by get_many.
+        """
+        if self._loaded is None:
+            read = _read_shard(self._shard([key])[0])
+            if read is not None and len(read[0]) == 1 and read[0][0].decode("ascii") == key:
+                return read[1][0]
+        return self._load().get(key)
+
     def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
         """Return the cached vectors for whichever keys are present."""
         loaded = self._load()
@@ -91,10 +108,9 @@ class EmbeddingCache:
         if not keys:
             return
         self.directory.mkdir(parents=True, exist_ok=True)
-        arr_keys = np.array([k.encode("ascii") for k in keys], dtype="S64")
+        shard, arr_keys = self._shard(keys)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        digest = hashlib.sha256(arr_keys.tobytes()).hexdigest()[:16]
-        with replacing_file(self.directory / f"shard-{digest}.npz") as tmp, open(tmp, "wb") as fh:
+        with replacing_file(shard) as tmp, open(tmp, "wb") as fh:
             np.savez(fh, keys=arr_keys, vectors=vectors, checksum=np.array(shard_checksum(arr_keys, vectors)))
         loaded = self._load()
         for key, vec in zip(keys, vectors, strict=True):

@@ -260,3 +260,24 @@ def test_a_one_shot_router_refuses_a_condition_whose_code_is_not_cached(index_di
     with pytest.raises(ModelError, match="not cached"):
         light.encode(["a girl"], "a condition never seen")
     assert load_one_shot(_manifest(index_dir)) is None  # without a condition (the server): torch
+
+
+def test_the_query_cache_finds_one_code_without_reading_every_shard(tmp_path: Path, monkeypatch) -> None:
+    from condsearch import cache as cache_module
+    from condsearch.cache import EmbeddingCache
+
+    writer = EmbeddingCache(tmp_path)
+    keys = [f"{i:064x}" for i in range(4)]
+    writer.put_many(keys[:1], np.ones((1, 3), dtype=np.float32))  # a code is put alone
+    writer.put_many(keys[1:3], np.full((2, 3), 2.0, dtype=np.float32))  # several at once: found by the scan
+    read: list[Path] = []
+    real = cache_module._read_shard
+    monkeypatch.setattr(cache_module, "_read_shard", lambda shard: read.append(shard) or real(shard))
+    found = EmbeddingCache(tmp_path).get(keys[0])
+    assert found is not None and found.tolist() == [1.0, 1.0, 1.0] and len(read) == 1
+    other = EmbeddingCache(tmp_path).get(keys[2])
+    assert other is not None and other.tolist() == [2.0, 2.0, 2.0]
+    assert EmbeddingCache(tmp_path).get(keys[3]) is None
+    (alone,) = [p for p in tmp_path.glob("shard-*.npz") if p == EmbeddingCache(tmp_path)._shard(keys[:1])[0]]
+    _damage(alone)
+    assert EmbeddingCache(tmp_path).get(keys[0]) is None  # a damaged shard is a miss

@@ -275,7 +275,7 @@ class CsrEncoder:
     def condition_code(self, condition: str) -> AnyCode:
         """Return the code of one condition (a batch of 1), through the query cache."""
         key = self.identity.condition_key(condition)
-        found = self._queries.get_many([key]).get(key)
+        found = self._queries.get(key)
         if found is None:
             found = self.router.condition_codes(self._tokenize([condition])).flat()[0].float().cpu().numpy()
             self._queries.put_many([key], found[None])

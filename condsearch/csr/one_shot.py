@@ -105,8 +105,7 @@ def router_record(model_id: str, revision: str, described: dict[str, object], sp
 
 def cached_code(identity: RouterIdentity, condition: str, root: Path | None = None) -> np.ndarray | None:
     """Return a condition's code from the query cache (flat float32), or None where it is not cached (or damaged)."""
-    key = identity.condition_key(condition)
-    return EmbeddingCache((root or default_cache_dir()) / QUERIES_SUBDIR).get_many([key]).get(key)
+    return EmbeddingCache((root or default_cache_dir()) / QUERIES_SUBDIR).get(identity.condition_key(condition))
 
 
 def _code_feeds(flat: np.ndarray, identity: RouterIdentity, hidden: int) -> dict[str, np.ndarray] | None:
@@ -125,6 +124,14 @@ def _code_feeds(flat: np.ndarray, identity: RouterIdentity, hidden: int) -> dict
     return {"q": flat[:split].reshape(1, n_routed, hidden), "e": flat[split:].reshape(1, hidden)}
 
 
+def _hidden_size(sessions: RouterSessions) -> int:
+    """Return the width of the states the lower pass gives (a one-line ModelError if the graph does not say)."""
+    width = sessions.lower.get_outputs()[0].shape[-1]
+    if not isinstance(width, int):
+        raise ModelError("the router's ONNX export does not fix its hidden size")
+    return width
+
+
 class OneShotRouterEncoder:
     """A router index's query encoder without torch: its export's tokenizer and passes, cached condition codes.
 
@@ -140,7 +147,7 @@ class OneShotRouterEncoder:
         self.tokenizer, self.sessions, self._root = tokenizer, sessions, root
         self.model_id, self.revision = record.identity.model_id, record.identity.revision
         self.max_length = record.identity.max_length
-        self.dim = int(sessions.lower.get_outputs()[0].shape[-1])
+        self.dim = _hidden_size(sessions)
         self.precision = sessions.precision
         self._codes: dict[str, dict[str, np.ndarray]] = {}
         self._stats = EncodeStats()
@@ -156,12 +163,15 @@ class OneShotRouterEncoder:
     def code(self, condition: str) -> dict[str, np.ndarray]:
         """Return a condition's code as the routed graph's inputs, from the query cache."""
         if condition not in self._codes:
-            flat = cached_code(self.identity, condition, self._root)
-            feeds = _code_feeds(flat, self.identity, self.dim) if flat is not None else None
-            if feeds is None:
-                raise ModelError(f"the code of condition {condition!r} is not cached; query it with torch")
-            self._codes[condition] = feeds
+            self.remember(condition, cached_code(self.identity, condition, self._root))
         return self._codes[condition]
+
+    def remember(self, condition: str, flat: np.ndarray | None) -> None:
+        """Keep a condition's code (flat, as the query cache holds it); a one-line ModelError if it does not fit."""
+        feeds = _code_feeds(flat, self.identity, self.dim) if flat is not None else None
+        if feeds is None:
+            raise ModelError(f"the code of condition {condition!r} is not cached; query it with torch")
+        self._codes[condition] = feeds
 
     def _tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Return right-padded (b, L) int64 inputs, truncated to max_length as the torch encoder's are."""
@@ -200,7 +210,9 @@ class OneShotRouterEncoder:
             feeds = self._tokenize(chunk)
             names = ("x", "k", "c")
             states = self.sessions.sentence_states(feeds)
-            stored = {n: round_as_stored(s, self.identity.state_dtype) for n, s in zip(names, states, strict=False)}
+            real = feeds["attention_mask"][:, :, None].astype(np.float32)  # padding is zeros, as collate pads
+            dtype = self.identity.state_dtype
+            stored = {n: round_as_stored(s * real, dtype) for n, s in zip(names, states, strict=False)}
             out[start : start + len(chunk)] = self.sessions.route(stored, feeds["attention_mask"], code)
         return out
 
@@ -222,7 +234,8 @@ def load_one_shot_router(
         if record is None:
             return None
         root = default_cache_dir()
-        if cached_code(record.identity, condition, root) is None:
+        flat = cached_code(record.identity, condition, root)
+        if flat is None:
             return None
         folder = record.identity.export_folder(root, record.precision)
         meta = checked_meta(folder, CSR_FILES) if folder is not None else None
@@ -233,7 +246,7 @@ def load_one_shot_router(
         if tokenizer is None or sessions is None:
             return None
         encoder = OneShotRouterEncoder(record, tokenizer, sessions, root)
-        encoder.code(condition)  # its size fits this router
+        encoder.remember(condition, flat)  # its size fits this router
     except (CondsearchError, OSError):
         return None
     if encoder.describe() != described:
