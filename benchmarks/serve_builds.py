@@ -34,6 +34,8 @@ from on_demand import FIRST, QUERY, corpus_texts
 
 NEW = "the number of people"
 INLINE_NEW = "the location"
+PAGE_NEW = "the weather"
+CHROMIUM = os.environ.get("CONDSEARCH_CHROMIUM", "/usr/bin/chromium")
 BACKGROUND = "a WN18RR training job ran in the background on this 2-core machine (the load averages say how busy)"
 
 
@@ -42,6 +44,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows", type=int, default=10_000, help="Rows of the corpus built while queries are asked.")
     p.add_argument("--inline-sizes", default="250,500,1000,2000", help="Corpus rows whose inline build is timed.")
     p.add_argument("--before-s", type=float, default=10.0, help="Seconds of queries before the build starts.")
+    p.add_argument(
+        "--page", action="store_true", help=f"Also build a condition from the search page, in Chromium ({CHROMIUM})."
+    )
     p.add_argument("--model", default=None, help="Model [default: the embedded MiniLM].")
     p.add_argument("--router", default="default", help="Router: default, none or a folder.")
     p.add_argument("--smoke", action="store_true", help="Tiny run: 40 made-up rows (give --model a tiny BERT).")
@@ -148,6 +153,39 @@ def during_build(store: Path, args: argparse.Namespace) -> dict[str, object]:
     }
 
 
+def from_the_page(store: Path) -> dict[str, object]:
+    """Serve store (202 path); in Chromium, search under PAGE_NEW beside FIRST; return the seconds and progress seen."""
+    from playwright.sync_api import expect, sync_playwright
+
+    from condsearch.serve.config import ServeConfig
+    from condsearch.serve.server import BackgroundServer, build_app
+
+    config = ServeConfig(index_dir=store, build_inline_rows=0, reload_interval_s=0.2)
+    with BackgroundServer(build_app(config)) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{server.url}/")
+        page.wait_for_selector("#conditions option", state="attached")
+        page.fill("#query", QUERY)
+        page.fill("#left", FIRST)
+        page.fill("#right", PAGE_NEW)
+        page.fill("#k", "10")
+        seen: list[str] = []
+        start = time.perf_counter()
+        page.click("#go")
+        status = page.locator("#status")
+        while page.locator("#right-results li").count() < 10:
+            text = status.text_content() or ""
+            if text.startswith("Building") and text not in seen:
+                seen.append(text)
+            assert time.perf_counter() - start < 300, text
+            time.sleep(0.1)
+        expect(page.locator("#right-results li")).to_have_count(10)
+        seconds = time.perf_counter() - start
+        browser.close()
+    return {"condition": PAGE_NEW, "seconds_to_results": round(seconds, 2), "progress_shown": seen}
+
+
 def inline_builds(work: Path, sizes: list[int], args: argparse.Namespace) -> list[dict[str, object]]:
     """Return, per corpus size, the seconds a request under a new condition takes to be built and answered inline."""
     import httpx
@@ -191,6 +229,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     log("serve_builds", f"serving; building {NEW!r} while another client queries")
     served = during_build(store, args)
     log("serve_builds", f"built in {served['seconds']['build_202_to_done']} s; inline sizes {sizes}")  # type: ignore[index]
+    page = from_the_page(store) if args.page else None
     inline = inline_builds(work, sizes, args)
     load.update({"after": os.getloadavg(), "uptime_after": uptime()})
     return {
@@ -209,6 +248,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
         },
         "seconds": {"index_first": round(index_first, 2)},
         "build_while_serving": served,
+        "page": page,
         "inline": inline,
         "load_average": load,
         "note": BACKGROUND,

@@ -18,6 +18,7 @@ hold it: of two builds of one condition, the second finds the first's index and 
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ def build_on_demand(
     corpus_option: str = "--corpus",
     unknown: UnknownCondition | None = None,
     on_rows: Callable[[int, int], None] | None = None,
+    name_paths: bool = True,
 ) -> OnDemand:
     """Index corpus's rows under condition with the model of its router indexes, unless another build did first.
 
@@ -117,13 +119,14 @@ def build_on_demand(
     (:func:`condsearch.conditions.check_new_condition`), no index of the corpus, several corpora and
     none named, a corpus indexed with --mode case or with several models, or a router or encoder that
     changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
-    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.CHUNK_ROWS` rows).
+    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.CHUNK_ROWS` rows). With
+    ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus file or router folder.
     """
     from filelock import FileLock
 
     from condsearch.store import VERSIONS, index_name
 
-    plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown)
+    plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown, name_paths=name_paths)
     condition, corpus_name, source_name, source = plan.condition, plan.corpus_name, plan.source_name, plan.source
     try:  # every refusal comes before anything is written
         if (found := _published(store, condition, corpus_name)) is not None:
@@ -133,7 +136,7 @@ def build_on_demand(
             f"{condition!r} is not indexed for corpus {corpus_name!r} (indexed: {indexed}); indexing it now, on "
             "demand, from the router's cached sentence states"
         )
-        vectorizer = _load_model(source, corpus_name, runtime, backend)  # a changed router is refused here
+        vectorizer = _load_model(source, corpus_name, runtime, backend, name_paths)  # a changed router is refused
     except CondsearchError as exc:
         if unknown is None:
             raise
@@ -175,6 +178,7 @@ def plan_on_demand(
     *,
     corpus_option: str = "--corpus",
     unknown: UnknownCondition | None = None,
+    name_paths: bool = True,
 ) -> Plan:
     """Return what building condition on demand would index, reading only manifests; refuse as build_on_demand does.
 
@@ -184,8 +188,8 @@ def plan_on_demand(
     """
     try:
         condition = check_new_condition(condition)
-        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option)
-        source_name, source = _one_model(corpus_name, siblings, condition)
+        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option, name_paths)
+        source_name, source = _one_model(corpus_name, siblings, condition, name_paths)
     except CondsearchError as exc:
         if unknown is None:
             raise
@@ -213,7 +217,7 @@ def _published(store: IndexStore, condition: str, corpus_name: str) -> OnDemand 
 
 
 def _siblings(
-    store: IndexStore, listing: Listing, condition: str, corpus: str | None, corpus_option: str
+    store: IndexStore, listing: Listing, condition: str, corpus: str | None, corpus_option: str, name_paths: bool
 ) -> tuple[str, list[tuple[str, Manifest]]]:
     """Return the corpus to build for and its indexes; refuse no index, or several corpora and none named."""
     readable = [(n, m) for n, m in listing if isinstance(m, Manifest)]
@@ -228,22 +232,26 @@ def _siblings(
     siblings = [(n, m) for n, m in readable if m.corpus_name == chosen]
     if chosen is None or not siblings:
         scope = f"corpus {corpus!r}" if corpus is not None else "any corpus"
+        where = f" in {store.root}" if name_paths else ""
         raise UnknownCondition(
-            f"no index of {scope} in {store.root} to build condition {condition!r} from; index the corpus first: "
+            f"no index of {scope}{where} to build condition {condition!r} from; index the corpus first: "
             f"condsearch index CORPUS --mode csr -c {shlex.quote(condition)}",
             sorted({m.condition for _, m in readable}),
         )
     return chosen, siblings
 
 
-def _one_model(corpus_name: str, siblings: list[tuple[str, Manifest]], condition: str) -> tuple[str, Manifest]:
+def _one_model(
+    corpus_name: str, siblings: list[tuple[str, Manifest]], condition: str, name_paths: bool
+) -> tuple[str, Manifest]:
     """Return the newest sibling, once every sibling was built by one router model; refuse CASE and mixed corpora."""
     models: dict[str, list[tuple[str, Manifest]]] = {}
     for name, m in siblings:
         models.setdefault(vectorizer_key(m), []).append((name, m))
     if len(models) > 1:
         built = "; ".join(
-            f"{_model_of(group[0][1])}: {', '.join(repr(m.condition) for _, m in group)}" for group in models.values()
+            f"{_model_of(group[0][1], name_paths)}: {', '.join(repr(m.condition) for _, m in group)}"
+            for group in models.values()
         )
         raise StoreError(
             f"corpus {corpus_name!r} is indexed with several models ({built}); a condition is built on demand with "
@@ -251,25 +259,32 @@ def _one_model(corpus_name: str, siblings: list[tuple[str, Manifest]], condition
         )
     newest = max(siblings, key=lambda s: s[1].created_at)
     m = newest[1]
+    corpus_file = shlex.quote(m.corpus_path) if name_paths else "FILE"
     if m.mode != MODE_CSR:
         mode = m.mode if m.mode == MODE_CASE else repr(m.mode)
         raise StoreError(
             f"corpus {corpus_name!r} was indexed with --mode {mode}; a condition can be built on demand only for "
-            f"--mode csr corpora: run condsearch index {shlex.quote(m.corpus_path)} --name {shlex.quote(corpus_name)} "
+            f"--mode csr corpora: run condsearch index {corpus_file} --name {shlex.quote(corpus_name)} "
             f"-c {shlex.quote(condition)} (with the flags it was indexed with)"
         )
     return newest
 
 
-def _model_of(m: Manifest) -> str:
+def _model_of(m: Manifest, name_paths: bool) -> str:
     """Return a few words naming the model an index was built with: mode, model, router or profile."""
     if m.mode == MODE_CSR:
         checksum = str(m.encoder.get("router_checksum") or "")
-        return f"csr {m.model_id} router {m.encoder.get('router')}" + (f" ({checksum[:12]})" if checksum else "")
+        return f"csr {m.model_id} router {_router(m, name_paths)}" + (f" ({checksum[:12]})" if checksum else "")
     return f"{m.mode} {m.model_id} profile {m.head}"
 
 
-def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend) -> Vectorizer:
+def _router(m: Manifest, name_paths: bool) -> str:
+    """Return the router an index records: as recorded, or without its folder where paths are not named."""
+    router = str(m.encoder.get("router"))
+    return router if name_paths else os.path.basename(router.rstrip("/\\")) or router
+
+
+def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
     from condsearch.backends import load_bulk_vectorizer
     from condsearch.ingest import VectorizerInfo
@@ -280,7 +295,7 @@ def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: B
     recorded, loaded = source.encoder.get("router_checksum"), info.described.get("router_checksum")
     if recorded != loaded:
         raise StoreError(
-            f"corpus {corpus_name!r} was indexed with router {source.encoder.get('router')} "
+            f"corpus {corpus_name!r} was indexed with router {_router(source, name_paths)} "
             f"(sha256 {str(recorded or '-')[:12]}), which has changed since (now {str(loaded or '-')[:12]}); "
             "re-index the corpus, or restore the router it was built with"
         )

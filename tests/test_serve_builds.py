@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import condsearch.serve.builds as builds_module
 from condsearch.conditions import MAX_CONDITION_CHARS
 from condsearch.on_demand import OnDemand, build_on_demand
 from condsearch.serve.config import ServeConfig
@@ -104,6 +103,8 @@ class HeldBuild:
 
 @pytest.fixture
 def held(monkeypatch: pytest.MonkeyPatch) -> HeldBuild:
+    import condsearch.serve.builds as builds_module
+
     build = HeldBuild()
     monkeypatch.setattr(builds_module, "build_on_demand", build)
     return build
@@ -227,6 +228,7 @@ def test_a_case_corpus_cannot_build_on_demand(tmp_path: Path, corpus: Path, tiny
         error = one_line_error(ask(http, SPORT), 409)
         assert error.startswith("no index for condition 'the sport being played'")
         assert "indexed with --mode case" in error and "only for --mode csr corpora" in error
+        assert "run condsearch index FILE --name c " in error and str(tmp_path) not in error  # no path named
     assert snapshot(folder) == before
 
 
@@ -240,8 +242,12 @@ def test_a_changed_router_fails_the_build_in_one_line_and_a_later_request_retrie
     move_router(tiny_bert_dir, routers, seed=1)  # retrained in place
     before = snapshot(folder)
     with serve(folder) as server, httpx.Client(base_url=server.url, timeout=60) as http:
-        assert "which has changed since" in one_line_error(ask(http, SPORT), 409)
+        error = one_line_error(ask(http, SPORT), 409)
+        assert "indexed with router r (sha256" in error and "which has changed since" in error
+        assert str(tmp_path) not in error  # the router's folder is not named
         assert "which has changed since" in one_line_error(ask(http, SPORT), 409)  # not stuck: built again, refused
+        nowhere = one_line_error(ask(http, SPORT, corpus="nope"), 404)
+        assert "no index of corpus 'nope' to build" in nowhere and str(tmp_path) not in nowhere
     with serve(folder, build_inline_rows=0) as server, httpx.Client(base_url=server.url, timeout=60) as http:
         failed = poll(http, ask(http, SPORT).json()["job"], {"done", "failed"})
         assert failed["status"] == "failed" and "which has changed since" in failed["error"]
@@ -269,3 +275,17 @@ def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -
     assert served["progress_polled"][-1][1:] == ["done", 40, 40]
     assert served["other_client"]["before"]["n"] > 0
     assert [r["rows"] for r in result["inline"]] == [20] and result["run"]["machine"]["cpu"]
+
+
+def test_a_damaged_index_is_named_not_built_again(tmp_path: Path, corpus: Path, tiny_bert_dir: Path) -> None:
+    from condsearch.store import MANIFEST, IndexStore
+
+    folder = tmp_path / "idx"
+    index(corpus, folder, tiny_bert_dir, COLOUR, SPORT)
+    (folder / IndexStore(folder).find(SPORT) / MANIFEST).write_text("{not json")
+    before = snapshot(folder)
+    with serve(folder) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        error = one_line_error(ask(http, SPORT), 404)
+        assert "1 index is damaged" in error and "corrupt manifest" in error
+        assert ask(http, COLOUR).status_code == 200
+    assert snapshot(folder) == before

@@ -30,7 +30,7 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.spec import Runtime
-from condsearch.store import IndexStore
+from condsearch.store import IndexStore, Manifest, index_name
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,12 @@ class Builds:
         Refuses what :func:`condsearch.on_demand.plan_on_demand` refuses, in one line after unknown's,
         before anything starts; and a build past ``max_pending`` (TooManyBuilds).
         """
-        plan = plan_on_demand(self.store, condition, corpus, corpus_option=self.corpus_option, unknown=unknown)
+        if self._damaged(condition, corpus):
+            raise unknown  # its index is there but damaged (the refusal names it): repaired by hand, not rebuilt
+        # the server names no path of its machine (store, corpus file, router folder) in an answer
+        plan = plan_on_demand(
+            self.store, condition, corpus, corpus_option=self.corpus_option, unknown=unknown, name_paths=False
+        )
         key = (plan.corpus_name, plan.condition)
         with self._lock:
             job = self._running.get(key)
@@ -142,6 +147,15 @@ class Builds:
             self._pool.submit(self._run, job, unknown)
         log.info("building %r for corpus %r on demand (job %s, %d rows)", job.condition, job.corpus, job.id, job.rows)
         return job
+
+    def _damaged(self, condition: str, corpus: str | None) -> bool:
+        """Return whether an index of condition (in corpus, or any corpus) is stored with an unreadable manifest."""
+        listing = self.store.manifests()
+        damaged = {name for name, m in listing if not isinstance(m, Manifest)}
+        if not damaged:
+            return False
+        corpora = {corpus} if corpus is not None else {m.corpus_name for _, m in listing if isinstance(m, Manifest)}
+        return any(index_name(c, condition.strip()) in damaged for c in corpora)
 
     def get(self, job_id: str) -> BuildJob | None:
         """Return the job of that id, if it runs or finished lately."""
@@ -168,6 +182,7 @@ class Builds:
                 corpus_option=self.corpus_option,
                 unknown=unknown,
                 on_rows=on_rows,
+                name_paths=False,
             )
         except BaseException as exc:  # reported by the job; the pool's thread goes on
             if not isinstance(exc, CondsearchError):
