@@ -124,6 +124,18 @@ def _code_feeds(flat: np.ndarray, identity: RouterIdentity, hidden: int) -> dict
     return {"q": flat[:split].reshape(1, n_routed, hidden), "e": flat[split:].reshape(1, hidden)}
 
 
+def _fits(sessions: RouterSessions, feeds: dict[str, np.ndarray]) -> bool:
+    """Return whether a code's arrays have the sizes the routed graph fixes (its routed layer count, width)."""
+    for given in sessions.route_session.get_inputs():
+        if given.name in feeds:
+            shape = feeds[given.name].shape
+            if len(shape) != len(given.shape) or any(
+                isinstance(want, int) and want != got for want, got in zip(given.shape[1:], shape[1:], strict=True)
+            ):
+                return False
+    return True
+
+
 def _hidden_size(sessions: RouterSessions) -> int:
     """Return the width of the states the lower pass gives (a one-line ModelError if the graph does not say)."""
     width = sessions.lower.get_outputs()[0].shape[-1]
@@ -169,7 +181,7 @@ class OneShotRouterEncoder:
     def remember(self, condition: str, flat: np.ndarray | None) -> None:
         """Keep a condition's code (flat, as the query cache holds it); a one-line ModelError if it does not fit."""
         feeds = _code_feeds(flat, self.identity, self.dim) if flat is not None else None
-        if feeds is None:
+        if feeds is None or not _fits(self.sessions, feeds):
             raise ModelError(f"the code of condition {condition!r} is not cached; query it with torch")
         self._codes[condition] = feeds
 
