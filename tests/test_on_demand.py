@@ -370,15 +370,9 @@ def test_the_manifest_of_an_index_built_on_demand_names_the_corpus_it_came_from(
 
 
 def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    import importlib.util
-    import sys
+    import importlib
 
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("bench_on_demand", folder / "on_demand.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("benchmarks.systems.on_demand")
     out = tmp_path / "out.json"
     argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--work-dir", str(tmp_path / "w")]
     assert module.main([*argv, "--json-out", str(out)]) == 0

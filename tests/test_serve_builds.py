@@ -256,16 +256,10 @@ def test_a_changed_router_fails_the_build_in_one_line_and_a_later_request_retrie
 
 
 def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    import importlib.util
+    import importlib
     import json
-    import sys
 
-    folder = Path(__file__).resolve().parent.parent / "benchmarks"
-    sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("bench_serve_builds", folder / "serve_builds.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = importlib.import_module("benchmarks.systems.serve_builds")
     out = tmp_path / "out.json"
     argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--work-dir", str(tmp_path / "w")]
     assert module.main([*argv, "--json-out", str(out)]) == 0

@@ -21,7 +21,7 @@ uses its own cache folder (CONDSEARCH_CACHE_DIR), so clearing it touches nothing
 the same on the tiny stand-in model, 40 rows, each command in this process (the tests run it; a fresh
 process each would take most of a minute).
 
-    python benchmarks/on_demand.py --json-out benchmarks/results/on_demand.json
+    python -m benchmarks.systems.on_demand --json-out benchmarks/systems/results/on_demand.json
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import log, read_texts, run_info, write_json
+
+from benchmarks._lib.common import log, read_texts, run_info, write_json
 
 CSTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "csts-reannotated"
 QUERY = "Two dogs are running through the snow."
@@ -55,12 +56,13 @@ NEW = {
     "cli_cold": "the animals",
     "api_cold": "the colors of the clothing",
 }
+#: the repository root, where the API script's subprocess imports this module from
+REPO_ROOT = Path(__file__).resolve().parents[2]
 _API = """
 import json, sys, time
 start = time.perf_counter()
-sys.path.insert(0, sys.argv[1])
-from on_demand import api_search
-print(json.dumps(api_search(*sys.argv[2:], start=start)))
+from benchmarks.systems.on_demand import api_search
+print(json.dumps(api_search(*sys.argv[1:], start=start)))
 """
 
 
@@ -110,7 +112,9 @@ class Bench:
             done = self._here(*args)
         else:
             env = {**os.environ, **self.env}
-            done = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, check=False)
+            done = subprocess.run(
+                [sys.executable, *args], capture_output=True, text=True, env=env, check=False, cwd=REPO_ROOT
+            )  # the repository root: `python -c` imports benchmarks.systems.on_demand from there
         seconds = time.perf_counter() - start
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(args[:4])}…: exit {done.returncode}\n{done.stderr[-2000:]}")
@@ -132,7 +136,7 @@ class Bench:
                         print(exc, file=sys.stderr)
                         code = 1
                 else:
-                    print(json.dumps(api_search(*args[3:])))
+                    print(json.dumps(api_search(*args[2:])))
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -153,7 +157,7 @@ class Bench:
         return seconds, [json.loads(line) for line in done.stdout.splitlines()], done.stderr
 
     def api(self, store: Path, condition: str) -> tuple[float, dict]:
-        seconds, done = self.run("-c", _API, str(Path(__file__).parent), str(store), QUERY, condition)
+        seconds, done = self.run("-c", _API, str(store), QUERY, condition)
         return seconds, json.loads(done.stdout.splitlines()[-1])
 
     def clear_states(self) -> None:

@@ -9,7 +9,7 @@ done, and to the answer), its progress as polled, and the first client's p50/p95
 during the build. Then, for the inline limit (``--build-inline-rows``), the seconds a request under a
 new condition takes to be answered in the same request, for small corpora of --inline-sizes rows.
 
-    python benchmarks/serve_builds.py --json-out benchmarks/results/serve_builds.json
+    python -m benchmarks.systems.serve_builds --json-out benchmarks/systems/results/serve_builds.json
 
 ``--smoke`` runs the same on a tiny model (--model, a tiny BERT with --router none), 40 rows (the tests
 run it).
@@ -29,8 +29,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import log, run_info, write_json
-from on_demand import FIRST, QUERY, corpus_texts
+
+from benchmarks._lib.common import log, run_info, write_json
+from benchmarks.systems.on_demand import FIRST, QUERY, corpus_texts
 
 NEW = "the number of people"
 INLINE_NEW = "the location"

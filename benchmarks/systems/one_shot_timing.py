@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--corpus", type=Path, default=Path("build/demo_corpus.parquet"))
     parser.add_argument("--index-dir", type=Path, default=Path("build/one_shot_timing"))
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path("build/one_shot_csr.json"))
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/systems/results/one_shot_csr.json"))
     args = parser.parse_args()
     if not args.corpus.is_file():
         subprocess.run([*_cli(), "demo-corpus", "-o", str(args.corpus)], check=True, capture_output=True)
