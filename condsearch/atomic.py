@@ -1,4 +1,6 @@
-"""Replace a folder by a freshly written one, so that a crash leaves the old copy or the new, never a mix.
+"""Atomic file and folder swaps (a crash leaves the old copy or the new, never a mix) and regular-file reads.
+
+A folder is replaced by a freshly written one, a file by a freshly written file.
 
 Only a condsearch artifact (or an empty folder) is ever replaced: ``--out ~/projects`` must not
 delete someone's projects after a long training run. Files that condsearch reads back from its

@@ -1,4 +1,4 @@
-"""The bundled demo corpus: a few hundred captions that vary colour, sport, place, material, …"""
+"""The bundled demo corpus (``data/demo_corpus.tsv``): captions that vary colour, sport, place, material, …"""
 
 from __future__ import annotations
 

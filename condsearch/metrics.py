@@ -1,4 +1,4 @@
-"""How good it is: correlation metrics on C-STS style predictions."""
+"""How good it is: Spearman and Pearson on C-STS style predictions, and condition sensitivity."""
 
 from __future__ import annotations
 

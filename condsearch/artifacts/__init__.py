@@ -1,5 +1,8 @@
 """Trained artifacts on disk: heads, adapters, routers, checkpoints and the profiles that combine them.
 
+The ones condsearch ships live in ``condsearch/assets/`` (each at most 10 MB; docs/training.md and
+docs/csr.md hold the commands that regenerate them).
+
 One package answers "what is this folder, may it be used with this model, and what does it
 weigh?" without importing torch: ``files`` (names, shipped folders, file names, format versions,
 which artifact a folder holds), ``heads``, ``adapters`` (PEFT's format and the old one),

@@ -1,4 +1,14 @@
-"""Encoders turn (condition, sentence) pairs into vectors."""
+"""Encoders turn (condition, sentence) pairs into vectors: BERT-style models, decoder LLMs and NV-Embed.
+
+The protocol and its shared batching are ``base``; each family's CASE inputs are ``bert``, ``decoder``
+(with ``bidirectional``, BeLLM's backward dependency) and ``nvembed``; ``family`` tells which family a
+folder holds, how it pools and its presets. ``backbone`` is the one transformers loader (CSR's too),
+``pooling`` pools token states, ``lora`` folds adapters in at inference, ``parallel`` splits batches
+over several GPUs, ``runtime`` picks devices, dtype and attention, and ``cpu`` holds the CPU settings
+(int8, ``--backend``, threads). The torch-free ONNX path (one-shot queries, bulk CPU encoding, int8)
+is ``onnx_export`` (tracing ``onnx_trace``), ``onnx_files`` and ``bert_inputs``; ``rounding`` bounds
+how far two correct float runs may differ.
+"""
 
 from __future__ import annotations
 
@@ -180,7 +190,7 @@ def load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = N
                 device=str(dev),
                 max_length=max_length,
                 trust_remote_code=trust_remote_code,
-                dtype=None if dtype == "auto" else resolve_dtype(dtype, dev),
+                dtype="auto" if dtype == "auto" else resolve_dtype(dtype, dev),
             )
             if adapter is not None:
                 from condsearch.encoders.lora import apply_adapter

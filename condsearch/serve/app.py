@@ -1,5 +1,6 @@
-"""The HTTP API as a FastAPI app: POST /query, POST /v1/embeddings, GET /indexes, GET /health, OpenAPI docs at
-/docs, a search page at /.
+"""The HTTP API as a FastAPI app: POST /query, POST /v1/embeddings, GET /indexes, GET /health.
+
+OpenAPI docs are at /docs and the search page at /.
 
 :func:`create_app` builds the app around a :class:`~condsearch.serve.engine.Resident`; it opens
 no socket (``condsearch.serve.server`` runs it under uvicorn). Every error answers
