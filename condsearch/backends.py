@@ -3,9 +3,11 @@
 ``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
-every core; the router (CSR) runs its two passes on its checked float32 export where that measured
-faster than torch (:data:`condsearch.csr.onnx.FASTER_ON_ONNX`). Otherwise (``torch``, CUDA, another
-kind of model or pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
+every core, except on a CPU kind where torch measured faster (an AMX CPU, in the bfloat16 that
+``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
+passes on its checked float32 export where that measured faster than torch
+(:data:`condsearch.csr.onnx.FASTER_ON_ONNX`). Otherwise (``torch``, CUDA, another kind of model or
+pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
 encoder is its int8 export either way.
 """
 
@@ -43,6 +45,15 @@ def onnx_allowed(backend: Backend, device: str | None) -> bool:
     return backend == "auto" and runs_on_cpu(device)
 
 
+def case_onnx_allowed(backend: Backend, device: str | None) -> bool:
+    """Return whether ``backend`` runs a float32 CASE model on onnxruntime on ``device``: ``auto`` on the CPU, where
+    the CPU kind's measured path is onnxruntime (:data:`condsearch.encoders.cpu_kind.PATHS`; torch bfloat16 on AMX).
+    """
+    from condsearch.encoders.cpu_kind import auto_case_runner
+
+    return onnx_allowed(backend, device) and auto_case_runner() == "onnxruntime"
+
+
 def backend_of(vec: Vectorizer) -> str:
     """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
     from condsearch.encoders.onnx_files import OnnxBertEncoder
@@ -72,9 +83,10 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     resolves everything left to ``auto``. Under ``auto`` on the CPU, a CASE model that a one-shot
     query of the index it builds would run on onnxruntime is run so here as well, with
     ``spec.runtime.threads`` or every core (its export written and checked against torch first
-    where none is cached); the index records the same manifest either way, so the result is the
-    same index up to float32 rounding. The router (CSR) runs on its float32 export likewise where that
-    is faster (:func:`_router_on_onnx`). Anything else keeps torch.
+    where none is cached), but on a CPU kind whose measured path is torch (AMX, in ``--dtype auto``'s
+    bfloat16, which the encoder record names as ``auto_dtype``); the index records the same manifest
+    either way, so the result is the same index up to float32 rounding. The router (CSR) runs on its
+    float32 export likewise where that is faster (:func:`_router_on_onnx`). Anything else keeps torch.
     """
     from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
     from condsearch.vectorizer import load_vectorizer
@@ -82,7 +94,7 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     vec = load_vectorizer(spec)
     if vec.mode == MODE_CSR:
         return _router_on_onnx(vec, backend, spec.runtime.device, spec.runtime.threads)
-    if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not onnx_allowed(backend, spec.runtime.device):
+    if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not case_onnx_allowed(backend, spec.runtime.device):
         return vec
     from condsearch.ingest import VectorizerInfo
     from condsearch.one_shot import ModelRecord, load_onnx_twin
@@ -101,7 +113,8 @@ def load_served_vectorizer(
     """Load the model an index was built with, run as the server runs it.
 
     ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
-    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head);
+    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and
+    the CPU kind's measured path is onnxruntime; on AMX torch in ``--dtype auto``'s bfloat16;
     an export not yet cached is written now from the torch model and checked against it, as a
     first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
     export) transformers runs it; an int8 index runs its int8 export either way.
@@ -111,12 +124,13 @@ def load_served_vectorizer(
     onnx = onnx_allowed(backend, runtime.device)
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
         runtime = replace(runtime, threads=available_cores())
-    vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=onnx)
+    case_onnx = case_onnx_allowed(backend, runtime.device)
+    vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=case_onnx)
     from condsearch.artifacts.profiles import MODE_CSR
 
     if vec.mode == MODE_CSR:
         return _router_on_onnx(vec, backend, runtime.device, runtime.threads).serving()
-    if onnx and vec.backend == "torch":
+    if case_onnx and vec.backend == "torch":
         from condsearch.one_shot import load_onnx_twin
 
         light = load_onnx_twin(manifest, vec, threads=runtime.threads or available_cores())

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from condsearch.artifacts.heads import head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import CondsearchError, first_line
 from condsearch.head_files import load_numpy_head
 from condsearch.models import ModelSource, resolve_model
@@ -125,7 +126,9 @@ def load_one_shot(
         if encoder is None:
             return None
         record_adapter(encoder, target.profile.separate_adapter)
-        if encoder.describe() != record.encoder:  # the same model, adapter and token limit
+        # the same model, adapter and token limit; an index built in the dtype --dtype auto chose for
+        # its CPU (bfloat16 on AMX) is answered in float32 here, within the bound measured (docs/indexing.md)
+        if encoder.describe() != {k: v for k, v in record.encoder.items() if k != AUTO_DTYPE_KEY}:
             return None
         head, checksum = None, ""
         if target.profile.head is not None:

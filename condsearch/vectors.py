@@ -18,6 +18,7 @@ from typing import IO
 import numpy as np
 
 from condsearch.atomic import open_regular
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 
 VECTORS_FILE = "vectors.npy"
 HASH_BYTES = 16
@@ -41,10 +42,12 @@ def vector_fingerprint(described: dict[str, object], *, mode: str, head_checksum
     dtype, the LoRA adapter's and the router's checksums. The float32 ONNX export of a model is
     not named: it is written from the weights those name, checked against them, and loaded only
     while its files match the sha256 recorded then, so that vectors built on either backend are
-    kept by the other (docs/indexing.md); an int8 export is named by ``quantize``.
+    kept by the other (docs/indexing.md); an int8 export is named by ``quantize``. Nor is a dtype that
+    ``--dtype auto`` chose for the CPU (``auto_dtype``: bfloat16 on AMX): within the bound measured of
+    float32's, so vectors built on one CPU kind are kept by another.
     """
     payload = {
-        "encoder": described,
+        "encoder": {k: v for k, v in described.items() if k != AUTO_DTYPE_KEY},
         "mode": mode,
         "head_checksum": head_checksum,
         "dim": dim,

@@ -171,6 +171,8 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("CONDSEARCH_INDEX_DIR", str(tmp_path_factory.mktemp("indexes-env")))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    # auto's dtype and backend follow the CPU's kind (condsearch.encoders.cpu_kind): one kind for every machine
+    monkeypatch.setenv("CONDSEARCH_CPU_KIND", "other")
 
 
 #: torch's intra-op threads in the tests (1 unless `make test-numerics` asks for others)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -11,9 +11,17 @@ import torch
 from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, auto_case_dtype
 from condsearch.encoders.pooling import mean_pool
 from condsearch.errors import ModelError
 from condsearch.models import ModelSource
+
+
+def auto_dtype(device: torch.device) -> torch.dtype:
+    """Return the dtype ``--dtype auto`` runs a BERT-style encoder in: the CPU kind's measured choice, else float32."""
+    if device.type != "cpu":
+        return torch.float32  # BERT-style models stay float32 on accelerators under auto, as they always were
+    return torch.bfloat16 if auto_case_dtype() == "bfloat16" else torch.float32
 
 
 def pick_device(device: str | None) -> torch.device:
@@ -42,16 +50,21 @@ class BertStyleEncoder(TokenSorted, Encoder):
         device: str | None = None,
         max_length: int | None = None,
         trust_remote_code: bool = False,
-        dtype: torch.dtype | None = None,
+        dtype: torch.dtype | Literal["auto"] | None = None,
         loaded: tuple[Any, torch.nn.Module] | None = None,
     ) -> None:
-        """``loaded``: (tokenizer, model) read already (a CPU twin of another encoder's, for its ONNX export)."""
+        """``loaded``: (tokenizer, model) read already (a CPU twin of another encoder's, for its ONNX export).
+
+        ``dtype``: None is float32; ``"auto"`` is what ``--dtype auto`` means here (:func:`auto_dtype`).
+        """
         super().__init__()
         self.tokenizer, model = loaded or load_backbone(source, trust_remote_code=trust_remote_code)
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelError(f"{source.model_id}: a fast tokenizer (tokenizer.json) is required")
         self.device = pick_device(device)
-        self.dtype = dtype or torch.float32
+        #: the dtype was chosen by --dtype auto for this CPU, not asked for (see describe())
+        self.dtype_auto = dtype == "auto"
+        self.dtype = auto_dtype(self.device) if dtype == "auto" else dtype or torch.float32
         self.model = model.to(self.device, self.dtype).eval()
         self.model_id = source.model_id
         self.revision = source.revision
@@ -62,7 +75,8 @@ class BertStyleEncoder(TokenSorted, Encoder):
     def describe(self) -> dict[str, object]:
         info = {**super().describe(), "pooling": self.pooling, "max_length": self.max_length}
         if self.dtype != torch.float32:  # float32 records nothing, so existing caches and manifests still match
-            info["dtype"] = str(self.dtype).removeprefix("torch.")
+            # a dtype auto chose is recorded apart: the spec keeps auto, so another CPU answers in its own
+            info[AUTO_DTYPE_KEY if self.dtype_auto else "dtype"] = str(self.dtype).removeprefix("torch.")
         if self.adapter_checksum:  # likewise: no adapter, no key
             info["adapter_checksum"] = self.adapter_checksum
         return info

@@ -1,0 +1,139 @@
+"""Name the CPU's kind from its flags, and the path a committed measurement shows fastest on each kind.
+
+One home for both: :func:`cpu_kind` reads ``/proc/cpuinfo`` once (``CONDSEARCH_CPU_KIND`` forces
+a kind, for tests and benchmarks); :func:`kind_of_flags` is the pure rule; :data:`PATHS` is the
+table ``--dtype auto`` and ``--backend auto`` follow on the CPU, each row with its provenance.
+Free of torch, so that the CLI imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from condsearch.errors import ModelError
+
+CpuKind = Literal["amx", "avx512", "other"]
+CPU_KINDS: tuple[CpuKind, ...] = ("amx", "avx512", "other")
+#: forces the kind (one of CPU_KINDS) instead of reading /proc/cpuinfo
+CPU_KIND_ENV = "CONDSEARCH_CPU_KIND"
+
+#: the flags a kind needs: AMX tiles with bf16 products; else AVX-512 with bf16 dot products
+_AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
+_AVX512_FLAGS = frozenset({"avx512f", "avx512_bf16"})
+
+#: the encoder record's key for a dtype that --dtype auto chose for the CPU (absent: float32). The spec
+#: keeps ``auto``, so another CPU answers the index in its own choice; vectors differ from float32 within
+#: the bound measured (docs/indexing.md), and the vectors' fingerprint leaves the key out
+AUTO_DTYPE_KEY = "auto_dtype"
+
+Dtype = Literal["float32", "bfloat16"]
+Runner = Literal["torch", "onnxruntime"]
+
+
+@dataclass(frozen=True)
+class CpuPath:
+    """The fastest measured float path on one CPU kind, for CASE bulk encoding and the router's passes."""
+
+    #: what runs CASE bulk encoding (`index`, `serve`) under --backend auto, and in which dtype
+    case_runner: Runner
+    case_dtype: Dtype
+    #: the dtype of the router's torch passes (its float32 export runs where FASTER_ON_ONNX says)
+    router_dtype: Dtype
+    #: where the figures come from: machine, date, command, pairs/s, cosine to float32
+    provenance: str
+
+
+#: kind -> fastest path at equal accuracy. int8 is never chosen here: only --quantize int8 asks for it.
+PATHS: dict[CpuKind, CpuPath] = {
+    "amx": CpuPath(
+        case_runner="torch",
+        case_dtype="bfloat16",
+        router_dtype="float32",
+        provenance=(
+            "issue 42, reviewers' measurement (not repeated here: no AMX machine was lent): 2-core Intel Xeon "
+            "with AMX (amx_tile, amx_int8, avx512_bf16), condsearch 5a61de4; the default model as "
+            "EncoderSpec(dtype='bfloat16'), 1,000 C-STS dev sentences under one condition: torch bfloat16 "
+            "2,170-2,570 pairs/s against torch float32 850-868 (2.5-3x); onnxruntime float32 335 and torch "
+            "float32 363 pairs/s in benchmarks/encode_throughput.py --csv dev.csv -n 1000 --quantize int8 "
+            "--repeats 5; cosine of each bfloat16 vector to float32 >= 0.9997, median 0.99991. The router's "
+            "passes were not measured in bfloat16 there: they stay float32."
+        ),
+    ),
+    "avx512": CpuPath(
+        case_runner="onnxruntime",
+        case_dtype="float32",
+        router_dtype="float32",
+        provenance=(
+            "benchmarks/systems/results/cpu_paths_amd.json: 2-core AMD EPYC (avx512f, avx512_bf16, no AMX), "
+            "python -m benchmarks.systems.cpu_paths; torch bfloat16 is slower than float32 there, "
+            "onnxruntime float32 the fastest float path (issue 28's int8 study agrees)"
+        ),
+    ),
+    "other": CpuPath(
+        case_runner="onnxruntime",
+        case_dtype="float32",
+        router_dtype="float32",
+        provenance="no measurement: float32 as before issue 42 (bfloat16 without hardware support is emulated)",
+    ),
+}
+
+
+def kind_of_flags(flags: Iterable[str]) -> CpuKind:
+    """Return the kind a CPU with these /proc/cpuinfo flags is."""
+    present = set(flags)
+    if _AMX_FLAGS <= present:
+        return "amx"
+    if _AVX512_FLAGS <= present:
+        return "avx512"
+    return "other"
+
+
+def read_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
+    """Return the first CPU's flags in a cpuinfo file (empty where it cannot be read: not Linux)."""
+    try:
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def check_kind(value: str) -> CpuKind:
+    """Return a kind's name, refusing unknown ones in one line."""
+    if value not in CPU_KINDS:
+        raise ModelError(f"{CPU_KIND_ENV}={value!r} is no CPU kind (choose from {', '.join(CPU_KINDS)})")
+    return value  # type: ignore[return-value]
+
+
+def cpu_kind() -> CpuKind:
+    """Return this machine's kind: ``CONDSEARCH_CPU_KIND`` when set, else its flags' (read once)."""
+    forced = os.environ.get(CPU_KIND_ENV)
+    if forced:
+        return check_kind(forced)
+    return _flags_kind()
+
+
+@functools.cache
+def _flags_kind() -> CpuKind:
+    return kind_of_flags(read_flags())
+
+
+def cpu_path(kind: CpuKind | None = None) -> CpuPath:
+    """Return the measured fastest path on ``kind`` [default: this machine's]."""
+    return PATHS[kind or cpu_kind()]
+
+
+def auto_case_dtype() -> Dtype:
+    """Return what ``--dtype auto`` means for a BERT-style CASE encoder run by torch on this CPU."""
+    return cpu_path().case_dtype
+
+
+def auto_case_runner() -> Runner:
+    """Return what ``--backend auto`` runs CASE bulk encoding with on this CPU (float32 models)."""
+    return cpu_path().case_runner
