@@ -15,6 +15,10 @@ class StoreError(CondsearchError):
     """An index on disk is missing, corrupt, foreign or incompatible."""
 
 
+class NotBuildable(StoreError):
+    """A condition cannot be built on demand for this corpus: it was indexed in CASE mode (a 404 in the server)."""
+
+
 class ModelError(CondsearchError):
     """A model or head cannot be resolved or loaded."""
 

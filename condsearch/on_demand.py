@@ -27,7 +27,14 @@ from typing import TYPE_CHECKING
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
 from condsearch.conditions import check_new_condition
 from condsearch.encoders.cpu import Backend, CpuConfig
-from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.errors import (
+    AmbiguousCondition,
+    CondsearchError,
+    NotBuildable,
+    StoreError,
+    UnknownCondition,
+    first_line,
+)
 from condsearch.manifest import Manifest
 from condsearch.search import Listing, vectorizer_key
 from condsearch.spec import Runtime
@@ -262,7 +269,7 @@ def _one_model(
     corpus_file = shlex.quote(m.corpus_path) if name_paths else "FILE"
     if m.mode != MODE_CSR:
         mode = m.mode if m.mode == MODE_CASE else repr(m.mode)
-        raise StoreError(
+        raise NotBuildable(
             f"corpus {corpus_name!r} was indexed with --mode {mode}; a condition can be built on demand only for "
             f"--mode csr corpora: run condsearch index {corpus_file} --name {shlex.quote(corpus_name)} "
             f"-c {shlex.quote(condition)} (with the flags it was indexed with)"

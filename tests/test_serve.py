@@ -115,7 +115,7 @@ def test_serve_query_replace_and_bad_requests(
         (post(client, query="q", condition=COLOUR, k="many"), 422),
         (post(client, query="q", condition=COLOUR, colour="red"), 422),  # unknown field
         (post(client, query="q", condition=COLOUR, corpus="nope"), 404),
-        (post(client, query="q", condition="the mood"), 409),  # not indexed, and a CASE corpus cannot build it
+        (post(client, query="q", condition="the mood"), 404),  # not indexed, and a CASE corpus cannot build it
         (client.get("/no-such-endpoint"), 404),
         (client.get("/query"), 405),
     ]

@@ -225,7 +225,7 @@ def test_a_case_corpus_cannot_build_on_demand(tmp_path: Path, corpus: Path, tiny
         "--index-dir", folder)  # fmt: skip
     before = snapshot(folder)
     with serve(folder) as server, httpx.Client(base_url=server.url, timeout=60) as http:
-        error = one_line_error(ask(http, SPORT), 409)
+        error = one_line_error(ask(http, SPORT), 404)
         assert error.startswith("no index for condition 'the sport being played'")
         assert "indexed with --mode case" in error and "only for --mode csr corpora" in error
         assert "run condsearch index FILE --name c " in error and str(tmp_path) not in error  # no path named

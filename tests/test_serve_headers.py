@@ -110,7 +110,7 @@ def test_every_error_answers_with_the_security_headers(
             "401 wrong key": (http.get("/health", headers={"X-API-Key": "nope"}), 401),
             "404 no route": (http.get("/no-such-path"), 404),
             "404 unknown condition": (http.post("/query", json={**query, "corpus": "no"}), 404),
-            "409 cannot build": (http.post("/query", json={"query": "q", "condition": "the mood"}), 409),
+            "404 cannot build": (http.post("/query", json={"query": "q", "condition": "the mood"}), 404),
             "405 wrong method": (http.get("/query"), 405),
             "405 POST to the page": (http.post("/", json={}), 405),
             "400 malformed JSON": (

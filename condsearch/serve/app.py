@@ -27,7 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from condsearch import __version__
 from condsearch.answers import index_summary, query_answer
 from condsearch.calibration import Background
-from condsearch.errors import CondsearchError, StoreError, first_line
+from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
 from condsearch.index import search_threads
 from condsearch.manifest import Manifest
 from condsearch.serve.batching import MicroBatcher
@@ -345,8 +345,9 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         except TooManyBuilds as exc:
             raise RequestError(503, str(exc), conditions=unknown.conditions) from exc
         except CondsearchError as exc:
-            # a bad condition (422); a corpus that cannot build one: --mode case, several models, a changed router (409)
-            status = 409 if isinstance(exc, StoreError) else 422
+            # a CASE corpus has no index for it and cannot build one (404, as before builds on demand); several
+            # models or a changed router (409); a bad condition (422)
+            status = 404 if isinstance(exc, NotBuildable) else 409 if isinstance(exc, StoreError) else 422
             raise RequestError(status, str(exc), conditions=unknown.conditions) from exc
 
     @app.get("/indexes")
