@@ -182,3 +182,23 @@ def test_bulk_loading_elsewhere_is_unchanged(tiny_bert_dir: Path, monkeypatch: p
     monkeypatch.setenv(CPU_KIND_ENV, "amx")
     vec = load_bulk_vectorizer(EncoderSpec(str(tiny_bert_dir), head="none", runtime=Runtime(device="cpu")))
     assert backend_of(vec) == "torch" and vec.encoder.describe()[AUTO_DTYPE_KEY] == "bfloat16"
+
+
+def test_the_python_api_follows_the_kind(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from condsearch.api import load_model
+
+    for kind, dtype in (("amx", torch.bfloat16), ("other", torch.float32)):
+        monkeypatch.setenv(CPU_KIND_ENV, kind)
+        model = load_model(str(tiny_bert_dir), mode="case", profile="none", device="cpu")
+        assert model.vectorizer.encoder.dtype == dtype  # type: ignore[attr-defined]
+
+
+def test_cpu_paths_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from benchmarks.systems.cpu_paths import main as cpu_paths
+
+    out = tmp_path / "o.json"
+    assert cpu_paths(["--smoke", "--model", str(tiny_bert_dir), "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["cpu_kind"] == "other"  # the tests' pinned kind is recorded
+    assert set(result["speed"]["pairs_per_s_median"]) == {"torch_float32", "torch_bfloat16", "onnxruntime_float32"}
+    assert -1 <= result["accuracy"]["cosine_bfloat16_float32_encoder"]["min"] <= 1

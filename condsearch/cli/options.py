@@ -201,7 +201,8 @@ def encoder_options(command: F) -> F:
             type=click.Choice(DTYPES),
             default="auto",
             show_default=True,
-            help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, else float32.",
+            help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, and for BERT-style "
+            "encoders on an AMX CPU (CONDSEARCH_CPU_KIND), else float32.",
         ),
         click.option(
             "--bidirectional-layers",

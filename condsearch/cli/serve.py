@@ -97,7 +97,8 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
 @backend_option(
     "What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
-    "(BERT-style, as a one-shot query runs it, so answers equal `query --json`), else torch; "
+    "(BERT-style, as a one-shot query runs it, so answers equal `query --json`), else torch (on an AMX "
+    "CPU torch in --dtype auto's bfloat16); "
     "torch: always transformers.",
 )
 @quantize_check_option
