@@ -100,12 +100,15 @@ def test_is_loopback(host: str, loopback: bool) -> None:
 
 def _modules_after(code: str) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-c", f"{code}\nimport sys; print(' '.join(sorted(sys.modules)))"],
+        [sys.executable, "-c", f"{code}\nimport sys; print('\\nMODULES', ' '.join(sorted(sys.modules)))"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    return set(out.split())
+    # the last line only: a command's own output (--help's text says "torch") is not a module list
+    last = out.rstrip("\n").rsplit("\n", 1)[-1]
+    assert last.startswith("MODULES "), out[-500:]
+    return set(last.split()[1:])
 
 
 HEAVY = {"torch", "transformers", "faiss", "fastapi", "uvicorn"}
