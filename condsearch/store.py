@@ -144,6 +144,16 @@ class _Files:
             fh.close()
 
 
+def _is_index_folder(path: Path) -> bool:
+    """Return whether path is a folder, or a link to one, looking twice at a link.
+
+    A writer flips an index's link to its new version and then deletes the old one: a reader that
+    read the link just before the flip may find its old target gone. Resolving the link again reads
+    the new target.
+    """
+    return path.is_dir() or (path.is_symlink() and path.is_dir())
+
+
 class IndexStore:
     """A folder of indexes. Reads check and never modify; writes replace whole versions atomically."""
 
@@ -334,7 +344,7 @@ class IndexStore:
         """Return the names of the stored indexes, in order."""
         if not self.root.is_dir():
             return []
-        names = {p.name for p in self.root.iterdir() if not p.name.startswith(".") and p.is_dir()}
+        names = {p.name for p in self.root.iterdir() if not p.name.startswith(".") and _is_index_folder(p)}
         for left in self.root.glob(f"{_TRASH}*"):
             # ".trash-<name>-<pid>-<ns>", left by an older condsearch killed mid-write, or by a format-1
             # migration in progress: it stands for <name> while <name> itself is missing

@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
         tax, conditions = synthetic_taxonomy()
         corpus_rows = choose_corpus(tax, conditions, None, args.seed)
     else:
+        data = read_csts(args.csts)  # first: a missing --csts is named whatever --data-dir holds
         if not (args.data_dir / "entity2text.txt").is_file():
             p.error(f"--data-dir {args.data_dir}: no entity2text.txt (WN18RR with entity texts)")
-        data = read_csts(args.csts)
         tax, conditions = read_taxonomy(args.data_dir), CONDITIONS[args.split]
         corpus_rows = choose_corpus(tax, conditions, args.distractors, args.seed)
     log("mix", f"{len(data)} C-STS rows; {len(corpus_rows)} glosses, {len(conditions)} conditions; {', '.join(names)}")
