@@ -233,7 +233,7 @@ def test_the_page_ranks_csr_indexes_and_says_how_to_add_one(
             errors: list[str] = []
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{server.url}/")
-            _expect(page.locator("#left option")).to_have_count(2)
+            _expect(page.locator("#conditions option")).to_have_count(2)  # the indexed conditions, suggested
             assert page.text_content("#add-command") == 'condsearch index FILE -c "the new condition" --mode csr'
             assert page.text_content("#add-model") == f"model {model}, router {moved_router}, mode csr"
             _search(page, QUERIES[0], COLOUR, SPORT, 3)
