@@ -27,6 +27,7 @@ from condsearch.cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.keys import CONTEXT, CSR_FILES, KIND, QUERIES_SUBDIR, RouterIdentity, state_dtype_name
 from condsearch.csr.onnx_run import RouterSessions, read_export_tokenizer, read_router_sessions
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, EncodeStats
+from condsearch.encoders.bert_inputs import case_inputs
 from condsearch.encoders.onnx_files import USABLE_KEY, BackendTokenizer, Precision, checked_meta
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.models import resolve_model
@@ -187,21 +188,9 @@ class OneShotRouterEncoder:
 
     def _tokenize(self, texts: Sequence[str]) -> dict[str, np.ndarray]:
         """Return right-padded (b, L) int64 inputs, truncated to max_length as the torch encoder's are."""
-        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length)
-        full = self.tokenizer(texts)["input_ids"]
-        self._stats.note_many(sum(len(ids) > self.max_length for ids in full), [])
-        ids = enc["input_ids"]
-        width = max(len(row) for row in ids)
-        pad = self.tokenizer.pad_token_id or 0
-        feeds = {"input_ids": np.full((len(ids), width), pad, dtype=np.int64)}
-        feeds["attention_mask"] = np.zeros((len(ids), width), dtype=np.int64)
-        feeds["token_type_ids"] = np.zeros((len(ids), width), dtype=np.int64)
-        types = enc.get("token_type_ids")
-        for i, row in enumerate(ids):
-            feeds["input_ids"][i, : len(row)] = row
-            feeds["attention_mask"][i, : len(row)] = 1
-            if types is not None:
-                feeds["token_type_ids"][i, : len(row)] = types[i]
+        # texts alone are single segments: case_inputs pads and notes truncation as it does for CASE's pairs
+        feeds, _ = case_inputs(self.tokenizer, [(text, None) for text in texts], self.max_length, self._stats)
+        feeds.setdefault("token_type_ids", np.zeros_like(feeds["input_ids"]))
         return feeds
 
     def encode(
