@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
@@ -26,6 +24,7 @@ from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import build_app
 from condsearch.store import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
+from tests.csr_corpus import csr_texts, move_router, write_csr_corpus
 from tests.tolerance import assert_rows_close, score_tolerance, vector_tolerance
 
 COLOUR = "color of the dress"
@@ -35,12 +34,6 @@ QUERIES = ["a girl in a red dress", "two men play soccer", SENTENCES[4]]
 K = 5
 #: FAISS, Milvus and two encodes of one query take the same inner products in their own order
 SCORE_TOL = score_tolerance(32)
-WORDS = "girl dress red blue tennis court dog beach man park golf ball shirt horse".split()
-
-
-def _texts(n: int = 40) -> list[str]:
-    made = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 3 + i % 5)) + f" {i}" for i in range(n)]
-    return [*SENTENCES, *made[len(SENTENCES) :]]
 
 
 def run(*args: object) -> Result:
@@ -52,19 +45,7 @@ def run(*args: object) -> Result:
 @pytest.fixture(scope="module")
 def moved_router(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A router folder for the tiny BERT whose weights are off their (condition-blind) start."""
-    import torch
-
-    from condsearch.csr import load_csr_encoder
-    from condsearch.csr.weights import save_router
-
-    folder = tmp_path_factory.mktemp("router")
-    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=folder / "cache")
-    generator = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in encoder.router.trainable_parameters().values():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    save_router(encoder.router, folder / "r", {"model_id": encoder.model_id}, dtype=torch.float32)
-    return folder / "r"
+    return move_router(tiny_bert_dir, tmp_path_factory.mktemp("router"), seed=0)
 
 
 @pytest.fixture(params=["none", "moved"])
@@ -74,10 +55,7 @@ def router(request: pytest.FixtureRequest, moved_router: Path) -> str:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    texts = _texts()
-    path = tmp_path / "c.parquet"
-    pq.write_table(pa.table({"id": [f"r{i}" for i in range(len(texts))], "text": texts}), path)
-    return path
+    return write_csr_corpus(tmp_path / "c.parquet")
 
 
 @pytest.fixture
@@ -164,7 +142,7 @@ def test_indexing_in_chunks_stores_the_one_pass_vectors(
     chunked = IndexStore(tmp_path / "chunked")
     reports = index_conditions(scan_corpus(corpus), list(CONDITIONS), vec, chunked, corpus_name="c", chunk_rows=7)
     one_pass = IndexStore(index_dir)
-    texts = _texts()
+    texts = csr_texts()
     for report in reports:
         a, b = chunked.load(report.name), one_pass.load(report.name)
         assert a.ids == b.ids and a.texts == b.texts == texts
@@ -185,7 +163,7 @@ milvus = pytest.mark.skipif(
 def test_export_to_milvus_lite_answers_the_same_ids(index_dir: Path, tmp_path: Path, router: str) -> None:
     db = f"milvus-lite:{tmp_path / 'm.db'}"
     run("export", "--to", db, "--index-dir", index_dir)
-    n_rows = len(_texts())
+    n_rows = len(csr_texts())
     for condition in CONDITIONS:
         exact = cli_answers(["--index-dir", index_dir], condition, k=n_rows)  # every row: ties at the cut resolved
         for answers in (cli_answers(["--store", db], condition), api_answers(db, condition)):

@@ -31,18 +31,13 @@ from condsearch.on_demand import build_on_demand
 from condsearch.spec import Runtime
 from condsearch.store import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
+from tests.csr_corpus import move_router, write_csr_corpus
 
 COLOUR = "color of the dress"
 SPORT = "the sport being played"
 QUERIES = ["a girl in a red dress", "two men play soccer", SENTENCES[4]]
-WORDS = "girl dress red blue tennis court dog beach man park golf ball shirt horse".split()
 #: what differs between two writes of one index: when, and the file times
 VOLATILE = ("created_at", "index_mtime_ns")
-
-
-def _texts(n: int = 40) -> list[str]:
-    made = [" ".join(WORDS[(i * k) % len(WORDS)] for k in range(1, 3 + i % 5)) + f" {i}" for i in range(n)]
-    return [*SENTENCES, *made[len(SENTENCES) :]]
 
 
 def invoke(*args: object) -> Result:
@@ -80,24 +75,6 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return out
 
 
-def move_router(tiny_bert_dir: Path, folder: Path, seed: int) -> Path:
-    """Save a router for the tiny BERT whose weights are moved off their start by a seeded step, into folder."""
-    import torch
-
-    from condsearch.csr import load_csr_encoder
-    from condsearch.csr.weights import save_router
-
-    encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=folder / "cache")
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in encoder.router.trainable_parameters().values():
-            p.add_(0.05 * torch.randn(p.shape, generator=generator))
-    if (folder / "r").exists():
-        shutil.rmtree(folder / "r")
-    save_router(encoder.router, folder / "r", {"model_id": encoder.model_id}, dtype=torch.float32)
-    return folder / "r"
-
-
 @pytest.fixture(scope="module")
 def moved_router(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return move_router(tiny_bert_dir, tmp_path_factory.mktemp("router"), seed=0)
@@ -110,10 +87,7 @@ def router(request: pytest.FixtureRequest, moved_router: Path) -> str:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    texts = _texts()
-    path = tmp_path / "c.parquet"
-    pq.write_table(pa.table({"id": [f"r{i}" for i in range(len(texts))], "text": texts}), path)
-    return path
+    return write_csr_corpus(tmp_path / "c.parquet")
 
 
 def index(corpus: Path, folder: Path, model: Path, *conditions: str, router: str = "none", **flags: str) -> None:

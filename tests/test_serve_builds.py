@@ -18,15 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from condsearch.conditions import MAX_CONDITION_CHARS
 from condsearch.on_demand import OnDemand, build_on_demand
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
-from tests.test_on_demand import COLOUR, QUERIES, SPORT, _texts, cli_answers, index, move_router, run, snapshot
+from tests.csr_corpus import move_router, write_csr_corpus
+from tests.test_on_demand import COLOUR, QUERIES, SPORT, cli_answers, index, run, snapshot
 
 KEY = "s3cret"
 MOOD = "the mood of the scene"
@@ -39,10 +38,7 @@ def serve(folder: Path, **settings: object) -> BackgroundServer:
 
 @pytest.fixture
 def corpus(tmp_path: Path) -> Path:
-    texts = _texts()
-    path = tmp_path / "c.parquet"
-    pq.write_table(pa.table({"id": [f"r{i}" for i in range(len(texts))], "text": texts}), path)
-    return path
+    return write_csr_corpus(tmp_path / "c.parquet")
 
 
 @pytest.fixture
