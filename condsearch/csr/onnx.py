@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from condsearch.atomic import swap_dir
 from condsearch.csr.context import ContextCode, ContextRouter
 from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, ROUTE_FILE
 from condsearch.csr.onnx_graphs import ContextRoute, LowerPass, PaperRoute
@@ -63,6 +62,7 @@ from condsearch.encoders.onnx_files import (
     Precision,
     checked_meta,
     file_records,
+    publish_export,
     runtime_versions,
 )
 from condsearch.encoders.onnx_trace import as_plain, supports
@@ -290,19 +290,7 @@ def write_router_export(
         if runner is None:
             raise ModelError(f"{encoder.model_id}: the router's {precision} ONNX export cannot be read back")
         refused = disagreement(encoder, runner)
-        meta[USABLE_KEY] = refused is None
-        if refused is not None:
-            meta["refused"] = refused
-            del meta[FILES_KEY]
-            for name in CSR_FILES:
-                (tmp / name).unlink()
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if folder is not None:
-            try:
-                swap_dir(tmp, folder)  # fails if another process got there first: its export is as good
-                log.info("cached the router's %s ONNX export in %s", precision, folder)
-            except OSError:
-                pass
+        publish_export(tmp, folder, refused, CSR_FILES, f"the router's {precision} ONNX export")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the sessions hold the graphs in memory
     return (None, refused) if refused is not None else (runner, None)

@@ -32,7 +32,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.atomic import swap_dir
 from condsearch.encoders.base import Pair
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.onnx_files import (
@@ -50,6 +49,7 @@ from condsearch.encoders.onnx_files import (
     export_folder,
     file_records,
     load_cached_export,
+    publish_export,
     read_export,
     refusal,
     runtime_versions,
@@ -269,20 +269,8 @@ def write_export(
             raise ModelError(f"{reference.model_id}: the {precision} ONNX export cannot be read back")
         encoder.adapter_checksum = reference.adapter_checksum
         refused = _disagreement(reference, encoder)
-        meta = json.loads((tmp / META_FILE).read_text())
-        meta[USABLE_KEY] = refused is None
-        if refused is not None:
-            meta["refused"] = refused
-            del meta[FILES_KEY]
-            (tmp / MODEL_FILE).unlink()
-            (tmp / WEIGHTS_FILE).unlink()
-        (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
-        if folder is not None:
-            try:
-                swap_dir(tmp, folder)  # fails if another process got there first: its export is as good
-                log.info("cached the %s ONNX export of %s in %s", precision, reference.model_id, folder)
-            except OSError:
-                pass
+        what = f"the {precision} ONNX export of {reference.model_id}"
+        publish_export(tmp, folder, refused, (MODEL_FILE, WEIGHTS_FILE), what)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)  # the session holds the model in memory
     return (None, refused) if refused is not None else (encoder, None)

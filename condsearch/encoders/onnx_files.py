@@ -39,7 +39,7 @@ from typing import Any, Literal
 import numpy as np
 
 from condsearch.artifacts.adapters import read_adapter
-from condsearch.atomic import replacing_file, temporary_name
+from condsearch.atomic import replacing_file, swap_dir, temporary_name
 from condsearch.cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
@@ -132,6 +132,28 @@ class BackendTokenizer:
         fields = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
         data = {key: [list(getattr(e, fields[key])) for e in encodings] for key in self.model_input_names}
         return _Encoded(data, encodings)
+
+
+def publish_export(tmp: Path, folder: Path | None, refused: str | None, graphs: Sequence[str], what: str) -> None:
+    """Record in tmp's meta file whether its checked export is usable, then move tmp to folder (None: not cached).
+
+    A refused export keeps its reason and drops its graph files, so that it is not tried again. If
+    another process cached the same export first, that one stays: it is as good.
+    """
+    meta = json.loads((tmp / META_FILE).read_text())
+    meta[USABLE_KEY] = refused is None
+    if refused is not None:
+        meta["refused"] = refused
+        del meta[FILES_KEY]
+        for name in graphs:
+            (tmp / name).unlink()
+    (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    if folder is not None:
+        try:
+            swap_dir(tmp, folder)
+            log.info("cached %s in %s", what, folder)
+        except OSError:
+            pass
 
 
 def runtime_versions() -> dict[str, str]:
