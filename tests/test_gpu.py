@@ -88,3 +88,11 @@ def test_cli_default_device_is_cuda_and_matches_cpu(tiny_bert_dir: Path, corpus_
         hits[folder] = json.loads(result.stdout)["results"]
     assert [h["id"] for h in hits["gpu"]] == [h["id"] for h in hits["cpu"]]
     np.testing.assert_allclose([h["score"] for h in hits["gpu"]], [h["score"] for h in hits["cpu"]], atol=1e-3)
+
+
+def test_gpu_search_benchmark_agrees_with_the_cpu() -> None:
+    from benchmarks.systems.gpu_search import measure
+
+    cell = measure(rows=5000, dim=32, queries=5, batch=16, repeats=1, seed=0)
+    assert cell["top10_agree"] == 1.0
+    assert cell["gpu_batch1_p50_ms"] > 0 and cell["cpu_batch1_p50_ms"] > 0
