@@ -339,6 +339,28 @@ def test_token_ids_and_cached_states_give_the_same_vectors(context_csr, kg) -> N
     )
 
 
+@pytest.mark.numerics
+def test_a_training_batchs_loss_does_not_depend_on_its_chunks(context_csr, kg) -> None:
+    """Length-sorted chunks of a batch pad less; each text's vector, so the loss, stays the same."""
+    from benchmarks._lib.kgclib.data import known_answers, with_inverse
+    from benchmarks._lib.kgclib.encoding import entity_tokens
+    from benchmarks._lib.kgclib.training import batch_loss
+
+    tokens = entity_tokens(context_csr, kg.entity_texts)
+    assert tokens.ids.shape == (kg.n_entities, int(tokens.lengths().max()))
+    train = kg.splits["train"]
+    batch = with_inverse(train, kg.n_relations)[:8]
+    answers = known_answers([train], kg.n_relations)
+    log_inv_t = torch.tensor(math.log(20.0))
+    context_csr.router.eval()  # no dropout: the chunks would draw other masks
+    with torch.no_grad():
+        losses = [
+            float(batch_loss(context_csr, tokens, batch, kg.conditions, answers, log_inv_t, KgcTrainConfig(), None, c))
+            for c in (2, 3, 256)
+        ]
+    assert losses[0] == pytest.approx(losses[2], rel=1e-4) and losses[1] == pytest.approx(losses[2], rel=1e-4)
+
+
 def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, kg) -> None:
     from benchmarks._lib.kgclib.encoding import entity_tokens, load_entity_states, tail_tower
 

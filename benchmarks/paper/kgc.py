@@ -107,6 +107,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time N training steps at float32 and bfloat16, interleaved; report examples/s and stop",
     )
     t.add_argument(
+        "--profile-chunks",
+        default="64",
+        help="with --profile-steps: rows per length-sorted chunk of a batch to compare, e.g. 256,64",
+    )
+    t.add_argument(
         "--towers",
         type=int,
         choices=[1, 2],
@@ -239,21 +244,26 @@ def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir
     return tail, info
 
 
-def _profile(encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int) -> dict[str, object]:
-    """Time training steps at float32 and under bfloat16 autocast; return medians and memory.
+def _profile(
+    encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int, chunks: list[int]
+) -> dict[str, object]:
+    """Time training steps at float32 and under bfloat16 autocast, per chunk size; return medians.
 
-    Each setting trains ``steps + 1`` steps in one run (the first, which builds the optimiser's
-    state and warms up the kernels, is not counted), twice, in the order float32, bf16, float32,
-    bf16, so that other load on the machine falls on both alike.
+    Each setting (dtype × rows per length-sorted chunk) trains ``steps + 1`` steps in one run (the
+    first, which builds the optimiser's state and warms up the kernels, is not counted), twice,
+    the settings interleaved so that other load on the machine falls on all alike. Then one more
+    step of the last setting runs under torch's profiler, which gives the time of the work that is
+    not the model's: building a batch's inputs, its masks, tokenising the conditions.
     """
     import resource
     from dataclasses import replace
 
     from benchmarks._lib.kgclib.training import train_kgc
 
-    seconds: dict[bool, list[float]] = {False: [], True: []}
+    settings = [(bf16, chunk) for bf16 in (False, True) for chunk in chunks]
+    seconds: dict[tuple[bool, int], list[float]] = {k: [] for k in settings}
     for rep in range(2):
-        for bf16 in (False, True):
+        for bf16, chunk in settings:
             times: list[float] = []
             last = [time.perf_counter()]
 
@@ -263,29 +273,45 @@ def _profile(encoder: Any, entities: Any, data: Any, config: Any, tail: Any, ste
                 last[0] = now
 
             one = replace(config, epochs=1, max_examples=(steps + 1) * config.batch_size, bf16=bf16)
-            train_kgc(encoder, entities, data, one, tail=tail, on_step=tick)
-            seconds[bf16] += times[1:]
-            _log(f"profile round {rep}, bf16 {bf16}: " + ", ".join(f"{t:.1f}s" for t in times))
+            train_kgc(encoder, entities, data, one, tail=tail, on_step=tick, chunk_rows=chunk)
+            seconds[(bf16, chunk)] += times[1:]
+            _log(f"profile round {rep}, bf16 {bf16}, chunk {chunk}: " + ", ".join(f"{t:.1f}s" for t in times))
     n_train = 2 * data.splits["train"].shape[0]  # triples and their inverses
     out: dict[str, object] = {
         "steps_timed_per_setting": 2 * steps,
         "batch_size": config.batch_size,
         "threads": torch.get_num_threads(),
+        "settings": {},
     }
-    for bf16, times in seconds.items():
+    for (bf16, chunk), times in seconds.items():
         median = float(np.median(times))
-        out["bf16" if bf16 else "float32"] = {
+        out["settings"][f"{'bf16' if bf16 else 'float32'}, chunks of {chunk}"] = {  # type: ignore[index]
+            "bf16": bf16,
+            "chunk_rows": chunk,
             "seconds_per_step_median": round(median, 2),
             "examples_per_second": round(config.batch_size / median, 1),
             "epoch_hours": round(n_train / (config.batch_size / median) / 3600, 2),
         }
-    ratio = out["float32"]["seconds_per_step_median"] / out["bf16"]["seconds_per_step_median"]  # type: ignore[index]
-    out["bf16_speedup"] = round(ratio, 2)
+    bf16, chunk = settings[-1]
+    one = replace(config, epochs=1, max_examples=2 * config.batch_size, bf16=bf16)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        train_kgc(encoder, entities, data, one, tail=tail, chunk_rows=chunk)
+        wall = time.perf_counter() - started
+    spent = {e.key: e.cpu_time_total / 1e6 for e in prof.key_averages() if e.key.startswith("kgc.")}
+    out["profiled"] = {
+        "setting": f"{'bf16' if bf16 else 'float32'}, chunks of {chunk}",
+        "steps": 2,
+        "wall_seconds": round(wall, 2),
+        "seconds_outside_the_model": {k: round(v, 4) for k, v in sorted(spent.items())},
+        "share_outside_the_model": round(sum(spent.values()) / wall, 4),
+    }
     out["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    lengths = entities.lengths()
     out["entity_tokens"] = {
-        "mean": round(float(entities.lengths().mean()), 1),
-        "p90": float(np.percentile(entities.lengths(), 90)),
-        "at_max_length": round(float((entities.lengths() >= encoder.max_length).mean()), 4),
+        "mean": round(float(lengths.mean()), 1),
+        "p90": float(np.percentile(lengths, 90)),
+        "at_max_length": round(float((lengths >= encoder.max_length).mean()), 4),
     }
     return out
 
@@ -368,7 +394,15 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         if args.profile_steps:
             _log(f"profiling {args.profile_steps} steps ({args.towers} tower(s), {backbone}): {asdict(config)}")
             return {
-                "profile": _profile(encoder, entities, data, config, tail, args.profile_steps),
+                "profile": _profile(
+                    encoder,
+                    entities,
+                    data,
+                    config,
+                    tail,
+                    args.profile_steps,
+                    [int(c) for c in args.profile_chunks.split(",")],
+                ),
                 **run_info(str(encoder.device)),
             }
         _log(f"training ({args.towers} tower(s), {backbone}): {asdict(config)}; choosing on {len(dev)} dev triples")
@@ -504,9 +538,8 @@ def main(argv: list[str] | None = None) -> int:
         prof = result["profile"]
         assert isinstance(prof, dict)
         rows = [
-            f"| {k} | {prof[k]['seconds_per_step_median']} | {prof[k]['examples_per_second']} | "
-            f"{prof[k]['epoch_hours']} |"
-            for k in ("float32", "bf16")
+            f"| {name} | {v['seconds_per_step_median']} | {v['examples_per_second']} | {v['epoch_hours']} |"
+            for name, v in prof["settings"].items()
         ]
         table = "| training step | s / step (median) | examples / s | hours / epoch |\n|---|---:|---:|---:|\n"
         write_outputs(result, table + "\n".join(rows) + "\n", args.json_out, args.md_out)

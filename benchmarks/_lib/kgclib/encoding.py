@@ -159,24 +159,27 @@ class EntityTokens:
 
     def __init__(self, tokenizer: object, texts: Sequence[str], max_length: int) -> None:
         encoded = tokenizer(list(texts), truncation=True, max_length=max_length)  # type: ignore[operator]
-        self.ids = [np.asarray(ids, dtype=np.int64) for ids in encoded["input_ids"]]
         self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
-        self._lengths = np.array([len(ids) for ids in self.ids], dtype=np.int64)
+        self._lengths = np.array([len(ids) for ids in encoded["input_ids"]], dtype=np.int64)
+        # one padded matrix, so that a batch's inputs are a slice of it rather than a Python loop
+        self.ids = np.full((len(self._lengths), int(self._lengths.max(initial=1))), self.pad_id, dtype=np.int64)
+        for i, ids in enumerate(encoded["input_ids"]):
+            self.ids[i, : len(ids)] = ids
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self._lengths)
 
     def lengths(self) -> np.ndarray:
         return self._lengths
 
     def batch(self, tower: Tower, rows: Sequence[int], device: torch.device | None) -> SentenceStates:
-        n = int(max(self._lengths[r] for r in rows))
-        ids = torch.full((len(rows), n), self.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(rows), n, dtype=torch.long)
-        for i, r in enumerate(rows):
-            ids[i, : self._lengths[r]] = torch.from_numpy(self.ids[r])
-            mask[i, : self._lengths[r]] = 1
-        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
+        with torch.profiler.record_function("kgc.batch_inputs"):
+            rows = np.asarray(rows, dtype=np.int64)
+            lengths = self._lengths[rows]
+            n = int(lengths.max())
+            ids = torch.from_numpy(np.ascontiguousarray(self.ids[rows, :n]))
+            mask = (torch.arange(n)[None, :] < torch.from_numpy(lengths)[:, None]).long()
+            inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": torch.zeros_like(ids)}
         return tower.sentence_states({k: v.to(device) for k, v in inputs.items()})
 
 
@@ -228,9 +231,10 @@ def encode_states(
 
 def relation_codes(encoder: CsrEncoder, conditions: Sequence[str]) -> ConditionCode | ContextCode:
     """Return the code of each condition text (a batch of len(conditions))."""
-    inputs = encoder.tokenizer(
-        list(conditions), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt"
-    )
+    with torch.profiler.record_function("kgc.condition_tokens"):
+        inputs = encoder.tokenizer(
+            list(conditions), padding=True, truncation=True, max_length=encoder.max_length, return_tensors="pt"
+        )
     return encoder.router.condition_codes({k: v.to(encoder.device) for k, v in inputs.items()})
 
 
