@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""condsearch's import graph: circles, top-level modules and the longest chains (issue 40).
+
+Every ``import condsearch…`` / ``from condsearch… import`` in the package counts, those under
+``if TYPE_CHECKING:`` and inside functions included (``--module-level`` counts only those run at
+import time). A circle is a strongly connected group of two or more modules.
+
+    python tools/import_graph.py            # a summary
+    python tools/import_graph.py --json     # the same as JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "condsearch"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_module_level(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            return False
+    return True
+
+
+def imports(path: Path, modules: set[str], module_level: bool) -> set[str]:
+    """Return the condsearch modules that path imports (a name imported from a package counts as its module)."""
+    tree = ast.parse(path.read_text())
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    me = module_name(path)
+    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if module_level and not _is_module_level(node, parents):
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            names = [f"{base}.{a.name}" for a in node.names] + [base]
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != me:
+                found.add(name)
+    return found
+
+
+def graph(module_level: bool = False) -> dict[str, set[str]]:
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = {module_name(p) for p in paths}
+    return {module_name(p): imports(p, modules, module_level) for p in paths}
+
+
+def circles(g: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of two or more modules (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+    sys.setrecursionlimit(10_000)
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(sorted(group))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def longest_chain(g: dict[str, set[str]]) -> list[str]:
+    """The longest import path that visits no module twice (on the graph with circles collapsed)."""
+    memo: dict[str, list[str]] = {}
+
+    def depth(v: str, seen: frozenset[str]) -> list[str]:
+        if v in memo:
+            return memo[v]
+        best: list[str] = []
+        for w in sorted(g[v]):
+            if w not in seen:
+                path = depth(w, seen | {w})
+                if len(path) > len(best):
+                    best = path
+        memo[v] = [v, *best]
+        return memo[v]
+
+    return max((depth(v, frozenset({v})) for v in sorted(g)), key=len)
+
+
+def summary(module_level: bool = False) -> dict[str, object]:
+    g = graph(module_level)
+    top = sorted(m for m in g if m.count(".") == 1 and not (ROOT / m.split(".")[1]).is_dir())
+    return {
+        "modules": len(g),
+        "top_level_modules": len(top),
+        "top_level": top,
+        "circles": circles(g),
+        "longest_chain": longest_chain(g),
+        "imports": sum(len(v) for v in g.values()),
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--module-level", action="store_true", help="only imports run at import time")
+    args = p.parse_args()
+    s = summary(args.module_level)
+    if args.json:
+        print(json.dumps(s, indent=2))
+        return 0
+    print(f"modules {s['modules']}, top-level {s['top_level_modules']}, imports {s['imports']}")
+    for group in s["circles"]:  # type: ignore[attr-defined]
+        print(f"circle of {len(group)}: {', '.join(group)}")
+    chain = s["longest_chain"]
+    print(f"longest chain ({len(chain)}): {' -> '.join(chain)}")  # type: ignore[arg-type]
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
