@@ -20,7 +20,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from condsearch.api import Model, Store, load_model, open
-    from condsearch.hits import Hit, Hits
+    from condsearch.query.hits import Hit, Hits
 
 #: public name -> the module it is imported from, when first asked for
 _LAZY = {
@@ -28,8 +28,8 @@ _LAZY = {
     "load_model": "condsearch.api",
     "Store": "condsearch.api",
     "Model": "condsearch.api",
-    "Hit": "condsearch.hits",
-    "Hits": "condsearch.hits",
+    "Hit": "condsearch.query.hits",
+    "Hits": "condsearch.query.hits",
 }
 
 __all__ = ["Hit", "Hits", "Model", "Store", "__version__", "load_model", "open"]

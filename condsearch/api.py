@@ -6,7 +6,7 @@ the mode when none is named is `condsearch index`'s
 (:data:`~condsearch.artifacts.profiles.DEFAULT_MODE`). A store keeps what it loads: each index
 once (again when `condsearch index` replaces it) and one model per model key, shared by every
 index built with the same model (the server's :class:`~condsearch.serve.engine.Resident`).
-Searches answer through :func:`condsearch.search.answer`, as the CLI and the server do.
+Searches answer through :func:`condsearch.query.search.answer`, as the CLI and the server do.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from condsearch.ann import IndexConfig
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
-from condsearch.corpus_formats import CorpusConfig
+from condsearch.build.ann import IndexConfig
+from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.serve.config import ServeConfig
@@ -27,10 +27,10 @@ from condsearch.serve.config import ServeConfig
 if TYPE_CHECKING:
     import numpy as np
 
-    from condsearch.hits import Hits
+    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.query.hits import Hits
     from condsearch.serve.engine import LoadedIndex, Resident
-    from condsearch.store import Manifest
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.store.folder import Manifest
 
 #: the corpus name of data given in memory, where a file's would be its stem
 MEMORY_NAME = "corpus"
@@ -83,7 +83,7 @@ class Model:
 
 def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
     """Return values as a list, refusing any that is not a string or not valid UTF-8, in one line."""
-    from condsearch.corpus_memory import check_utf8
+    from condsearch.corpus.memory import check_utf8
 
     if isinstance(values, bytes | bytearray) or not isinstance(values, Iterable):
         raise CondsearchError(f"{what} must be a list of strings, not {type(values).__name__}")
@@ -97,7 +97,7 @@ def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
 
 def _condition(condition: object, what: str = "the condition must be a string") -> str:
     """Return a condition stripped, refusing one that is not a string, is blank or is not valid UTF-8."""
-    from condsearch.search import check_condition
+    from condsearch.query.search import check_condition
 
     if not isinstance(condition, str):
         raise CondsearchError(f"{what}, not {type(condition).__name__}")
@@ -110,7 +110,7 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
 def _conditions(conditions: object) -> list[str]:
     """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
-    from condsearch.conditions import check_new_condition
+    from condsearch.query.conditions import check_new_condition
 
     if isinstance(conditions, str):
         return [check_new_condition(_condition(conditions))]
@@ -181,8 +181,8 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
-    from condsearch.spec import EncoderSpec, Runtime
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.model.vectorizer import load_vectorizer
 
     router, quantize = _router(router), check_quantize(quantize)
     mode = _mode(mode, model, profile=profile is not None, router=router is not None)
@@ -220,7 +220,7 @@ class Store:
     ) -> None:
         from condsearch.defaults import default_index_dir
         from condsearch.serve.engine import Resident
-        from condsearch.store import IndexStore
+        from condsearch.store.folder import IndexStore
 
         self.location = str(location if location is not None else default_index_dir())
         self.milvus = self.location.startswith(MILVUS_PREFIXES)
@@ -241,9 +241,9 @@ class Store:
 
     def _vectorizer(self, manifest: Manifest) -> Vectorizer:
         """Return the model an index needs: one this store holds under its key, else loaded and checked."""
-        from condsearch.search import vectorizer_key
-        from condsearch.spec import Runtime
-        from condsearch.vectorizer import vectorizer_for
+        from condsearch.model.spec import Runtime
+        from condsearch.model.vectorizer import vectorizer_for
+        from condsearch.query.search import vectorizer_key
 
         key = vectorizer_key(manifest)
         if key not in self._models:
@@ -278,10 +278,10 @@ class Store:
         opened with one, must be that mode and router (else a one-line CondsearchError); without
         one, the default model is loaded so [default: :func:`load_model`'s].
         """
-        from condsearch.corpus import scan_corpus
-        from condsearch.corpus_memory import memory_corpus
-        from condsearch.ingest import index_conditions
-        from condsearch.search import kept_mode, vectorizer_key
+        from condsearch.build.ingest import index_conditions
+        from condsearch.corpus.memory import memory_corpus
+        from condsearch.corpus.reader import scan_corpus
+        from condsearch.query.search import kept_mode, vectorizer_key
 
         if self._store is None:
             raise CondsearchError(
@@ -368,14 +368,14 @@ class Store:
 
         A k larger than the index returns every row. ``corpus`` picks among corpora indexed under
         the same condition. ``calibrated`` also sets each hit's ``z``, its score's standard score
-        against the index's background (:mod:`condsearch.calibration`); an index that records none
+        against the index's background (:mod:`condsearch.query.calibration`); an index that records none
         raises CondsearchError naming the fix. ``build``: a condition not yet indexed for a corpus
         indexed with mode='csr' is indexed first, from the router's cached sentence states, as
-        `condsearch query` does (:func:`condsearch.on_demand.build_on_demand`); False raises
+        `condsearch query` does (:func:`condsearch.query.on_demand.build_on_demand`); False raises
         :class:`~condsearch.errors.UnknownCondition` instead, as does a Milvus store, which cannot build.
         """
-        from condsearch.calibration import Background
-        from condsearch.search import answer
+        from condsearch.query.calibration import Background
+        from condsearch.query.search import answer
 
         texts = _strings([queries] if isinstance(queries, str) else queries, "queries", "query")
         condition, k = _condition(condition), _k(k)
@@ -402,8 +402,8 @@ class Store:
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
-        from condsearch.on_demand import build_on_demand
-        from condsearch.spec import Runtime
+        from condsearch.model.spec import Runtime
+        from condsearch.query.on_demand import build_on_demand
 
         try:
             return resident.get(condition, corpus)

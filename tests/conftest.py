@@ -89,7 +89,7 @@ def other_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_encoder(tiny_bert_dir: Path):
     """The tiny BERT loaded once on the CPU (tests that read its stats load their own)."""
     from condsearch.encoders import load_encoder
-    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.model.spec import EncoderSpec, Runtime
 
     return load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
 

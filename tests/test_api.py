@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 import condsearch
-from condsearch.demo import read_demo_rows
+from condsearch.corpus.demo import read_demo_rows
 from condsearch.errors import CondsearchError, CorpusError
-from condsearch.hits import Hits
-from condsearch.store import IndexStore
+from condsearch.query.hits import Hits
+from condsearch.store.folder import IndexStore
 from tests.tolerance import assert_rows_close, vector_tolerance
 
 COLOUR = "color of the dress"
@@ -102,7 +102,7 @@ def test_search_one_query_or_several_and_k_capped(tmp_path: Path, tiny_model: co
 
 
 def test_the_store_shares_loaded_models(tmp_path: Path, tiny_model, demo, monkeypatch: pytest.MonkeyPatch) -> None:
-    import condsearch.vectorizer as vectorizer
+    import condsearch.model.vectorizer as vectorizer
 
     _, texts = demo
     condsearch.open(tmp_path, model=tiny_model).index(texts[:12], [COLOUR, "the sport"], name="c")
@@ -126,7 +126,7 @@ def test_the_store_shares_loaded_models(tmp_path: Path, tiny_model, demo, monkey
 
 
 def test_reindexing_the_same_rows_in_memory_encodes_nothing(tmp_path: Path, tiny_model, demo) -> None:
-    from condsearch.corpus_memory import memory_corpus
+    from condsearch.corpus.memory import memory_corpus
 
     ids, texts = demo
     a, b = memory_corpus(texts[:30], ids=ids[:30]), memory_corpus(pa.table({"id": ids[:30], "text": texts[:30]}))

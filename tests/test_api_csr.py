@@ -20,8 +20,8 @@ import condsearch.api as api
 from condsearch.artifacts import profiles
 from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
 from condsearch.errors import CondsearchError, ModelError
-from condsearch.hits import Hits
-from condsearch.store import IndexStore
+from condsearch.query.hits import Hits
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES
 from tests.tolerance import assert_rows_close, vector_tolerance
 
@@ -77,7 +77,7 @@ def test_the_default_mode_has_one_home_that_the_cli_and_the_api_read(
 
 
 def test_auto_is_the_router_for_the_default_model_unless_a_case_setting_is_named() -> None:
-    from condsearch.models import DEFAULT_MODEL
+    from condsearch.model.sources import DEFAULT_MODEL
 
     resolve = profiles.resolve_mode
     assert DEFAULT_MODE == MODE_AUTO  # issue 39: the router loses least out of the caption domain
@@ -142,7 +142,7 @@ def test_quantize_in_csr_mode_is_honoured_or_refused_never_dropped(
     """int8 under the router runs as int8 where the router supports it, and is refused in one line where not."""
     from dataclasses import replace
 
-    import condsearch.vectorizer as vectorizer
+    import condsearch.model.vectorizer as vectorizer
 
     refusal = "quantize='int8' does not apply to mode='csr' here: its model runs in float32"
     try:

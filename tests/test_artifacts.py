@@ -19,9 +19,9 @@ from condsearch.artifacts.adapters import read_adapter
 from condsearch.artifacts.convert import convert_legacy_adapter
 from condsearch.artifacts.profiles import Profile, ProfileError, recorded_profile, resolve_profile
 from condsearch.encoders import load_encoder
-from condsearch.head import HeadConfig, ProjectionHead, save_head
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.vectorizer import load_vectorizer
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer
 from tests.conftest import SENTENCES
 from tests.test_cli import assert_clean_error, ok, run
 from tests.test_onnx_trace import _adapter
@@ -194,7 +194,7 @@ def test_an_index_rebuilds_its_profile(tiny_bert_dir: Path, tmp_path: Path) -> N
 
 
 def test_an_index_from_when_lora_was_the_default_still_names_lora() -> None:
-    from condsearch.models import DEFAULT_MODEL
+    from condsearch.model.sources import DEFAULT_MODEL
 
     # such manifests say head 'default'; new ones never do (the name is resolved before it is recorded)
     assert recorded_profile("default") == "lora" and recorded_profile("full") == "full"

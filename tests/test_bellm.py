@@ -17,7 +17,7 @@ from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import BELLM_PROMPT, BELLM_UNCONDITIONAL, PRESETS
 from condsearch.encoders.pooling import last_token_pool
 from condsearch.errors import ModelError
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from tests.test_llm_encoders import COLOUR, PAIRS, make_decoder
 from tests.tolerance import assert_rows_close, pooled_tolerance
 
@@ -45,7 +45,7 @@ def _encoder(folder: Path, **options: object) -> PromptEncoder:
 
 def _rebuilt(described: dict[str, object]) -> Encoder:
     """Return the encoder a manifest's record loads again (as a query does)."""
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.vectorizer import load_vectorizer
 
     spec = EncoderSpec.recorded(described, "case", "none").with_runtime(Runtime(device="cpu"))
     return load_vectorizer(spec).encoder  # type: ignore[return-value]
@@ -283,7 +283,7 @@ def test_cli_index_and_query_with_bidirectional_layers(
     decoder_dirs: dict[str, Path], tmp_path: Path, flags: list[str]
 ) -> None:
     from condsearch.cli import main
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     runner = CliRunner()
     index_dir = str(tmp_path / "ix")
@@ -343,7 +343,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
 ) -> None:
     from condsearch.artifacts.adapters import read_adapter
     from condsearch.cli import main
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.vectorizer import load_vectorizer
 
     model = str(decoder_dirs["qwen3"])
     out = tmp_path / "bellm-lora"
@@ -381,7 +381,7 @@ def test_lora_fine_tuning_of_a_decoder_with_a_bidirectional_top_layer(
 
 def test_query_refuses_an_index_its_model_no_longer_rebuilds(decoder_dirs: dict[str, Path], tmp_path: Path) -> None:
     from condsearch.cli import main
-    from condsearch.store import MANIFEST, IndexStore
+    from condsearch.store.folder import MANIFEST, IndexStore
 
     runner = CliRunner()
     index_dir = tmp_path / "ix"

@@ -90,12 +90,16 @@ def test_kgc_scores_a_runs_checkpoint_exactly_and_as_saved(tiny_bert_dir: Path, 
     assert load_script("kgc").main([*model, "--train", "--weights-from", ck]) == 1  # one line: train or score
 
 
-def test_kgc_profile_times_float32_and_bf16_steps(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--profile-steps", "1"]
+def test_kgc_profile_times_float32_and_bf16_steps_per_chunk_size(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--profile-steps", "1", "--profile-chunks", "2,64"]
     prof = _run("kgc", argv, tmp_path / "out.json")["profile"]
-    for name in ("float32", "bf16"):
-        assert prof[name]["seconds_per_step_median"] > 0 and prof[name]["examples_per_second"] > 0
-    assert prof["bf16_speedup"] > 0 and prof["steps_timed_per_setting"] == 2 and prof["entity_tokens"]["mean"] > 0
+    assert set(prof["settings"]) == {f"{d}, chunks of {c}" for d in ("float32", "bf16") for c in (2, 64)}
+    for row in prof["settings"].values():
+        assert row["seconds_per_step_median"] > 0 and row["examples_per_second"] > 0
+    assert prof["steps_timed_per_setting"] == 2 and prof["entity_tokens"]["mean"] > 0
+    profiled = prof["profiled"]  # the work outside the model, timed by torch's profiler
+    assert {"kgc.batch_inputs", "kgc.batch_masks", "kgc.condition_tokens"} <= set(profiled["seconds_outside_the_model"])
+    assert 0 < profiled["share_outside_the_model"] < 1
 
 
 def test_latency_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
@@ -166,7 +170,7 @@ def test_finetune_smoke_records_each_run(tiny_bert_dir: Path, tmp_path: Path) ->
 
 
 def test_finetune_subset_keeps_both_conditions_of_a_pair(smoke_csv: Path, tmp_path: Path) -> None:
-    from condsearch.csts import read_csts
+    from condsearch.corpus.csts import read_csts
 
     sub = read_csts(load_script("finetune").subset_csv(smoke_csv, 5, tmp_path / "sub.csv"))
     pairs = list(zip(sub.sentence1, sub.sentence2, strict=True))
@@ -329,7 +333,7 @@ def test_retrieval_ranks_split_ties_and_share_counts_ties_half() -> None:
 
 
 def test_retrieval_pairs_keep_two_conditions_with_different_labels() -> None:
-    from condsearch.csts import CstsData
+    from condsearch.corpus.csts import CstsData
 
     retrieval = load_script("retrieval")
     rows = [
@@ -427,10 +431,10 @@ def test_mix_grid_and_mixes_are_checked() -> None:
 
 
 def test_distill_pairs_adds_rows_labelled_by_the_plain_cosine(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    from condsearch.csts import read_csts
+    from condsearch.build.faiss_indexes import normalize
+    from condsearch.corpus.csts import read_csts
     from condsearch.encoders import load_encoder
-    from condsearch.index import normalize
-    from condsearch.spec import EncoderSpec
+    from condsearch.model.spec import EncoderSpec
 
     distill = load_script("distill_pairs")
     out = tmp_path / "train.csv"

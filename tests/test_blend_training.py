@@ -9,9 +9,9 @@ import pytest
 import torch
 from scipy.stats import spearmanr
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train.anchor import Anchor
 from condsearch.train.blend import Blend
 from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder

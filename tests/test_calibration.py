@@ -16,7 +16,12 @@ from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 import condsearch
-from condsearch.calibration import (
+from condsearch.build.ingest import index_corpus
+from condsearch.cli import main
+from condsearch.corpus.reader import read_corpus
+from condsearch.errors import CondsearchError
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.calibration import (
     FIELDS,
     QUANTILES,
     SAMPLE_ROWS,
@@ -24,18 +29,13 @@ from condsearch.calibration import (
     sample_rows,
     score_background,
 )
-from condsearch.cli import main
-from condsearch.corpus import read_corpus
-from condsearch.errors import CondsearchError
-from condsearch.hits import COLUMNS, Z_COLUMN
-from condsearch.ingest import index_corpus
-from condsearch.manifest import MANIFEST
+from condsearch.query.hits import COLUMNS, Z_COLUMN
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import Resident
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
-from condsearch.vectors import VECTORS_FILE
+from condsearch.store.folder import IndexStore
+from condsearch.store.manifest import MANIFEST
+from condsearch.store.vectors import VECTORS_FILE
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus
 
 COLOUR = "color of the dress"
@@ -151,7 +151,7 @@ def test_an_incremental_re_index_updates_the_background(store: IndexStore, write
 
 
 def test_store_write_records_the_background_of_the_vectors_it_is_given(tmp_path: Path) -> None:
-    from condsearch.index import build_index
+    from condsearch.build.faiss_indexes import build_index
     from tests.test_store import _manifest, _write
 
     store = IndexStore(tmp_path)

@@ -18,8 +18,8 @@ from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.artifacts.heads import HeadConfig
 from condsearch.cli import main
-from condsearch.head import ProjectionHead, save_head
-from condsearch.store import INDEX_FILE, MANIFEST, IndexStore
+from condsearch.model.head import ProjectionHead, save_head
+from condsearch.store.folder import INDEX_FILE, MANIFEST, IndexStore
 from tests.conftest import SENTENCES
 
 COLOUR = "color of the dress"
@@ -478,7 +478,7 @@ def test_train_text_output(tiny_bert_dir: Path, tmp_path: Path) -> None:
 
 
 def test_demo_corpus(tmp_path: Path) -> None:
-    from condsearch.corpus import read_corpus
+    from condsearch.corpus.reader import read_corpus
 
     out = tmp_path / "sub" / "demo.parquet"
     result = ok(run("demo-corpus", out))
@@ -877,7 +877,7 @@ def test_indexing_killed_half_way_keeps_earlier_index(
     tiny_bert_dir: Path, write_corpus, indexed: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     write_corpus({"id": ["n0", "n1", "n2"], "text": ["a green hat", "a pink coat", "a man plays golf"]})
-    import condsearch.store as store_module
+    import condsearch.store.folder as store_module
 
     real_write = store_module.pq.write_table
     calls = []

@@ -313,10 +313,10 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
         calls.append(("export", names, store_spec))
         return []
 
-    monkeypatch.setattr("condsearch.corpus.scan_corpus", scan_corpus)
+    monkeypatch.setattr("condsearch.corpus.reader.scan_corpus", scan_corpus)
     monkeypatch.setattr("condsearch.cli.index.open_store", open_store)
-    monkeypatch.setattr("condsearch.backends.load_bulk_vectorizer", load_bulk_vectorizer)
-    monkeypatch.setattr("condsearch.ingest.index_conditions", index_conditions)
+    monkeypatch.setattr("condsearch.model.policy.load_bulk_vectorizer", load_bulk_vectorizer)
+    monkeypatch.setattr("condsearch.build.ingest.index_conditions", index_conditions)
     monkeypatch.setattr("condsearch.scale.ray_encode.ray_index_conditions", ray_index_conditions)
     monkeypatch.setattr("condsearch.scale.export.export_indexes", export_indexes)
     return calls

@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train.finetune import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
 from condsearch.train.losses import (
     LossSettings,

@@ -73,7 +73,7 @@ def _labelled_rows():  # type: ignore[no-untyped-def]
     """C-STS rows from a made-up table: colour and animal, each pair alike under one and unlike under the other."""
     import numpy as np
 
-    from condsearch.csts import CstsData
+    from condsearch.corpus.csts import CstsData
 
     colours, animals = ["red", "blue", "green"], ["cat", "dog", "horse"]
     texts = [(c, a, f"A {c} {a} sleeps by the door.") for c in colours for a in animals]

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from condsearch.corpus import read_corpus
-from condsearch.csts import read_csts, scale_labels
+from condsearch.corpus.csts import read_csts, scale_labels
+from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CorpusError
 
 
@@ -142,7 +142,7 @@ def _refused_id_columns() -> list:
 def test_id_columns_that_do_not_round_trip_through_json_are_refused_up_front(
     tmp_path: Path, ids: object, named: str
 ) -> None:
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
 
     path = _write_arrow(tmp_path, {"id": ids, "text": ["x", "y", "z"]})
     for read in (read_corpus, scan_corpus):
@@ -168,7 +168,7 @@ def _accepted_id_columns() -> dict:
 
 @pytest.mark.parametrize("column", ["s", "ls", "i8", "u64", "i64", "cat"])
 def test_string_and_integer_id_columns_are_accepted(tmp_path: Path, column: str) -> None:
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
 
     columns = _accepted_id_columns()
     path = _write_arrow(tmp_path, {**columns, "text": ["x", "y", "z"]})
@@ -182,7 +182,7 @@ def test_dictionary_encoded_text_column_is_read(tmp_path: Path) -> None:
     # pandas writes a `category` column as dictionary<values=string, indices=int8>
     import pyarrow as pa
 
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
 
     texts = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0, None], type=pa.int8()), pa.array(["red", "blue"]))
     path = _write_arrow(tmp_path, {"id": ["a", "b", "c", "d"], "text": texts})
@@ -196,7 +196,7 @@ def test_dictionary_encoded_text_column_is_read(tmp_path: Path) -> None:
 def test_other_string_text_columns_are_read(tmp_path: Path, kind: str) -> None:
     import pyarrow as pa
 
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
 
     if not hasattr(pa, kind):
         pytest.skip(f"pyarrow {pa.__version__} has no {kind}")
@@ -207,7 +207,7 @@ def test_other_string_text_columns_are_read(tmp_path: Path, kind: str) -> None:
 def test_dictionary_of_numbers_is_not_a_text_column(tmp_path: Path) -> None:
     import pyarrow as pa
 
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
 
     path = _write_arrow(tmp_path, {"text": pa.array([1, 2]).dictionary_encode()})
     for read in (read_corpus, scan_corpus):

@@ -15,10 +15,10 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from condsearch.corpus import read_corpus, scan_corpus
-from condsearch.corpus_formats import format_of
+from condsearch.corpus.formats import format_of
+from condsearch.corpus.reader import read_corpus, scan_corpus
 from condsearch.errors import CorpusError
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES
 from tests.test_cli import assert_clean_error, ok, run
 
@@ -146,7 +146,7 @@ def test_a_json_line_nested_20000_deep_is_refused_before_pyarrow_parses_it(tmp_p
     code = """if True:
         import sys
         import condsearch
-        from condsearch.corpus import read_corpus, scan_corpus
+        from condsearch.corpus.reader import read_corpus, scan_corpus
         from condsearch.errors import CorpusError
         for read in (scan_corpus, read_corpus, lambda p: condsearch.open(sys.argv[2]).index(p, "c")):
             try:
@@ -164,7 +164,7 @@ def test_a_json_line_nested_20000_deep_is_refused_before_pyarrow_parses_it(tmp_p
 
 
 def test_json_nesting_up_to_the_limit_and_brackets_in_strings_are_read(tmp_path: Path) -> None:
-    from condsearch.corpus_prescan import MAX_JSON_DEPTH
+    from condsearch.corpus.prescan import MAX_JSON_DEPTH
 
     texts = ["[" * 500 + '{ a \\" [ quoted', "}" * 500 + "]", "plain"]
     rows = [{"id": i, "text": t, "x": json.loads(_nested(MAX_JSON_DEPTH - 1))} for i, t in enumerate(texts)]

@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import condsearch
-from condsearch.corpus import Corpus, is_plain_integer, read_corpus, scan_corpus
-from condsearch.corpus_memory import memory_corpus
-from condsearch.corpus_prescan import MAX_JSON_DEPTH
+from condsearch.corpus.memory import memory_corpus
+from condsearch.corpus.prescan import MAX_JSON_DEPTH
+from condsearch.corpus.reader import Corpus, is_plain_integer, read_corpus, scan_corpus
 from condsearch.errors import CondsearchError, CorpusError
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import HashEncoder
 
 SETTINGS = settings(

@@ -12,15 +12,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.backends import backend_of, load_bulk_vectorizer, load_served_vectorizer
 from condsearch.cli import main
 from condsearch.encoders import cpu_kind as kinds
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV, PATHS, cpu_kind, kind_of_flags, read_flags
 from condsearch.errors import ModelError
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.store import IndexStore
-from condsearch.vectorizer import vectorizer_for
+from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_served_vectorizer
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import vectorizer_for
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.tolerance import EPS32, vector_tolerance
 
@@ -101,7 +101,7 @@ def test_auto_is_bfloat16_on_amx_and_float32_elsewhere_an_asked_dtype_is_kept(
 
 
 def _source(folder: Path) -> Any:
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     return resolve_model(str(folder))
 

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from transformers import AutoModel, AutoTokenizer
 
 from condsearch.cli import main
+from condsearch.corpus.csts import read_csts
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.cache import StateCache, collate, split
 from condsearch.csr.router import EXTENDED, PAPER, Router, RouterConfig
 from condsearch.csr.weights import load_router_weights, save_router
-from condsearch.csts import read_csts
 from condsearch.errors import ModelError
 from condsearch.train.router import (
     DEFAULT_LR,

@@ -16,16 +16,16 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 from condsearch.cli import main
+from condsearch.corpus.csts import read_csts, scale_labels
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.compact_delta import decode
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.csr.context_weights import backbone_delta, fitting_rank, save_context_router
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.csts import read_csts, scale_labels
 from condsearch.errors import ModelError
+from condsearch.store.vectors import vector_fingerprint
 from condsearch.train.checkpoint import TrainingState
 from condsearch.train.router import RouterTrainConfig, fit_router
-from condsearch.vectors import vector_fingerprint
 from tests.conftest import SENTENCES, router_csts_csv
 from tests.tolerance import assert_rows_close, routed_tolerance, text_tolerance
 
@@ -545,7 +545,7 @@ def test_the_shipped_default_router_is_the_context_router_with_k_2() -> None:
     from condsearch.artifacts.files import DEFAULT_ROUTER_DIR
     from condsearch.artifacts.routers import router_model_id
     from condsearch.csr.context_weights import saved_context_config
-    from condsearch.models import DEFAULT_MODEL
+    from condsearch.model.sources import DEFAULT_MODEL
 
     assert saved_context_config(DEFAULT_ROUTER_DIR) == ContextConfig(k=2)
     assert router_model_id(DEFAULT_ROUTER_DIR) == DEFAULT_MODEL

@@ -17,15 +17,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.cache import default_cache_dir
 from condsearch.cli import main
 from condsearch.csr.cache import StateCache
 from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, QUERIES_SUBDIR
 from condsearch.csr.one_shot import OneShotRouterEncoder, round_as_stored
 from condsearch.encoders.onnx_files import META_FILE
-from condsearch.one_shot import load_one_shot
-from condsearch.store import IndexStore
-from condsearch.vectorizer import vectorizer_for
+from condsearch.model.one_shot import load_one_shot
+from condsearch.model.output_cache import default_cache_dir
+from condsearch.model.vectorizer import vectorizer_for
+from condsearch.store.folder import IndexStore
 from tests.conftest import assert_same_ranking
 from tests.test_cli import assert_clean_error
 from tests.test_csr_parity import QUERIES, ranking, run
@@ -137,8 +137,8 @@ def test_a_one_shot_router_query_loads_no_torch(index_dir: Path) -> None:
 
 
 def test_the_one_shot_path_is_taken_and_agrees_with_torch_and_the_server(index_dir: Path) -> None:
-    from condsearch.backends import load_served_vectorizer
-    from condsearch.spec import Runtime
+    from condsearch.model.policy import load_served_vectorizer
+    from condsearch.model.spec import Runtime
 
     manifest = _manifest(index_dir)
     light = _light(index_dir)
@@ -158,8 +158,8 @@ def test_one_shot_arithmetic_equals_torch_on_the_same_states(index_dir: Path, tm
     manifest = _manifest(index_dir)
     light = _light(index_dir).encoder
     from condsearch.csr.encoder import CsrEncoder
-    from condsearch.models import resolve_model
-    from condsearch.spec import EncoderSpec
+    from condsearch.model.sources import resolve_model
+    from condsearch.model.spec import EncoderSpec
 
     spec = EncoderSpec.of_manifest(manifest)
     heavy = CsrEncoder(
@@ -263,8 +263,8 @@ def test_a_one_shot_router_refuses_a_condition_whose_code_is_not_cached(index_di
 
 
 def test_the_query_cache_finds_one_code_without_reading_every_shard(tmp_path: Path, monkeypatch) -> None:
-    from condsearch import cache as cache_module
-    from condsearch.cache import EmbeddingCache
+    from condsearch.model import output_cache as cache_module
+    from condsearch.model.output_cache import EmbeddingCache
 
     writer = EmbeddingCache(tmp_path)
     keys = [f"{i:064x}" for i in range(4)]

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from condsearch.backends import backend_of, load_bulk_vectorizer, load_served_vectorizer
 from condsearch.csr import load_csr_encoder
 from condsearch.csr import onnx as csr_onnx
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.encoders.onnx_files import META_FILE
 from condsearch.errors import ModelError
-from condsearch.manifest import Manifest, manifest_from_dict
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_served_vectorizer
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.store.manifest import Manifest, manifest_from_dict
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_benchmarks import load_script
 from tests.test_cli import assert_clean_error, ok, query, run

@@ -22,7 +22,7 @@ import condsearch
 from condsearch.cli import main
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import build_app
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.csr_corpus import csr_texts, move_router, write_csr_corpus
 from tests.tolerance import assert_rows_close, score_tolerance, vector_tolerance
@@ -98,7 +98,7 @@ def assert_same_answers(a: list[dict], b: list[dict]) -> None:
 
 
 def api_answers(location: str | Path, condition: str, k: int = K) -> list[dict]:
-    from condsearch.answers import query_answer
+    from condsearch.query.as_json import query_answer
 
     return [query_answer(h) for h in condsearch.open(location).search(QUERIES, condition=condition, k=k)]
 
@@ -132,10 +132,10 @@ def test_indexes_list_the_mode_and_router_as_list_json_does(index_dir: Path, cli
 def test_indexing_in_chunks_stores_the_one_pass_vectors(
     index_dir: Path, corpus: Path, tmp_path: Path, tiny_bert_dir: Path, router: str
 ) -> None:
-    from condsearch.corpus import scan_corpus
-    from condsearch.ingest import index_conditions
-    from condsearch.spec import EncoderSpec, Runtime
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.build.ingest import index_conditions
+    from condsearch.corpus.reader import scan_corpus
+    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.model.vectorizer import load_vectorizer
 
     spec = EncoderSpec(str(tiny_bert_dir), mode="csr", router=router, runtime=Runtime(device="cpu"))
     vec = load_vectorizer(spec)

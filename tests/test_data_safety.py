@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.atomic import (
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
+from condsearch.store.atomic import (
     ARTIFACT_MARKERS,
     OutputDirError,
     artifact_kind,
     check_output_dir,
     replacing_dir,
 )
-from condsearch.head import HeadConfig, ProjectionHead, save_head
 from tests.test_cli import assert_clean_error, ok, run
 
 CSV = "sentence1,sentence2,condition,label\na red dress,a blue dress,colour,2\na red hat,a red coat,colour,5\n"
@@ -204,7 +204,7 @@ def test_index_on_a_full_disk_is_one_line(
     monkeypatch.setattr(pq, "write_table", full)
     args = ("index", corpus_file, "-c", "colour", "--model", tiny_bert_dir, "--head", "none")
     assert_clean_error(run(*args, "--index-dir", tmp_path / "ix"), match="No space left on device")
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     assert IndexStore(tmp_path / "ix").names() == []
 

@@ -11,9 +11,9 @@ from click.testing import CliRunner, Result
 
 import condsearch
 from condsearch.cli import main
-from condsearch.manifest import Manifest
-from condsearch.search import kept_mode
-from condsearch.store import IndexStore
+from condsearch.query.search import kept_mode
+from condsearch.store.folder import IndexStore
+from condsearch.store.manifest import Manifest
 from tests.conftest import SENTENCES
 
 COLOUR = "color of the dress"

@@ -15,11 +15,12 @@ from click.testing import CliRunner, Result
 from condsearch.artifacts.adapters import has_adapter
 from condsearch.artifacts.files import PEFT_WEIGHTS as ADAPTER_FILE
 from condsearch.cli import main
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.store import MANIFEST
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer, resolve_head
+from condsearch.store.folder import MANIFEST
 from condsearch.train.adapter import save_adapter
 from condsearch.train.finetune import FinetuneConfig, case_forward, fit_encoder, prepare, trainable_parameters
 from condsearch.train.lora import LoraConfig, LoraLinear, add_lora, lora_state
@@ -33,7 +34,6 @@ from condsearch.train.losses import (
     quadruplet_loss,
     wacl_loss,
 )
-from condsearch.vectorizer import load_vectorizer, resolve_head
 
 COLOUR = "color of the dress"
 SPORT = "the sport being played"
@@ -356,7 +356,7 @@ def test_cli_full_finetune_writes_a_model_folder(tiny_bert_dir: Path, train_csv:
 
 
 def test_init_head_starts_where_the_frozen_encoder_and_head_were(tiny_bert_dir: Path, tmp_path: Path) -> None:
-    from condsearch.head import HeadConfig, ProjectionHead, save_head
+    from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 
     enc = _encoder(tiny_bert_dir)
     torch.manual_seed(3)

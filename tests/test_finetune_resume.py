@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train import finetune as trainer
 from condsearch.train.finetune import FinetuneConfig, fit_encoder, trainable_parameters
 

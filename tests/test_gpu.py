@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from condsearch.encoders import load_encoder
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 
 pytestmark = [
     pytest.mark.gpu,

@@ -14,7 +14,7 @@ from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.artifacts.heads import HeadConfig, head_checksum
 from condsearch.errors import ModelError
-from condsearch.head import ProjectionHead, load_head, save_head
+from condsearch.model.head import ProjectionHead, load_head, save_head
 
 
 def _head(input_dim: int = 32, dim: int = 8, seed: int = 0) -> ProjectionHead:

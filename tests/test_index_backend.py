@@ -13,15 +13,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.backends import backend_of, load_bulk_vectorizer
 from condsearch.cli import main
 from condsearch.encoders import onnx_export
 from condsearch.encoders.cpu import available_cores
 from condsearch.encoders.onnx_files import CACHE_SUBDIR, OnnxBertEncoder
-from condsearch.head import HeadConfig, ProjectionHead, save_head
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.store import IndexStore
-from condsearch.vectorizer import vectorizer_for
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
+from condsearch.model.policy import backend_of, load_bulk_vectorizer
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import vectorizer_for
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.test_onnx_trace import _adapter
 from tests.tolerance import assert_rows_close, vector_tolerance

@@ -10,14 +10,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from condsearch.corpus import read_corpus, scan_corpus
+from condsearch.build.ingest import index_conditions
+from condsearch.corpus.reader import read_corpus, scan_corpus
 from condsearch.errors import CorpusError
-from condsearch.ingest import index_conditions
-from condsearch.search import query_index
-from condsearch.spec import Runtime
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer, vectorizer_for
-from condsearch.vectors import VectorFile
+from condsearch.model.spec import Runtime
+from condsearch.model.vectorizer import Vectorizer, vectorizer_for
+from condsearch.query.search import query_index
+from condsearch.store.folder import IndexStore
+from condsearch.store.vectors import VectorFile
 from tests.conftest import HashEncoder, WriteCorpus, assert_same_ranking
 from tests.tolerance import assert_rows_close, score_tolerance, vector_tolerance
 
@@ -265,8 +265,8 @@ def test_cli_reindex_encodes_only_changes_in_both_modes(tiny_bert_dir: Path, tmp
 
 @pytest.mark.parametrize("factory", ["IDMap2,Flat", "NSG4", "HNSW300"])  # the --ray path calls it directly
 def test_plan_index_checks_the_factory_before_faiss_sees_it(factory: str) -> None:
+    from condsearch.build.ingest import plan_index
     from condsearch.errors import CondsearchError
-    from condsearch.ingest import plan_index
 
     with pytest.raises(CondsearchError, match="index factory"):
         plan_index(300, 8, factory, "", "4G")

@@ -21,11 +21,11 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from condsearch.build.ingest import index_corpus
 from condsearch.cli import main
-from condsearch.corpus import read_corpus
-from condsearch.ingest import index_corpus
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.corpus.reader import read_corpus
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
 CONDITION = "color of the dress"
@@ -51,9 +51,9 @@ def hashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     pq.write_table(pa.table({"id": IDS, "text": SENTENCES}), path)
     index_corpus(read_corpus(path), [CONDITION], _hash_vectorizer(), IndexStore(root / "indexes"), corpus_name="c")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("condsearch.vectorizer.load_vectorizer", _hash_vectorizer)
-        patch.setattr("condsearch.vectorizer.vectorizer_for", _hash_vectorizer)
-        patch.setattr("condsearch.one_shot.cache_onnx_export", lambda *_: None)
+        patch.setattr("condsearch.model.vectorizer.load_vectorizer", _hash_vectorizer)
+        patch.setattr("condsearch.model.vectorizer.vectorizer_for", _hash_vectorizer)
+        patch.setattr("condsearch.model.one_shot.cache_onnx_export", lambda *_: None)
         yield root / "indexes"
 
 
@@ -191,8 +191,8 @@ FACTORY_SCRIPT = """
 import sys
 import numpy as np
 from hypothesis import given, settings, strategies as st
-from condsearch.ann import check_factory
-from condsearch.index import build_index, normalize, search
+from condsearch.build.ann import check_factory
+from condsearch.build.faiss_indexes import build_index, normalize, search
 
 near_valid = st.from_regex(
     r"(HNSW|IVF|PQ|SQ|Flat|NSG|IDMap2?|OPQ)[0-9]{0,12}(x[0-9]{0,3})?(,(Flat|PQ[0-9]{0,3}(x[0-9]{0,3})?|SQ[0-9a-z]{0,4}|RFlat))?",

@@ -13,8 +13,8 @@ import pytest
 from condsearch.encoders import load_encoder, onnx_export, onnx_files
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.errors import ModelError
-from condsearch.models import resolve_model
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.sources import resolve_model
+from condsearch.model.spec import EncoderSpec, Runtime
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_cli import assert_clean_error, ok, query, run
 from tests.tolerance import assert_rows_close, pooled_tolerance

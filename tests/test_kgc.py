@@ -26,8 +26,8 @@ from benchmarks._lib.kgclib.ranking import (
     rank_metrics,
 )
 from benchmarks._lib.kgclib.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
+from condsearch.build.faiss_indexes import build_index
 from condsearch.errors import CorpusError
-from condsearch.index import build_index
 from tests.tolerance import assert_rows_close, mean_pooled, routed_tolerance, text_tolerance, unit_tolerance
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from condsearch.build.faiss_indexes import build_index, exact_search, normalize, search, torch_flat_index
 from condsearch.encoders import load_encoder, model_config
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import (
@@ -26,11 +27,10 @@ from condsearch.encoders.parallel import ReplicatedEncoder, split_evenly
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, resolve_dtype
 from condsearch.errors import ModelError
-from condsearch.head import HeadConfig, ProjectionHead, save_head
-from condsearch.index import build_index, exact_search, normalize, search, torch_flat_index
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer
 from condsearch.train.head import HeadTrainConfig, PairFeatures, evaluate_head, fit_head
-from condsearch.vectorizer import load_vectorizer
 from tests.conftest import assert_same_ranking
 from tests.tolerance import assert_rows_close, case_tolerance, pooled_tolerance, score_tolerance
 
@@ -223,7 +223,7 @@ def test_family_from_config(config: dict[str, object], family: str, pooling: str
 
 
 def test_family_of_saved_tiny_models(model_dirs: dict[str, Path], tiny_bert_dir: Path) -> None:
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     found = {kind: detect_family(model_config(resolve_model(str(d)))) for kind, d in model_dirs.items()}
     assert found == {"qwen3": "decoder", "qwen2": "decoder", "mistral": "decoder", "xlm-roberta": "bert"}
@@ -561,7 +561,7 @@ def test_cli_index_and_query_with_a_qwen3_folder(model_dirs: dict[str, Path], tm
     import pyarrow.parquet as pq
 
     from condsearch.cli import main
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     texts = ["a red dress", "two men play soccer on a grass field", SENTENCE, "a dog in the park"]
     corpus = tmp_path / "corpus.parquet"
@@ -627,7 +627,7 @@ def test_cli_train_records_the_prompted_encoder(model_dirs: dict[str, Path], tmp
 
 
 def test_head_trained_on_other_pooling_is_refused(tiny_encoder: object, tmp_path: Path) -> None:
-    from condsearch.vectorizer import resolve_head
+    from condsearch.model.vectorizer import resolve_head
 
     save_head(ProjectionHead(HeadConfig(input_dim=32, dim=4, encoder_pooling="last")), tmp_path / "head")
     with pytest.raises(ModelError, match="trained on last pooling, not condition-mean"):

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
 from condsearch.errors import ModelError
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
 from condsearch.train.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
@@ -122,8 +122,8 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [r["rank"] for r in rows] == [1, 64] and "dev_spearman" not in rows[0]
 
-    from condsearch.spec import EncoderSpec, Runtime
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.model.vectorizer import load_vectorizer
 
     base = _encoder(tiny_bert_dir)
     torch.manual_seed(0)

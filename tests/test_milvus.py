@@ -193,7 +193,7 @@ def test_milvus_lite_answers_as_faiss_flat_and_checks_the_manifest(
 def test_replacement_is_atomic_and_leaves_no_rows(tiny_bert_dir: Path, tmp_path: Path) -> None:
     """A failed write leaves the old vectors answering; a finished one deletes them after the flip."""
     from condsearch.scale.export import export_index
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     where, db = tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"
     common = ["-c", "colour", "--model", tiny_bert_dir, "--head", "none", "--name", "c", "--index-dir", where]
@@ -324,7 +324,7 @@ def test_failed_export_exits_non_zero_in_one_line(tiny_bert_dir: Path, tmp_path:
 @pytest.mark.parametrize("field,value", [("encoder", None), ("search_params", 5), ("head", 5), ("condition", ["x"])])
 def test_a_catalog_manifest_field_of_the_wrong_type_is_one_store_error(field: str, value: object) -> None:
     from condsearch.scale.milvus import _parse_entry
-    from condsearch.store import FORMAT_VERSION, Manifest
+    from condsearch.store.folder import FORMAT_VERSION, Manifest
 
     manifest = Manifest("c", "corpus", "", "", "m", "", {}, "case", "none", "", 4, "ip", "FLAT", 3, 0)
     body = {"collection": "c1", "tag": "1", "index_type": "FLAT", "partition_key": False}
@@ -372,14 +372,14 @@ def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
     """
     import httpx
 
-    from condsearch.corpus import read_corpus
-    from condsearch.demo import write_demo_corpus
-    from condsearch.ingest import index_corpus
+    from condsearch.build.ingest import index_corpus
+    from condsearch.corpus.demo import write_demo_corpus
+    from condsearch.corpus.reader import read_corpus
+    from condsearch.model.vectorizer import Vectorizer
     from condsearch.serve.config import ServeConfig
     from condsearch.serve.engine import Resident
     from condsearch.serve.server import BackgroundServer, build_app, open_source
-    from condsearch.store import IndexStore
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.store.folder import IndexStore
     from tests.conftest import HashEncoder
 
     corpus, where, db = tmp_path / "demo.parquet", tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import condsearch.file_digest as file_digest
+import condsearch.store.file_digest as file_digest
 from condsearch.errors import ModelError
-from condsearch.models import resolve_model
+from condsearch.model.sources import resolve_model
 
 SIZE = 12 << 20  # past the 4 MiB at each end that the revision once read
 

@@ -25,11 +25,11 @@ from click.testing import CliRunner, Result
 
 import condsearch
 from condsearch.cli import main
-from condsearch.conditions import MAX_CONDITION_CHARS
 from condsearch.errors import CondsearchError, UnknownCondition
-from condsearch.on_demand import build_on_demand
-from condsearch.spec import Runtime
-from condsearch.store import IndexStore
+from condsearch.model.spec import Runtime
+from condsearch.query.conditions import MAX_CONDITION_CHARS
+from condsearch.query.on_demand import build_on_demand
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.csr_corpus import move_router, write_csr_corpus
 
@@ -199,7 +199,7 @@ def test_index_without_a_condition_is_a_usage_error_naming_on_demand(tmp_path: P
 def test_two_builds_of_one_condition_publish_once(
     tmp_path: Path, corpus: Path, tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from condsearch.store import Draft
+    from condsearch.store.folder import Draft
 
     folder = tmp_path / "idx"
     index(corpus, folder, tiny_bert_dir, COLOUR)
@@ -254,7 +254,7 @@ def _scores_ids(answers: list[dict]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_the_python_api_builds_on_demand(tmp_path: Path, corpus: Path, tiny_bert_dir: Path, router: str) -> None:
-    from condsearch.answers import query_answer
+    from condsearch.query.as_json import query_answer
 
     on_demand, indexed = tmp_path / "on-demand", tmp_path / "indexed"
     index(corpus, on_demand, tiny_bert_dir, COLOUR, router=router)

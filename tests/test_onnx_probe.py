@@ -12,8 +12,8 @@ from condsearch.encoders import load_encoder, onnx_export
 from condsearch.encoders.onnx_export import FLOAT32_TOLERANCE, probe_tolerance, write_export
 from condsearch.encoders.onnx_files import OnnxBertEncoder
 from condsearch.encoders.rounding import largest_activation
-from condsearch.models import resolve_model
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.sources import resolve_model
+from condsearch.model.spec import EncoderSpec, Runtime
 
 pytest.importorskip("onnxruntime")
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from condsearch.cli import main
-from condsearch.csts import read_csts
+from condsearch.corpus.csts import read_csts
 from condsearch.errors import CorpusError
 from condsearch.train.pairs import LabelSpec, PairsConfig, PairsResult, make_pairs, parse_label_spec
 

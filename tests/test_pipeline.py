@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.corpus import read_corpus
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError, ModelError
-from condsearch.head import HeadConfig, ProjectionHead, save_head
-from condsearch.ingest import index_corpus
-from condsearch.models import DEFAULT_MODEL, resolve_model
-from condsearch.search import check_condition, query_index
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer, resolve_head
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
+from condsearch.model.sources import DEFAULT_MODEL, resolve_model
+from condsearch.model.vectorizer import Vectorizer, resolve_head
+from condsearch.query.search import check_condition, query_index
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
 
@@ -82,7 +82,7 @@ def test_query_errors(corpus_file: Path, tmp_path: Path) -> None:
     stored = store.load(name)
     with pytest.raises(CondsearchError, match="positive"):
         query_index(stored, vec, ["q"], 0)
-    # a k larger than the index is capped, as every front end caps it (condsearch.search.answer)
+    # a k larger than the index is capped, as every front end caps it (condsearch.query.search.answer)
     assert query_index(stored, vec, ["q"], len(SENTENCES) + 1).ids.shape == (1, len(SENTENCES))
     with pytest.raises(CondsearchError, match="empty"):
         query_index(stored, vec, ["q", "  "], 1)

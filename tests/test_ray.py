@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from condsearch.cli import main
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 from tests.conftest import assert_same_ranking
 
 WORDS = "girl dress red blue tennis court dog beach man park golf ball".split()

@@ -10,15 +10,15 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from condsearch.corpus import read_corpus
+from condsearch.build.faiss_indexes import exact_search
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition
-from condsearch.hits import Hit, Hits
-from condsearch.index import exact_search
-from condsearch.ingest import index_corpus
-from condsearch.manifest import Manifest
-from condsearch.search import FaissIndex, Request, answer, answer_batch, capped_k, find_index
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.hits import Hit, Hits
+from condsearch.query.search import FaissIndex, Request, answer, answer_batch, capped_k, find_index
+from condsearch.store.folder import IndexStore
+from condsearch.store.manifest import Manifest
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

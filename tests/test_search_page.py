@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from condsearch.demo import write_demo_corpus
+from condsearch.corpus.demo import write_demo_corpus
 from condsearch.serve.page import CONTENT_SECURITY_POLICY, PAGE_FILES, read_page_file
 from tests.conftest import SENTENCES
 from tests.test_serve import COLOUR, SPORT, index, run, serve

@@ -177,7 +177,7 @@ def test_api_key_is_required_on_every_request(index_dir: Path) -> None:
 
 
 def test_damaged_index_is_a_500_and_the_server_survives(index_dir: Path, client: httpx.Client) -> None:
-    from condsearch.store import INDEX_FILE, IndexStore
+    from condsearch.store.folder import INDEX_FILE, IndexStore
 
     store = IndexStore(index_dir)
     victim = index_dir / store.find(SPORT) / INDEX_FILE
@@ -188,7 +188,7 @@ def test_damaged_index_is_a_500_and_the_server_survives(index_dir: Path, client:
 
 
 def test_a_corrupt_manifest_is_named_not_taken_for_a_missing_index(index_dir: Path) -> None:
-    from condsearch.store import MANIFEST, IndexStore
+    from condsearch.store.folder import MANIFEST, IndexStore
 
     (index_dir / IndexStore(index_dir).find(SPORT) / MANIFEST).write_text("{not json")
     with serve(index_dir) as server, httpx.Client(base_url=server.url, timeout=30) as http:
@@ -253,7 +253,7 @@ def test_models_onnx_does_not_cover_keep_torch(tiny_bert_dir: Path, corpus_file:
 
 
 def test_only_the_cpu_runs_onnxruntime() -> None:
-    from condsearch.backends import runs_on_cpu
+    from condsearch.model.policy import runs_on_cpu
 
     assert runs_on_cpu("cpu") and not runs_on_cpu("cuda") and not runs_on_cpu("cuda:0,cuda:1")
 

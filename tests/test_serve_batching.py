@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from condsearch.corpus import read_corpus
-from condsearch.index import exact_search
-from condsearch.ingest import index_corpus
+from condsearch.build.faiss_indexes import exact_search
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
+from condsearch.model.vectorizer import Vectorizer
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 import pytest
 
-from condsearch.conditions import MAX_CONDITION_CHARS
-from condsearch.on_demand import OnDemand, build_on_demand
+from condsearch.query.conditions import MAX_CONDITION_CHARS
+from condsearch.query.on_demand import OnDemand, build_on_demand
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
 from tests.csr_corpus import move_router, write_csr_corpus
@@ -268,7 +268,7 @@ def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -
 
 
 def test_a_damaged_index_is_named_not_built_again(tmp_path: Path, corpus: Path, tiny_bert_dir: Path) -> None:
-    from condsearch.store import MANIFEST, IndexStore
+    from condsearch.store.folder import MANIFEST, IndexStore
 
     folder = tmp_path / "idx"
     index(corpus, folder, tiny_bert_dir, COLOUR, SPORT)

@@ -17,14 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 import condsearch
-from condsearch.corpus import read_corpus
-from condsearch.ingest import index_corpus
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
+from condsearch.model.vectorizer import Vectorizer
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import Resident
 from condsearch.serve.server import BackgroundServer, build_app
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 from tests.test_serve import index
 from tests.test_serve_fair import BIG, SMALL, GatedEncoder, _when_submitted

@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from condsearch.corpus import read_corpus
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.base import Pair
-from condsearch.ingest import index_corpus
+from condsearch.model.vectorizer import Vectorizer
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import QueryJob, Resident
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

@@ -17,12 +17,12 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from condsearch.corpus import read_corpus
-from condsearch.ingest import index_corpus
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.serve.headers import SECURITY_HEADERS
 from condsearch.serve.page import CONTENT_SECURITY_POLICY, PAGE_PATHS
 from condsearch.serve.server import BackgroundServer
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 from tests.test_serve_hostile import COLOUR, SPORT, hash_vectorizer, make_app
 
 KEY = "k3y"

@@ -23,17 +23,17 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from condsearch.corpus import read_corpus
+from condsearch.build.faiss_indexes import SearchResult
+from condsearch.build.ingest import index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.base import Pair
-from condsearch.index import SearchResult
-from condsearch.ingest import index_corpus
+from condsearch.model.vectorizer import Vectorizer
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import QueryJob, Resident
 from condsearch.serve.server import BackgroundServer
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus
 
 COLOUR = "color of the dress"
@@ -322,7 +322,7 @@ def test_k_may_be_any_positive_integer(client: TestClient) -> None:
 
 
 def test_k_counts_the_results_found_not_those_asked(store: IndexStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import condsearch.search as engine  # the one query path the server answers through
+    import condsearch.query.search as engine  # the one query path the server answers through
 
     real = engine.search
 

@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 from condsearch.encoders import load_encoder
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
-from condsearch.models import resolve_model
+from condsearch.model.sources import resolve_model
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.serve.tokens import CHARS_PER_TOKEN, TextCutter, estimate_tokens, text_cutter
-from condsearch.spec import EncoderSpec, Runtime
 
 CONDITION = "the color of the dress"
 WORDS = "a girl in an orange dress serves the ball while the crowd watches from green seats".split()

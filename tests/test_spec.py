@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from condsearch.cli import main
 from condsearch.errors import StoreError
-from condsearch.manifest import FORMAT_VERSION
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.store import IndexStore
-from condsearch.vectorizer import load_vectorizer, vectorizer_for
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer, vectorizer_for
+from condsearch.store.folder import IndexStore
+from condsearch.store.manifest import FORMAT_VERSION
 
 COLOUR = "the colour"
 TEXTS = ["a red dress", "a blue car", "a green hat"]

@@ -17,10 +17,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import condsearch
-import condsearch.store
+import condsearch.store.folder
+from condsearch.build.faiss_indexes import build_index, exact_search, normalize, search
 from condsearch.errors import StoreError
-from condsearch.index import build_index, exact_search, normalize, search
-from condsearch.store import (
+from condsearch.store.folder import (
     FORMAT_VERSION,
     INDEX_FILE,
     MANIFEST,
@@ -320,8 +320,8 @@ def test_load_does_not_hash_the_whole_index_file(tmp_path: Path, monkeypatch: py
     store = IndexStore(tmp_path)
     name, _ = _write(store, n=20)
     hashed: list[str] = []
-    real = condsearch.store._sha256
-    monkeypatch.setattr(condsearch.store, "_sha256", lambda fh: hashed.append(fh.name) or real(fh))
+    real = condsearch.store.folder._sha256
+    monkeypatch.setattr(condsearch.store.folder, "_sha256", lambda fh: hashed.append(fh.name) or real(fh))
     assert store.load(name).index.ntotal == 20 and hashed == []
     assert store.verify(name).n_vectors == 20 and hashed == [INDEX_FILE, ROWS_FILE]
 

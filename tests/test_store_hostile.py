@@ -26,12 +26,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import condsearch.store
-from condsearch.corpus import scan_corpus
+import condsearch.store.folder
+from condsearch.build.ingest import index_conditions
+from condsearch.corpus.reader import scan_corpus
 from condsearch.errors import StoreError
-from condsearch.ingest import index_conditions
-from condsearch.store import INDEX_FILE, MANIFEST, ROWS_FILE, IndexStore, Manifest
-from condsearch.vectors import VECTORS_FILE, text_hash
+from condsearch.store.folder import INDEX_FILE, MANIFEST, ROWS_FILE, IndexStore, Manifest
+from condsearch.store.vectors import VECTORS_FILE, text_hash
 from tests.test_cli import assert_clean_error, run
 from tests.test_ingest import CountingVectorizer, N, _index, _same_index, _texts, _write
 
@@ -283,7 +283,7 @@ def test_a_full_disk_at_publish_keeps_the_staged_chunks_for_the_rerun(
     if where == "write_index":
         monkeypatch.setattr(faiss, "write_index", _enospc)
     elif where == "manifest":
-        monkeypatch.setattr(condsearch.store, "fsync_dir", _enospc)  # the version's last write
+        monkeypatch.setattr(condsearch.store.folder, "fsync_dir", _enospc)  # the version's last write
     else:
         monkeypatch.setattr(os, "symlink", _enospc)
     with pytest.raises(StoreError, match="No space left on device"):
@@ -343,7 +343,7 @@ def test_staged_files_shared_with_a_published_version_are_never_rewritten_in_pla
 ) -> None:
     """Killed after the publish, before staging is deleted: a rerun killed while merging rows harms nothing."""
     store, name, path = built
-    monkeypatch.setattr(condsearch.store.Draft, "discard_staging", lambda self: None)
+    monkeypatch.setattr(condsearch.store.folder.Draft, "discard_staging", lambda self: None)
     _index(store, path, CountingVectorizer().vec, full=True)
     monkeypatch.undo()
 

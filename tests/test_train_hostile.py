@@ -186,7 +186,7 @@ def test_a_two_tower_router_keeps_its_tail_folder_and_nothing_else(genuine: dict
 def test_the_writers_refuse_a_foreign_folder_too(tmp_path: Path) -> None:
     """The check is in the library, not only the CLI: save_head and save_router refuse a hub adapter."""
     from condsearch.errors import CondsearchError
-    from condsearch.head import HeadConfig, ProjectionHead, save_head
+    from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 
     folder = _hub_peft_adapter(tmp_path / "hub")
     before = _snapshot(folder)
@@ -221,7 +221,7 @@ def test_bad_dev_labels_leave_an_earlier_head_unchanged(
 
 
 def test_read_csts_keeps_the_scale_and_drops_invalid_rows(tmp_path: Path) -> None:
-    from condsearch.csts import read_csts
+    from condsearch.corpus.csts import read_csts
     from condsearch.errors import CorpusError
 
     data = read_csts(_csv(tmp_path / "ok.csv", [*ROWS, ("x", "y", "the colour", -1), ("x", "y", "c", "1.5")]))
@@ -237,7 +237,7 @@ def test_read_csts_keeps_the_scale_and_drops_invalid_rows(tmp_path: Path) -> Non
 
 
 def _nan_head(input_dim: int = 3, dim: int = 2):  # -> ProjectionHead
-    from condsearch.head import HeadConfig, ProjectionHead
+    from condsearch.model.head import HeadConfig, ProjectionHead
 
     head = ProjectionHead(HeadConfig(input_dim=input_dim, dim=dim))
     with torch.no_grad():
@@ -269,7 +269,7 @@ def test_a_diverged_head_is_not_saved_and_the_previous_one_stays(
 
 def test_save_head_refuses_non_finite_weights(tmp_path: Path) -> None:
     from condsearch.errors import ModelError
-    from condsearch.head import HeadConfig, ProjectionHead, save_head
+    from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 
     out = tmp_path / "head"
     save_head(ProjectionHead(HeadConfig(input_dim=3, dim=2)), out)
@@ -283,7 +283,7 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.csr.weights import save_router
     from condsearch.errors import ModelError
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     out = _copy(genuine, "router", tmp_path)
     before = _snapshot(out)
@@ -298,7 +298,7 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
 def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
-    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.lora import LoraConfig, add_lora, lora_state
 
@@ -319,7 +319,7 @@ def test_save_full_model_refuses_non_finite_weights(
 ) -> None:
     from condsearch.encoders import load_encoder
     from condsearch.errors import ModelError
-    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.finetune import FinetuneResult
     from condsearch.train.finetune_save import _save_full
 
@@ -362,8 +362,8 @@ def _plant_nan(weights: Path) -> None:
 
 def test_loading_a_head_with_nan_weights_is_refused(genuine: dict[str, Path], tmp_path: Path) -> None:
     from condsearch.errors import ModelError
-    from condsearch.head import load_head
-    from condsearch.head_files import load_numpy_head
+    from condsearch.model.head import load_head
+    from condsearch.model.head_files import load_numpy_head
 
     out = _copy(genuine, "head", tmp_path)
     load_head(out), load_numpy_head(out)  # the genuine head loads
@@ -387,7 +387,7 @@ def test_loading_a_router_with_nan_weights_is_refused(
 ) -> None:
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.errors import ModelError
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     out = _copy(genuine, "router", tmp_path)
     _plant_nan(out / "router.safetensors")

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.metrics import correlations, cosine_rows
 from condsearch.train.head import HeadTrainConfig, PairFeatures, case_features, evaluate_head, fit_head
 from tests.conftest import HashEncoder

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.store import INDEX_FILE, IndexStore
+from condsearch.store.folder import INDEX_FILE, IndexStore
 from tests.test_cli import COLOUR, SPORT, assert_clean_error, json_lines, ok, run
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from condsearch.cli import main as cli
-from condsearch.demo import write_demo_corpus
+from condsearch.corpus.demo import write_demo_corpus
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
 

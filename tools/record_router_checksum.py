@@ -29,8 +29,8 @@ def record(folder: Path) -> str:
         router_model_id,
         weights_record,
     )
-    from condsearch.atomic import replacing_file
     from condsearch.csr import load_csr_encoder
+    from condsearch.store.atomic import replacing_file
 
     meta = read_router_config(folder)
     if WEIGHTS_RECORD in meta:

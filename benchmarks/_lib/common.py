@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 
 from condsearch import __version__
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.errors import CondsearchError, first_line
 
 T = TypeVar("T")

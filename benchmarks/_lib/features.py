@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 from condsearch.encoders.base import Encoder
 from condsearch.train.head import PairFeatures
 

@@ -20,15 +20,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._lib.common import REAL_TEXTS, log, rankings_agree, read_texts, run_info, write_outputs
-from condsearch.corpus import scan_corpus
+from condsearch.build.ingest import index_conditions
+from condsearch.corpus.reader import scan_corpus
 from condsearch.encoders import Encoder
 from condsearch.encoders.base import Pair
-from condsearch.ingest import index_conditions
-from condsearch.search import query_index
-from condsearch.spec import EncoderSpec
-from condsearch.store import IndexStore
-from condsearch.vectorizer import Vectorizer, load_vectorizer
-from condsearch.vectors import VECTORS_FILE
+from condsearch.model.spec import EncoderSpec
+from condsearch.model.vectorizer import Vectorizer, load_vectorizer
+from condsearch.query.search import query_index
+from condsearch.store.folder import IndexStore
+from condsearch.store.vectors import VECTORS_FILE
 
 
 class HashEncoder(Encoder):
@@ -80,7 +80,7 @@ def incremental(args: argparse.Namespace) -> int:
     """Time re-indexing after a 1% change against a full rebuild; compare their top-10 and vectors."""
     n, repeats, n_queries = (200, 1, 20) if args.smoke else (args.n, args.repeats, 200)
     if args.smoke and not args.texts:  # smoke runs need no data set: the bundled demo captions do
-        from condsearch.demo import read_demo_rows
+        from condsearch.corpus.demo import read_demo_rows
 
         texts = read_demo_rows()[1]
     else:
@@ -213,7 +213,7 @@ def stream(args: argparse.Namespace) -> int:
 
 def child(args: argparse.Namespace) -> int:
     """The measured process: index the corpus, write peak RSS and index size."""
-    from condsearch.ingest import CHUNK_ROWS
+    from condsearch.build.ingest import CHUNK_ROWS
 
     if args.encoder == "hash":
         vec = Vectorizer(HashEncoder(args.dim), None, "none", "")

@@ -39,7 +39,7 @@ from condsearch.encoders.onnx_files import (  # noqa: E402
     OnnxBertEncoder,
     runtime_versions,
 )
-from condsearch.models import ModelSource  # noqa: E402
+from condsearch.model.sources import ModelSource  # noqa: E402
 
 
 class Variant(NamedTuple):

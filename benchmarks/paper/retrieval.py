@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks._lib.common import compare_systems, log, quiet_transformers, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks.studies.ood import Embed, add_system_options, load_system  # noqa: E402
-from condsearch.csts import CstsData, read_csts  # noqa: E402
+from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 
 #: (pairs, distractors) of a real run and of --smoke
 SIZES = {"dev": (200, 100), "smoke": (8, 10)}

@@ -18,15 +18,15 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
-from condsearch.csts import CstsData, read_csts  # noqa: E402
+from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 
 
 def cosines(data: CstsData, profile: str, model: str | None, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Return (CASE cosine under each row's condition, plain cosine) per row."""
+    from condsearch.build.faiss_indexes import normalize
     from condsearch.encoders import load_encoder
-    from condsearch.index import normalize
-    from condsearch.spec import EncoderSpec
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.model.vectorizer import load_vectorizer
 
     vec = load_vectorizer(EncoderSpec(model, profile=profile))
     n = len(data)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._lib.common import exit_code, log, quiet_transformers, synthetic_csts, write_csts_csv  # noqa: E402
-from condsearch.csts import LABEL_MAX, LABEL_MIN, CstsData, read_csts  # noqa: E402
+from condsearch.corpus.csts import LABEL_MAX, LABEL_MIN, CstsData, read_csts  # noqa: E402
 
 #: generic conditions: each asks for the sentence's whole meaning, none names an ood.py category
 GENERIC_CONDITIONS = (
@@ -38,9 +38,9 @@ GENERIC_CONDITIONS = (
 
 def distilled_rows(data: CstsData, n_rows: int, seed: int, model: str | None) -> CstsData:
     """Return n_rows self-distilled rows: half the data's own pairs, half random pairs of its sentences."""
+    from condsearch.build.faiss_indexes import normalize
     from condsearch.encoders import load_encoder
-    from condsearch.index import normalize
-    from condsearch.spec import EncoderSpec
+    from condsearch.model.spec import EncoderSpec
 
     rng = np.random.default_rng(seed)
     sentences = sorted(set(data.sentence1) | set(data.sentence2))

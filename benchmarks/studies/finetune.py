@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_csts_csv, write_outputs  # noqa: E402
-from condsearch.csts import CstsData  # noqa: E402
+from condsearch.corpus.csts import CstsData  # noqa: E402
 from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
 from condsearch.train.finetune import FinetuneConfig  # noqa: E402
 from condsearch.train.finetune_save import fit_and_save_encoder  # noqa: E402
@@ -58,7 +58,7 @@ def parse_runs(spec: str) -> list[tuple[str, str]]:
 
 def subset_csv(path: Path, n_pairs: int, out: Path) -> Path:
     """Write the rows of the first n_pairs distinct sentence pairs of a C-STS CSV (both conditions kept)."""
-    from condsearch.csts import read_csts
+    from condsearch.corpus.csts import read_csts
 
     data = read_csts(path)
     keep: dict[tuple[str, str], None] = {}

@@ -82,7 +82,7 @@ def read_columns(
     sources: Sequence[dict[str, object]], split: str, only: set[str] | None, min_rows: int = 0
 ) -> list[Column]:
     """Return every (source, label column) with at least min_rows of its split's rows carrying a value."""
-    from condsearch.corpus_formats import format_of, read_table
+    from condsearch.corpus.formats import format_of, read_table
 
     columns = []
     for source in sources:

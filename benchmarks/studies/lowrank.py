@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs
-from condsearch.csts import CstsData, read_csts
+from condsearch.corpus.csts import CstsData, read_csts
 from condsearch.encoders import load_encoder
 from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder
 from condsearch.train.lowrank import (

@@ -46,7 +46,7 @@ from benchmarks.studies.ood import (  # noqa: E402
     read_taxonomy,
     synthetic_taxonomy,
 )
-from condsearch.csts import CstsData, read_csts  # noqa: E402
+from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 
 #: issue 25's bound on a new default's C-STS dev Spearman×100: the default's 66.67 less 0.5
 CSTS_BOUND = 66.17

@@ -164,10 +164,10 @@ def load_system(
     ``blend:B:SYSTEM`` (ours) concatenates √B · SYSTEM's vector with √(1−B) · the plain MiniLM vector,
     so that its cosine is B · SYSTEM's cosine + (1 − B) · plain MiniLM's.
     """
-    from condsearch.index import normalize
-    from condsearch.spec import EncoderSpec
-    from condsearch.vectorizer import load_vectorizer
-    from condsearch.vectors import vector_fingerprint
+    from condsearch.build.faiss_indexes import normalize
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.store.vectors import vector_fingerprint
 
     if spec.startswith("blend:"):
         _, weight, inner = spec.split(":", 2)

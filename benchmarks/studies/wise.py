@@ -59,7 +59,7 @@ def scale_router(source: Path, alpha: float, out: Path, model: str | None = None
     """Write source's context router with its backbone change multiplied by alpha into out; return out."""
     from condsearch.csr.compact_delta import decode
     from condsearch.csr.context_weights import base_weights
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     meta = read_router_config(source)
     config = meta.get("router_config")

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from benchmarks._lib.common import quiet_transformers, run_info, synthetic_csts, write_outputs
-from condsearch.csts import CstsData, read_csts
+from condsearch.corpus.csts import CstsData, read_csts
 from condsearch.encoders.cpu_kind import cpu_kind
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer
 from condsearch.train.head import case_features, evaluate_head
-from condsearch.vectorizer import load_vectorizer
 
 
 def log(*parts: object) -> None:
@@ -47,7 +47,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 def measure(args: argparse.Namespace) -> dict[str, object]:
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.onnx_export import write_export
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     dev: CstsData = synthetic_csts(16, seed=1) if args.csv is None else read_csts(args.csv)
     if args.smoke:

@@ -34,10 +34,10 @@ import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks.paper.csts import csr_features  # noqa: E402
+from condsearch.corpus.csts import read_csts  # noqa: E402
 from condsearch.csr import load_csr_encoder  # noqa: E402
 from condsearch.csr.cache import StateCache  # noqa: E402
 from condsearch.csr.encoder import CsrEncoder  # noqa: E402
-from condsearch.csts import read_csts  # noqa: E402
 from condsearch.metrics import correlations, cosine_rows  # noqa: E402
 
 PATHS = ("torch-float32", "onnxruntime-float32", "onnxruntime-int8")

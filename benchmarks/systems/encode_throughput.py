@@ -44,10 +44,10 @@ from pathlib import Path
 import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
-from condsearch.csts import read_csts  # noqa: E402
+from condsearch.corpus.csts import read_csts  # noqa: E402
 from condsearch.encoders import load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec, Runtime
 
 #: Qwen3-Embedding-0.6B's published shape (its vocabulary is replaced by the BPE trained here)
 QWEN3_06B = {
@@ -193,7 +193,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
 
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.onnx_export import pooled_cosines, write_export
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     load_before = os.getloadavg()
     int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))

@@ -24,7 +24,14 @@ import faiss
 import numpy as np
 
 from benchmarks._lib.common import exit_code, log, rankings_agree, run_info, write_outputs
-from condsearch.index import TorchFlatIndex, build_index, normalize, search, search_threads, to_search_device
+from condsearch.build.faiss_indexes import (
+    TorchFlatIndex,
+    build_index,
+    normalize,
+    search,
+    search_threads,
+    to_search_device,
+)
 
 K = 10
 

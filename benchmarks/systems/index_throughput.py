@@ -13,7 +13,7 @@ against a full rebuild of the changed corpus; the time ratio, whether the top-10
 queries is identical and the vectors equal, and the process's peak RSS.
 
 --against-st: in one run, the encoding path of ``condsearch index`` (the vectorizer it loads,
---backend auto by default: onnxruntime on the CPU wherever it applies, see condsearch.backends;
+--backend auto by default: onnxruntime on the CPU wherever it applies, see condsearch.model.policy;
 encoding in its chunks of 8,192 rows, FAISS and file writes left out) on the first N distinct
 sentences under one condition, against sentence-transformers'
 ``SentenceTransformer(<the same model folder>).encode(texts)`` on the same texts (plain
@@ -47,13 +47,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, timing_config, write_json
-from condsearch.backends import backend_of, load_bulk_vectorizer
-from condsearch.corpus import read_corpus
+from condsearch.build.ingest import CHUNK_ROWS, index_corpus
+from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig, available_cores
-from condsearch.ingest import CHUNK_ROWS, index_corpus
-from condsearch.spec import EncoderSpec, Runtime
-from condsearch.store import IndexStore
-from condsearch.vectorizer import load_vectorizer
+from condsearch.model.policy import backend_of, load_bulk_vectorizer
+from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.vectorizer import load_vectorizer
+from condsearch.store.folder import IndexStore
 
 
 def distinct_sentences(path: Path, n: int) -> list[str]:
@@ -79,7 +79,7 @@ def against_sentence_transformers(args: argparse.Namespace, texts: list[str]) ->
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from condsearch.models import resolve_model
+    from condsearch.model.sources import resolve_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)  # sentence-transformers' threads too

@@ -165,7 +165,7 @@ class Bench:
 
 
 def vectors_of(store: Path, condition: str) -> np.ndarray:
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     s = IndexStore(store)
     return np.load(store / s.find(condition) / "vectors.npy")

@@ -31,7 +31,7 @@ CONDITION = "color of the dress"
 
 
 def _corpus(path: Path, rows: int) -> Path:
-    from condsearch.demo import read_demo_rows
+    from condsearch.corpus.demo import read_demo_rows
 
     _, texts = read_demo_rows()
     out = [f"{texts[i % len(texts)]} ({i // len(texts)})" for i in range(rows)]
@@ -42,13 +42,13 @@ def _corpus(path: Path, rows: int) -> Path:
 def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str) -> dict[str, object]:
     import ray
 
-    from condsearch.corpus import scan_corpus
-    from condsearch.ingest import index_conditions
+    from condsearch.build.ingest import index_conditions
+    from condsearch.corpus.reader import scan_corpus
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.config import RayConfig
     from condsearch.scale.ray_encode import ray_index_conditions
-    from condsearch.spec import EncoderSpec
-    from condsearch.store import IndexStore
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.store.folder import IndexStore
 
     corpus = scan_corpus(_corpus(work / "corpus.parquet", rows))
     build = {"corpus_name": "c", "factory": "Flat", "search_params": "", "max_index_memory": "1G"}
@@ -89,14 +89,14 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
 
 
 def milvus_vs_faiss(work: Path, n_queries: int, model: str | None, head: str, repeats: int) -> dict[str, object]:
-    from condsearch.corpus import scan_corpus
-    from condsearch.demo import write_demo_corpus
-    from condsearch.ingest import index_conditions
+    from condsearch.build.ingest import index_conditions
+    from condsearch.corpus.demo import write_demo_corpus
+    from condsearch.corpus.reader import scan_corpus
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.export import export_index
     from condsearch.scale.milvus import MilvusStore, parse_store
-    from condsearch.spec import EncoderSpec
-    from condsearch.store import IndexStore
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.store.folder import IndexStore
 
     path = work / "demo.parquet"
     write_demo_corpus(path)

@@ -96,12 +96,12 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from condsearch.corpus import read_corpus
-    from condsearch.index import build_index as faiss_index
-    from condsearch.ingest import index_corpus
-    from condsearch.spec import EncoderSpec
-    from condsearch.store import IndexStore
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.build.faiss_indexes import build_index as faiss_index
+    from condsearch.build.ingest import index_corpus
+    from condsearch.corpus.reader import read_corpus
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.store.folder import IndexStore
 
     distinct = list(dict.fromkeys(synthetic_csts(4 * args.seed_n, seed=7).sentence1))
     sentences = [distinct[i % len(distinct)] + (f" (#{i})" if i >= len(distinct) else "") for i in range(args.seed_n)]
@@ -290,13 +290,13 @@ def measure_stages(args: argparse.Namespace, index_dir: Path) -> list[dict[str, 
     """Time each stage of answering, in this process, for each backend and a batch of 1 and of the most clients."""
     import json
 
-    from condsearch.answers import query_answer
+    from condsearch.build.faiss_indexes import search_threads
     from condsearch.encoders.bert_inputs import case_inputs
-    from condsearch.index import search_threads
-    from condsearch.search import Answer
+    from condsearch.query.as_json import query_answer
+    from condsearch.query.search import Answer
     from condsearch.serve.config import ServeConfig
     from condsearch.serve.engine import Resident, backend_of
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     texts = queries(max(args.clients))
     rows = []

@@ -8,5 +8,5 @@ weigh?" without importing torch: ``files`` (names, shipped folders, file names, 
 which artifact a folder holds), ``heads``, ``adapters`` (PEFT's format and the old one),
 ``routers``, ``profiles`` (a base model + adapter + head, or + router, resolved once) and
 ``convert`` (old adapter folders to PEFT's format). The weights' maths stays with what uses it:
-:mod:`condsearch.head`, :mod:`condsearch.csr.router`, :mod:`condsearch.encoders.lora`.
+:mod:`condsearch.model.head`, :mod:`condsearch.csr.router`, :mod:`condsearch.encoders.lora`.
 """

@@ -46,7 +46,7 @@ def convert_legacy_adapter(source: Path, target: Path | None = None) -> str:
     """
     from safetensors.numpy import save_file
 
-    from condsearch.atomic import replacing_dir
+    from condsearch.store.atomic import replacing_dir
 
     old = read_adapter(source)
     if old.format_version != NATIVE_ADAPTER_FORMAT_VERSION or old.kind != LORA_KIND or old.lora is None:

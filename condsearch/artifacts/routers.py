@@ -21,7 +21,7 @@ from condsearch.artifacts.files import (
     read_json,
 )
 from condsearch.errors import ModelError
-from condsearch.models import DEFAULT_MODEL
+from condsearch.model.sources import DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ import click
 from condsearch.errors import CondsearchError, first_line
 
 if TYPE_CHECKING:
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -52,6 +52,6 @@ def json_line(obj: object) -> str:
 
 def open_store(index_dir: Path | None) -> IndexStore:
     """Return the FAISS index store (imported here, so that --help stays fast)."""
-    from condsearch.store import IndexStore
+    from condsearch.store.folder import IndexStore
 
     return IndexStore(index_dir)

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from condsearch.ann import IndexConfig, check_index_options
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, resolve_mode
+from condsearch.build.ann import IndexConfig, check_index_options
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     backend_option,
@@ -27,15 +27,15 @@ from condsearch.cli.options import (
     threads_option,
     trust_option,
 )
-from condsearch.corpus_formats import FORMATS, CorpusConfig
+from condsearch.corpus.formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError
 
 if TYPE_CHECKING:
-    from condsearch.corpus import CorpusFile
-    from condsearch.ingest import BuildReport
-    from condsearch.spec import EncoderSpec
-    from condsearch.store import IndexStore
+    from condsearch.build.ingest import BuildReport
+    from condsearch.corpus.reader import CorpusFile
+    from condsearch.model.spec import EncoderSpec
+    from condsearch.store.folder import IndexStore
 
 #: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
 _SPEC_OPTIONS = (
@@ -168,8 +168,8 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     runs on onnxruntime where a one-shot query would (--backend). --ray encodes on Ray Data
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
-    from condsearch.conditions import check_new_condition
-    from condsearch.corpus import scan_corpus
+    from condsearch.corpus.reader import scan_corpus
+    from condsearch.query.conditions import check_new_condition
 
     if not conditions:
         raise click.UsageError(_NO_CONDITION)
@@ -206,8 +206,8 @@ def _settings(
 
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
-    from condsearch.search import kept_mode
-    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.query.search import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem
 
@@ -268,8 +268,8 @@ def _encode(
 ) -> tuple[list[BuildReport], str]:
     """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend."""
     if params["ray_address"] is None:
-        from condsearch.backends import backend_of, load_bulk_vectorizer
-        from condsearch.ingest import index_conditions
+        from condsearch.build.ingest import index_conditions
+        from condsearch.model.policy import backend_of, load_bulk_vectorizer
 
         vec = load_bulk_vectorizer(spec, backend=params["backend"])
         reports = index_conditions(data, conditions, vec, store, full=params["full"], progress=True, **build)

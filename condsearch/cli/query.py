@@ -28,10 +28,10 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.serve.config import ServeConfig
 
 if TYPE_CHECKING:
-    from condsearch.calibration import Background
-    from condsearch.search import Answer
-    from condsearch.spec import Runtime
-    from condsearch.store import IndexStore
+    from condsearch.model.spec import Runtime
+    from condsearch.query.calibration import Background
+    from condsearch.query.search import Answer
+    from condsearch.store.folder import IndexStore
 
 
 def _stdin_queries() -> list[str]:
@@ -42,7 +42,7 @@ def _stdin_queries() -> list[str]:
 
 
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
-    from condsearch.regular_files import check_regular_file
+    from condsearch.corpus.regular_files import check_regular_file
 
     queries: list[str] = []
     for t in texts:
@@ -136,10 +136,10 @@ def query_cmd(
     A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
     sentence states the router cached when the corpus was indexed (--no-build refuses instead).
     """
-    from condsearch.calibration import Background
-    from condsearch.search import FaissIndex, answer
-    from condsearch.spec import Runtime
-    from condsearch.vectorizer import vectorizer_for
+    from condsearch.model.spec import Runtime
+    from condsearch.model.vectorizer import vectorizer_for
+    from condsearch.query.calibration import Background
+    from condsearch.query.search import FaissIndex, answer
 
     refuse_index_dir_beside_store(store_spec, "query")
     queries = _read_queries(texts, query_file)
@@ -192,7 +192,7 @@ def query_cmd(
         raise fail(exc) from exc
     _print_answers(found, as_json, background)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
-        from condsearch.one_shot import cache_onnx_export
+        from condsearch.model.one_shot import cache_onnx_export
 
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
@@ -206,7 +206,7 @@ def _find_or_build(store: IndexStore, condition: str, corpus_name: str | None, r
         if not build:
             raise
         unknown = exc
-    from condsearch.on_demand import build_on_demand
+    from condsearch.query.on_demand import build_on_demand
 
     def say(line: str) -> None:
         click.echo(f"condsearch: {line}", err=True)
@@ -226,7 +226,7 @@ def _print_answers(found: Answer, as_json: bool, background: Background | None =
 
     With a background, each result carries its z too (``"z"``; ``z=+3.12`` after the score).
     """
-    from condsearch.answers import query_answer
+    from condsearch.query.as_json import query_answer
 
     if found.notice:
         click.echo(f"condsearch: {found.notice}", err=True)
@@ -248,8 +248,8 @@ def _print_answers(found: Answer, as_json: bool, background: Background | None =
 @index_dir_option
 def list_cmd(as_json: bool, index_dir: Path) -> None:
     """List the stored indexes: condition, rows, model, head, dimension."""
-    from condsearch.answers import index_summary
-    from condsearch.store import Manifest
+    from condsearch.query.as_json import index_summary
+    from condsearch.store.folder import Manifest
 
     entries = open_store(index_dir).manifests()
     if not entries and not as_json:

@@ -42,11 +42,11 @@ from condsearch.artifacts.routers import (
     weights_record,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
-from condsearch.atomic import replacing_dir
 from condsearch.csr.compact_delta import decode, encode_factors, encode_sign_rows, factor_bytes
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.encoders.lora import apply_deltas
 from condsearch.errors import ModelError
+from condsearch.store.atomic import replacing_dir
 
 #: the largest backbone change kept whole (bytes at float16); a larger one is stored compactly within it
 MAX_DELTA_BYTES = 10_000_000

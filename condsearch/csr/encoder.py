@@ -13,13 +13,13 @@ import numpy as np
 import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
-from condsearch.cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.keys import QUERIES_SUBDIR, RouterIdentity
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.weights import load_router_weights, saved_config
+from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
 
 if TYPE_CHECKING:
     from condsearch.csr.onnx import OnnxRouter
@@ -28,7 +28,7 @@ from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.cpu import check_quantize
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource, resolve_model
+from condsearch.model.sources import ModelSource, resolve_model
 from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)

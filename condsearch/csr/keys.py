@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from condsearch.cache import pair_key
 from condsearch.encoders.onnx_files import CACHE_SUBDIR, FORMAT_VERSION, TOKENIZER_FILE, Precision, runtime_versions
+from condsearch.model.output_cache import pair_key
 
 #: the context router's variant name (:data:`condsearch.csr.context.CONTEXT`)
 CONTEXT = "context"

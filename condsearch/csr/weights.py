@@ -27,9 +27,9 @@ from condsearch.artifacts.routers import (
     weights_record,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
-from condsearch.atomic import replacing_dir
 from condsearch.csr.router import Router, RouterConfig
 from condsearch.errors import ModelError
+from condsearch.store.atomic import replacing_dir
 
 
 def save_router(router: Router, directory: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> str:

@@ -30,14 +30,14 @@ from condsearch.encoders.family import (
     templates_with,
 )
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource, read_config, resolve_model
+from condsearch.model.sources import ModelSource, read_config, resolve_model
 
 if TYPE_CHECKING:
     import torch
 
     from condsearch.artifacts.profiles import Profile
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.spec import EncoderSpec
+    from condsearch.model.spec import EncoderSpec
 
 
 def __getattr__(name: str) -> Any:
@@ -84,7 +84,7 @@ def _adapter_settings(folder: Path) -> dict[str, Any]:
 def load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = None) -> Encoder:
     """Return the encoder of a spec's model, family and settings, with its profile's adapter merged.
 
-    ``profile``: the spec's profile resolved already (:func:`condsearch.vectorizer.load_vectorizer`
+    ``profile``: the spec's profile resolved already (:func:`condsearch.model.vectorizer.load_vectorizer`
     does, to load its head too); else it is resolved here, so that a spec of the default model
     without ``profile="none"`` loads its shipped adapter. The spec's runtime ``device`` may list
     several devices (``cuda:0,cuda:1``): each gets a replica and every batch is split between them.
@@ -99,7 +99,7 @@ def load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = N
 
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.runtime import parse_devices, resolve_dtype
-    from condsearch.spec import EncoderSpec
+    from condsearch.model.spec import EncoderSpec
 
     spec = spec or EncoderSpec()
     adapter = (profile or spec.resolve_profile()).adapter

@@ -8,7 +8,7 @@ import torch
 
 from condsearch.encoders.runtime import load_pretrained
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource
+from condsearch.model.sources import ModelSource
 
 
 def load_backbone(source: ModelSource, *, trust_remote_code: bool = False) -> tuple[Any, Any]:

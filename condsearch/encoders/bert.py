@@ -14,7 +14,7 @@ from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, auto_case_dtype
 from condsearch.encoders.pooling import mean_pool
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource
+from condsearch.model.sources import ModelSource
 
 
 def auto_dtype(device: torch.device) -> torch.dtype:

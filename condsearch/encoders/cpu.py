@@ -15,7 +15,7 @@ QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
 
 #: what runs a float32 encoder for bulk work (`serve`, `index`): ``auto`` is onnxruntime on the CPU wherever
 #: a one-shot `query` of the index would run it (BERT-style, condition-mean pooling, its checked ONNX
-#: export; see :mod:`condsearch.backends`), else transformers (torch); ``torch`` is always transformers
+#: export; see :mod:`condsearch.model.policy`), else transformers (torch); ``torch`` is always transformers
 Backend = Literal["auto", "torch"]
 BACKEND_CHOICES: tuple[Backend, ...] = ("auto", "torch")
 

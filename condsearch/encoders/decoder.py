@@ -15,7 +15,7 @@ from condsearch.encoders.family import Family, PromptTemplates
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_fastest
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource
+from condsearch.model.sources import ModelSource
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -19,7 +19,7 @@ from condsearch.encoders.decoder import default_max_length
 from condsearch.encoders.family import PromptTemplates
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_pretrained
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource
+from condsearch.model.sources import ModelSource
 
 
 def load_remote_model(location: str, dtype: torch.dtype) -> Any:

@@ -56,7 +56,7 @@ from condsearch.encoders.onnx_files import (
 )
 from condsearch.encoders.rounding import float_tolerance, largest_activation, transformer_depth
 from condsearch.errors import ModelError
-from condsearch.models import ModelSource
+from condsearch.model.sources import ModelSource
 
 log = logging.getLogger(__name__)
 

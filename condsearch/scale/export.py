@@ -9,7 +9,7 @@ import numpy as np
 
 from condsearch.errors import StoreError
 from condsearch.scale.milvus import MilvusIndex, MilvusStore, parse_store
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 
 
 def export_indexes(store: IndexStore, names: Sequence[str], spec: str) -> Iterator[MilvusIndex]:

@@ -12,7 +12,7 @@ condition field is the collection's partition key (Milvus Lite 3.2 accepts one t
 version refuses, it is a plain field and every search filters on it all the same).
 
 A catalog collection maps each (corpus, condition) key to its current collection, version
-tag and manifest (the FAISS store's :class:`~condsearch.store.Manifest`, so the same model,
+tag and manifest (the FAISS store's :class:`~condsearch.store.folder.Manifest`, so the same model,
 head, adapter and router checks apply on query). Replacing a condition's vectors inserts them
 under a new tag, checks that all arrived, upserts the catalog row (the flip) and only then
 deletes the old tag's rows. A reader takes the tag from the catalog, searches only that tag,
@@ -21,7 +21,7 @@ it never sees half an update. Milvus Lite opens a database in one process at a t
 
 A server (`serve --store`) connects once, at its start (:func:`open_store`), and reads the catalog
 as a folder's manifests (:meth:`MilvusStore.manifests`, :meth:`MilvusStore.load_searchable`), so it
-finds and reloads Milvus indexes as it does FAISS ones (:class:`condsearch.search.IndexSource`).
+finds and reloads Milvus indexes as it does FAISS ones (:class:`condsearch.query.search.IndexSource`).
 
 A database opened afresh has its collections released (milvus-lite 3 on every open, a server
 after a restart), so each collection is loaded before it is first searched or queried. Errors of
@@ -45,14 +45,14 @@ from typing import Any
 import numpy as np
 
 from condsearch import __version__
-from condsearch.ann import parse_search_params
+from condsearch.build.ann import parse_search_params
+from condsearch.build.faiss_indexes import SearchResult
 from condsearch.errors import CondsearchError, StoreError, first_line
-from condsearch.index import SearchResult
+from condsearch.query.search import Found, check_condition, find_index
 from condsearch.scale import missing_extra
 from condsearch.scale.lite import check_lite_path
-from condsearch.search import Found, check_condition, find_index
-from condsearch.store import Manifest, index_name, manifest_from_dict
-from condsearch.vectors import vector_fingerprint
+from condsearch.store.folder import Manifest, index_name, manifest_from_dict
+from condsearch.store.vectors import vector_fingerprint
 
 LITE = "milvus-lite:"
 SERVER = "milvus://"
@@ -472,7 +472,10 @@ def _hits(got: list[list[dict[str, Any]]], n_queries: int, k: int) -> Found:
 
 @dataclass(frozen=True)
 class MilvusSearchable:
-    """One Milvus index as :func:`condsearch.search.answer` searches it (see :class:`condsearch.search.Searchable`)."""
+    """One Milvus index as :func:`condsearch.query.search.answer` searches it.
+
+    See :class:`condsearch.query.search.Searchable`.
+    """
 
     store: MilvusStore
     index: MilvusIndex

@@ -9,7 +9,7 @@ index through the store exactly as a local build does (vectors and text hashes k
 so a later local re-index reuses them). The work folder must be one path that the driver and
 every worker see (the index folder on one machine; a shared file system on a cluster).
 
-The actors load their vectorizer from the :class:`~condsearch.spec.EncoderSpec` the driver ships:
+The actors load their vectorizer from the :class:`~condsearch.model.spec.EncoderSpec` the driver ships:
 the same loader and spec the local path uses, so the vectors are the local path's (up to float
 rounding from other batch compositions; the tests check both modes).
 """
@@ -29,9 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.errors import CondsearchError, first_line
-from condsearch.ingest import (
+from condsearch.build.ingest import (
     CHUNK_ROWS,
     BuildReport,
     CorpusSource,
@@ -40,12 +38,14 @@ from condsearch.ingest import (
     publish_staged,
     write_tables,
 )
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.errors import CondsearchError, first_line
+from condsearch.model.spec import EncoderSpec
+from condsearch.query.search import check_condition
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
-from condsearch.search import check_condition
-from condsearch.spec import EncoderSpec
-from condsearch.store import ROWS_FILE, IndexStore, rows_table
-from condsearch.vectors import VECTORS_FILE, VectorWriter
+from condsearch.store.folder import ROWS_FILE, IndexStore, rows_table
+from condsearch.store.vectors import VECTORS_FILE, VectorWriter
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_
 
 def describe_vectorizer(spec: EncoderSpec) -> VectorizerInfo:
     """Load the spec's vectorizer and return what its manifest needs."""
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.vectorizer import load_vectorizer
 
     return VectorizerInfo.of(load_vectorizer(spec))
 
@@ -64,7 +64,7 @@ class EncodeActor:
     """One encoder replica: a batch of (pos, text) rows in, (pos, condition number, vector) rows out."""
 
     def __init__(self, spec: EncoderSpec, conditions: Sequence[str], batch_size: int) -> None:
-        from condsearch.vectorizer import load_vectorizer
+        from condsearch.model.vectorizer import load_vectorizer
 
         self.vectorizer = load_vectorizer(spec)
         self.conditions = list(conditions)

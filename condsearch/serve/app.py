@@ -25,11 +25,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
-from condsearch.answers import index_summary, query_answer
-from condsearch.calibration import Background
+from condsearch.build.faiss_indexes import search_threads
 from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
-from condsearch.index import search_threads
-from condsearch.manifest import Manifest
+from condsearch.query.as_json import index_summary, query_answer
+from condsearch.query.calibration import Background
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
@@ -37,6 +36,7 @@ from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, Unkn
 from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
+from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
     from condsearch.serve.embeddings import EmbedJob

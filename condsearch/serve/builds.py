@@ -1,7 +1,7 @@
 """Conditions built on demand by the server: one job per (corpus, condition), on a bounded pool of threads.
 
 A query under a condition that a router corpus has no index for starts a build
-(:func:`condsearch.on_demand.build_on_demand`); requests for the same condition while it runs share
+(:func:`condsearch.query.on_demand.build_on_demand`); requests for the same condition while it runs share
 it. A build loads its own copy of the corpus's model on a worker thread, so the batcher that answers
 queries is never waiting on it; ``max_builds`` builds run at once, the rest wait their turn
 (``queued``), and past ``max_pending_builds`` a new one is refused (503). A small corpus (at most
@@ -27,10 +27,10 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
-from condsearch.on_demand import OnDemand, build_on_demand, plan_on_demand
+from condsearch.model.spec import Runtime
+from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
-from condsearch.spec import Runtime
-from condsearch.store import IndexStore, Manifest, index_name
+from condsearch.store.folder import IndexStore, Manifest, index_name
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ class Builds:
     def start(self, condition: str, corpus: str | None, unknown: UnknownCondition) -> BuildJob:
         """Return the running job that builds condition for corpus, started now unless one runs.
 
-        Refuses what :func:`condsearch.on_demand.plan_on_demand` refuses, in one line after unknown's,
+        Refuses what :func:`condsearch.query.on_demand.plan_on_demand` refuses, in one line after unknown's,
         before anything starts; and a build past ``max_pending`` (TooManyBuilds).
         """
         if self._damaged(condition, corpus):

@@ -34,15 +34,15 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from condsearch.manifest import Manifest
-from condsearch.search import Listing, vectorizer_key
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.search import Listing, vectorizer_key
 from condsearch.serve.app import ErrorResponse, RequestError, _check_text
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import QueryJob, Resident
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from condsearch.serve.tokens import estimate_tokens
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.manifest import Manifest
 
 #: what a client that sends token ids is told (LangChain's OpenAIEmbeddings sends them unless told not to)
 TOKEN_IDS = (

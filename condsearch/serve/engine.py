@@ -1,14 +1,14 @@
 """What the server keeps resident and how a batch of queries is answered.
 
-``Resident`` finds the index a request names (:func:`condsearch.search.find_index`) in its
-source, a FAISS folder or a Milvus database (:class:`condsearch.search.IndexSource`), loads it
+``Resident`` finds the index a request names (:func:`condsearch.query.search.find_index`) in its
+source, a FAISS folder or a Milvus database (:class:`condsearch.query.search.IndexSource`), loads it
 on first use and again when `condsearch index` has replaced it (it watches the manifests,
 re-read at most every ``reload_interval_s``), and shares one loaded model (encoder + adapter +
 head) between every index built with the same one. ``answer_batch`` answers a batch through
-:func:`condsearch.search.answer_batch`: one forward pass per (model, condition), one search per index.
+:func:`condsearch.query.search.answer_batch`: one forward pass per (model, condition), one search per index.
 
 On the CPU a model runs on onnxruntime wherever the index allows it
-(:func:`condsearch.backends.load_served_vectorizer`), as a one-shot `condsearch query` does, so that
+(:func:`condsearch.model.policy.load_served_vectorizer`), as a one-shot `condsearch query` does, so that
 the server's answers are the query's.
 """
 
@@ -22,11 +22,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from condsearch.backends import backend_of, load_served_vectorizer
+from condsearch.build.faiss_indexes import FLAT_BLAS_MIN_QUERIES
+from condsearch.build.faiss_indexes import search_threads as set_search_threads
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.index import FLAT_BLAS_MIN_QUERIES
-from condsearch.index import search_threads as set_search_threads
-from condsearch.search import (
+from condsearch.model.policy import backend_of, load_served_vectorizer
+from condsearch.model.spec import Runtime
+from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.search import (
     Answer,
     Found,
     IndexSource,
@@ -39,9 +41,7 @@ from condsearch.search import (
 )
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.tokens import TextCutter, estimate_tokens, text_cutter
-from condsearch.spec import Runtime
-from condsearch.store import Manifest
-from condsearch.vectorizer import Vectorizer
+from condsearch.store.folder import Manifest
 
 __all__ = [  # the errors, the model key and the backends live in condsearch.errors, .search and .backends
     "AmbiguousCondition",
@@ -114,7 +114,7 @@ def split_job(job: QueryJob, max_queries: int, max_tokens: int) -> list[QueryJob
     """Split job into parts of at most max_queries queries and max_tokens tokens, in order.
 
     A query over max_tokens is a part alone. Where the job holds twice
-    :data:`~condsearch.index.FLAT_BLAS_MIN_QUERIES` queries or more, the last part is evened out with
+    :data:`~condsearch.build.faiss_indexes.FLAT_BLAS_MIN_QUERIES` queries or more, the last part is evened out with
     the one before it to hold that many too, so every part is searched as the whole job would be
     (by one matrix product; fewer queries scan the rows, which may differ in the last bits).
     """
@@ -299,7 +299,7 @@ class Resident:
         """Answer a batch: one forward pass per (model, condition), one search per index.
 
         Returns one Answer per job (k capped at the index's rows), or the exception raised for it;
-        a job that breaks the model fails alone (see :func:`condsearch.search.answer_batch`).
+        a job that breaks the model fails alone (see :func:`condsearch.query.search.answer_batch`).
         """
         if self.search_threads is not None:
             # OpenMP keeps the thread count per calling thread: set it on the one that searches

@@ -19,12 +19,12 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from condsearch.search import IndexSource
+from condsearch.query.search import IndexSource
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.engine import Resident
 from condsearch.serve.headers import with_security_headers
-from condsearch.store import IndexStore
+from condsearch.store.folder import IndexStore
 
 
 def open_source(config: ServeConfig) -> IndexSource:

@@ -31,8 +31,8 @@ from condsearch.artifacts.files import (
     write_json,
 )
 from condsearch.artifacts.weights import check_finite, save_weights
-from condsearch.atomic import replacing_dir
-from condsearch.head import ProjectionHead, write_head_files
+from condsearch.model.head import ProjectionHead, write_head_files
+from condsearch.store.atomic import replacing_dir
 from condsearch.train.lora import LoraConfig, lora_state
 
 if TYPE_CHECKING:

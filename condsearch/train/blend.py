@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 
 
 @dataclass(frozen=True)

@@ -37,12 +37,12 @@ from condsearch.artifacts.files import (
     check_own_artifact,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
-from condsearch.atomic import OutputDirError, recover_dir, replacing_dir
 from condsearch.errors import CondsearchError, ModelError, first_line
+from condsearch.store.atomic import OutputDirError, recover_dir, replacing_dir
 from condsearch.train.finite import dumps_record
 
 if TYPE_CHECKING:
-    from condsearch.csts import CstsData
+    from condsearch.corpus.csts import CstsData
 
 STATE_FILE = CHECKPOINT_STATE
 TRAINABLE_FILE = CHECKPOINT_TRAINABLE
@@ -340,7 +340,7 @@ def kept_checkpoint(folder: Path, keep: bool) -> str | None:
 
 def default_checkpoint_dir(out: Path) -> Path:
     """Return the checkpoint folder for an output folder: under the cache, never beside the output."""
-    from condsearch.cache import default_cache_dir
+    from condsearch.model.output_cache import default_cache_dir
 
     out = Path(out).expanduser().resolve()
     digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:10]

@@ -24,12 +24,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from condsearch.csts import CstsData, scale_labels
+from condsearch.corpus.csts import CstsData, scale_labels
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.errors import ModelError
-from condsearch.head import HeadConfig, ProjectionHead, load_head
+from condsearch.model.head import HeadConfig, ProjectionHead, load_head
 from condsearch.progress import progress_bar
 from condsearch.train.adapter import encoder_settings
 from condsearch.train.anchor import Anchor

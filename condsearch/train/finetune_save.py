@@ -15,10 +15,10 @@ from typing import Any
 
 from condsearch.artifacts.files import MODEL_SUMMARY, check_own_artifact
 from condsearch.artifacts.weights import check_finite
-from condsearch.atomic import replacing_dir
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, ModelError, os_reason
-from condsearch.head import write_head_files
+from condsearch.model.head import write_head_files
+from condsearch.store.atomic import replacing_dir
 from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
 from condsearch.train.finetune import EpochCallback, FinetuneConfig, FinetuneResult, TrainableEncoder, fit_encoder
 from condsearch.train.finite import dumps_record, finite_record
@@ -36,8 +36,8 @@ def resolve_init_head(spec: str | None, model: str | None) -> str | None:
         return None
     from condsearch.artifacts.adapters import has_adapter
     from condsearch.artifacts.profiles import ProfileError
-    from condsearch.models import resolve_model
-    from condsearch.vectorizer import head_folder
+    from condsearch.model.sources import resolve_model
+    from condsearch.model.vectorizer import head_folder
 
     try:
         folder = head_folder(spec, resolve_model(model).model_id)
@@ -83,11 +83,11 @@ def fit_and_save_encoder(
     unless ``keep_epochs`` keeps it; the summary's ``checkpoint_dir`` names the folder kept (None:
     none). A failed or interrupted run keeps its checkpoints, for ``resume``.
     """
-    from condsearch.csts import read_csts
+    from condsearch.corpus.csts import read_csts
     from condsearch.encoders import load_encoder
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.decoder import PromptEncoder
-    from condsearch.spec import EncoderSpec, Runtime
+    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.mixture import read_training
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from condsearch.csts import CstsData
+from condsearch.corpus.csts import CstsData
 
 #: objective names accepted by :func:`parse_loss_spec`
 LOSS_NAMES = ("mse", "quad", "wacl", "bcl", "cmse")

@@ -1,7 +1,7 @@
 """Several training CSVs, each with a weight: what ``condsearch train … TRAIN_CSV[:WEIGHT]…`` trains on.
 
 A weight scales how often a file's sentence pairs appear in an epoch: 1 takes each once (one file
-at weight 1 is read exactly as :func:`condsearch.csts.read_csts` reads it), 2 twice, 0.5 half of
+at weight 1 is read exactly as :func:`condsearch.corpus.csts.read_csts` reads it), 2 twice, 0.5 half of
 them and 2.5 each twice and half of them a third time. The part of a weight below 1 is a choice
 of whole pairs (both rows of a C-STS pair, or neither) drawn by the run's seed, so a resumed run
 reads the same rows.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.csts import CstsData, read_csts
+from condsearch.corpus.csts import CstsData, read_csts
 from condsearch.errors import CorpusError
 
 #: the largest weight: a file's rows are held that many times over in memory

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from condsearch.csts import LABEL_MAX, LABEL_MIN, CstsData
+from condsearch.corpus.csts import LABEL_MAX, LABEL_MIN, CstsData
 from condsearch.errors import CorpusError
 
 #: draws in a row that find no new pair before a value counts as exhausted

@@ -1,6 +1,6 @@
 """The files of ``condsearch pairs``: a labelled table read as ``index`` reads a corpus, the rows written whole.
 
-:func:`read_labelled` reads parquet, CSV or JSON lines (:mod:`condsearch.corpus_formats`) and
+:func:`read_labelled` reads parquet, CSV or JSON lines (:mod:`condsearch.corpus.formats`) and
 keeps the rows with a text, as ``index`` does; each label becomes a string or None.
 :func:`write_pairs` writes C-STS rows as CSV (what ``condsearch train`` reads), or parquet or
 JSON lines by the extension, under a temporary name renamed into place: an error leaves no file.
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from condsearch.atomic import replacing_file
-from condsearch.corpus_formats import EXTENSIONS, CorpusConfig, CorpusFormat, format_of, read_table
-from condsearch.csts import COLUMNS, CstsData
+from condsearch.corpus.csts import COLUMNS, CstsData
+from condsearch.corpus.formats import EXTENSIONS, CorpusConfig, CorpusFormat, format_of, read_table
 from condsearch.errors import CorpusError
+from condsearch.store.atomic import replacing_file
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.corpus.csts import CstsData, scale_labels
 from condsearch.csr.cache import collate
 from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import PAPER, RouterConfig, SentenceStates
-from condsearch.csts import CstsData, scale_labels
 from condsearch.errors import ModelError
 from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.progress import progress_bar
@@ -359,8 +359,8 @@ def fit_and_save_router(
     checkpoint_dir names the folder kept (None: none). A failed or interrupted run keeps its
     checkpoints, for resume.
     """
+    from condsearch.corpus.csts import read_csts
     from condsearch.csr.encoder import load_csr_encoder
-    from condsearch.csts import read_csts
     from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
     from condsearch.train.mixture import read_training
 

@@ -26,12 +26,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from condsearch.build.faiss_indexes import DEFAULT_FACTORY, build_index, normalize, to_search_device
 from condsearch.csr.cache import Tensors, collate
 from condsearch.csr.context import ContextCode, ContextRouter
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.csr.router import PAPER, ConditionCode, Router, SentenceStates
 from condsearch.csr.weights import load_router_weights
-from condsearch.index import DEFAULT_FACTORY, build_index, normalize, to_search_device
 from condsearch.metrics import condition_sensitivity
 
 from .data import Answers, KgData, n_hop

@@ -164,7 +164,7 @@ def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
 
     Nested: one folder, or either inside the other (each save replaces its folder whole).
     """
-    from condsearch.atomic import check_artifact_outputs
+    from condsearch.store.atomic import check_artifact_outputs
     from condsearch.train.checkpoint import check_checkpoint_dir
 
     try:

@@ -5,7 +5,7 @@ condition needs: its rows (each sibling's ``rows.parquet`` keeps ids and texts, 
 is not read) and the spec its model was loaded from (the manifest's ``spec``). :func:`build_on_demand`
 loads that model as `condsearch index` does, refuses it when its router or encoder is no longer the
 one the siblings were built with, and indexes the rows through the one ingest path
-(:func:`condsearch.ingest.build_condition_index`: the writer lock, atomic publish, resumable
+(:func:`condsearch.build.ingest.build_condition_index`: the writer lock, atomic publish, resumable
 staging) with the sibling's factory and search parameters. The index is the one `condsearch index -c
 CONDITION` on those rows gives. The router's state cache makes it cheap: only the per-pair
 remainder runs. Where the cache lacks a row's states (another machine, a cleared cache) they are
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
-from condsearch.conditions import check_new_condition
 from condsearch.encoders.cpu import Backend, CpuConfig
 from condsearch.errors import (
     AmbiguousCondition,
@@ -35,13 +34,14 @@ from condsearch.errors import (
     UnknownCondition,
     first_line,
 )
-from condsearch.manifest import Manifest
-from condsearch.search import Listing, vectorizer_key
-from condsearch.spec import Runtime
+from condsearch.model.spec import Runtime
+from condsearch.query.conditions import check_new_condition
+from condsearch.query.search import Listing, vectorizer_key
+from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
-    from condsearch.store import IndexStore
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.store.folder import IndexStore
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +123,15 @@ def build_on_demand(
     errors; ``unknown``, the front end's refusal of the unindexed condition, leads any refusal to
     build, so that its list of what is indexed stays in view. Raises CondsearchError in one line,
     before anything is written: a condition that is empty, too long or has control characters
-    (:func:`condsearch.conditions.check_new_condition`), no index of the corpus, several corpora and
+    (:func:`condsearch.query.conditions.check_new_condition`), no index of the corpus, several corpora and
     none named, a corpus indexed with --mode case or with several models, or a router or encoder that
     changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
-    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.CHUNK_ROWS` rows). With
+    goes, a chunk of the ingest at a time (:data:`condsearch.build.ingest.CHUNK_ROWS` rows). With
     ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus file or router folder.
     """
     from filelock import FileLock
 
-    from condsearch.store import VERSIONS, index_name
+    from condsearch.store.folder import VERSIONS, index_name
 
     plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown, name_paths=name_paths)
     condition, corpus_name, source_name, source = plan.condition, plan.corpus_name, plan.source_name, plan.source
@@ -163,7 +163,7 @@ def build_on_demand(
                 f"the sentence states of {encoded} of {len(rows)} rows of corpus {corpus_name!r} are not in the "
                 "cache (another machine, or a cleared cache): encoding them again"
             )
-        from condsearch.ingest import build_condition_index
+        from condsearch.build.ingest import build_condition_index
 
         report = build_condition_index(
             rows,
@@ -293,9 +293,9 @@ def _router(m: Manifest, name_paths: bool) -> str:
 
 def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
-    from condsearch.backends import load_bulk_vectorizer
-    from condsearch.ingest import VectorizerInfo
-    from condsearch.spec import EncoderSpec
+    from condsearch.build.ingest import VectorizerInfo
+    from condsearch.model.policy import load_bulk_vectorizer
+    from condsearch.model.spec import EncoderSpec
 
     vectorizer = load_bulk_vectorizer(EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
     info = VectorizerInfo.of(vectorizer)

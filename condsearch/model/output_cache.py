@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.atomic import replacing_file
+from condsearch.store.atomic import replacing_file
 
 
 def default_cache_dir() -> Path:

@@ -17,8 +17,8 @@ from typing import IO
 
 import numpy as np
 
-from condsearch.atomic import open_regular
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.store.atomic import open_regular
 
 VECTORS_FILE = "vectors.npy"
 HASH_BYTES = 16

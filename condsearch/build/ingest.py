@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.ann import (
+from condsearch.build.ann import (
     AUTO,
     IndexConfig,
     apply_search_params,
@@ -36,17 +36,17 @@ from condsearch.ann import (
     parse_memory,
     parse_search_params,
 )
-from condsearch.atomic import open_regular, read_capped, replacing_file
+from condsearch.store.atomic import open_regular, read_capped, replacing_file
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
-from condsearch.index import build_index
+from condsearch.build.faiss_indexes import build_index
 from condsearch.progress import progress_bar
-from condsearch.search import check_condition
-from condsearch.store import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
-from condsearch.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
+from condsearch.query.search import check_condition
+from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
+from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
 
 if TYPE_CHECKING:
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.model.vectorizer import Vectorizer
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ _CHUNKS = "rows"
 
 
 class CorpusSource(Protocol):
-    """A corpus as ingestion reads it (:class:`condsearch.corpus.Corpus` or :class:`~condsearch.corpus.CorpusFile`)."""
+    """A corpus as ingestion reads it (:class:`condsearch.corpus.reader.Corpus` or :class:`~condsearch.corpus.reader.CorpusFile`)."""
 
     @property
     def path(self) -> str: ...

@@ -1,7 +1,7 @@
 """A projection head applied with numpy: a one-shot query uses it so that it need not ``import torch``.
 
 The head's folder (config, checksum, fit) is :mod:`condsearch.artifacts.heads`'s; the torch
-module that trains it is :class:`condsearch.head.ProjectionHead`.
+module that trains it is :class:`condsearch.model.head.ProjectionHead`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class NumpyHead:
 
 
 def load_numpy_head(directory: Path) -> NumpyHead:
-    """Load a head saved by ``condsearch.head.save_head`` for numpy inference."""
+    """Load a head saved by ``condsearch.model.head.save_head`` for numpy inference."""
     from condsearch.artifacts.weights import load_weights
 
     config = read_head_config(directory)

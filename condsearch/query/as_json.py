@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 from condsearch.artifacts.profiles import MODE_CSR
 
 if TYPE_CHECKING:
-    from condsearch.hits import Hits
-    from condsearch.store import Manifest
+    from condsearch.query.hits import Hits
+    from condsearch.store.folder import Manifest
 
 
 #: decimal places of a score, and of a calibrated hit's z, in an answer
@@ -47,7 +47,7 @@ def index_summary(name: str, manifest: Manifest | Exception) -> dict[str, Any]:
         "router": _router(m),
         "dim": m.dim,
         "factory": m.factory,
-        "score_background": m.score_background,  # {}: none recorded (condsearch.calibration)
+        "score_background": m.score_background,  # {}: none recorded (condsearch.query.calibration)
     }
 
 

@@ -1,8 +1,8 @@
 """Corpora held in Python: a list of texts (with ids or not), a pandas DataFrame or a pyarrow Table.
 
-Each becomes a pyarrow table checked as a file is (:func:`condsearch.corpus.table_corpus`): the
+Each becomes a pyarrow table checked as a file is (:func:`condsearch.corpus.reader.table_corpus`): the
 same missing-column, empty-corpus and duplicate-id errors, named after what was given. Its
-checksum is that of its rows (:func:`condsearch.corpus.rows_checksum`), so indexing equal rows
+checksum is that of its rows (:func:`condsearch.corpus.reader.rows_checksum`), so indexing equal rows
 again re-encodes nothing.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from condsearch.corpus import ID_TYPES, Corpus, in_id_range, table_corpus
-from condsearch.corpus_formats import CorpusConfig
+from condsearch.corpus.formats import CorpusConfig
+from condsearch.corpus.reader import ID_TYPES, Corpus, in_id_range, table_corpus
 from condsearch.errors import CorpusError, first_line
 
 #: what an in-memory corpus is recorded as in the manifest, in place of a file's path

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from condsearch.answers import SCORE_PLACES
 from condsearch.errors import CondsearchError
+from condsearch.query.as_json import SCORE_PLACES
 
 if TYPE_CHECKING:
-    from condsearch.hits import Hits
-    from condsearch.manifest import Manifest
+    from condsearch.query.hits import Hits
+    from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ FIELDS = ("sample_rows", "pairs", "seed", "mean", "std", "quantiles")
 
 
 class Rows(Protocol):
-    """An (n, d) array of vectors read by rows: a NumPy array or a :class:`condsearch.vectors.VectorFile`."""
+    """An (n, d) array of vectors read by rows: a NumPy array or a :class:`condsearch.store.vectors.VectorFile`."""
 
     def __len__(self) -> int: ...
 

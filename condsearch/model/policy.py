@@ -2,7 +2,7 @@
 
 ``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
-:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
+:mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
 every core, except on a CPU kind where torch measured faster (an AMX CPU, in the bfloat16 that
 ``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
 passes on its checked float32 export where that measured faster than torch
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
 
 if TYPE_CHECKING:
-    from condsearch.manifest import Manifest
-    from condsearch.spec import EncoderSpec, Runtime
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _router_on_onnx(vec: Vectorizer, backend: Backend, device: str | None, threa
 def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.backend) -> Vectorizer:
     """Load the spec's vectorizer to encode a corpus with (`condsearch index`), run as ``backend`` asks.
 
-    The spec loads through torch first (:func:`condsearch.vectorizer.load_vectorizer`), which
+    The spec loads through torch first (:func:`condsearch.model.vectorizer.load_vectorizer`), which
     resolves everything left to ``auto``. Under ``auto`` on the CPU, a CASE model that a one-shot
     query of the index it builds would run on onnxruntime is run so here as well, with
     ``spec.runtime.threads`` or every core (its export written and checked against torch first
@@ -89,15 +89,15 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     float32 export likewise where that is faster (:func:`_router_on_onnx`). Anything else keeps torch.
     """
     from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
-    from condsearch.vectorizer import load_vectorizer
+    from condsearch.model.vectorizer import load_vectorizer
 
     vec = load_vectorizer(spec)
     if vec.mode == MODE_CSR:
         return _router_on_onnx(vec, backend, spec.runtime.device, spec.runtime.threads)
     if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not case_onnx_allowed(backend, spec.runtime.device):
         return vec
-    from condsearch.ingest import VectorizerInfo
-    from condsearch.one_shot import ModelRecord, load_onnx_twin
+    from condsearch.build.ingest import VectorizerInfo
+    from condsearch.model.one_shot import ModelRecord, load_onnx_twin
 
     threads = spec.runtime.threads or available_cores()
     light = load_onnx_twin(ModelRecord.of_vectorizer(vec), vec, threads=threads)
@@ -113,13 +113,13 @@ def load_served_vectorizer(
     """Load the model an index was built with, run as the server runs it.
 
     ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
-    (:mod:`condsearch.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and
+    (:mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and
     the CPU kind's measured path is onnxruntime; on AMX torch in ``--dtype auto``'s bfloat16;
     an export not yet cached is written now from the torch model and checked against it, as a
     first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
     export) transformers runs it; an int8 index runs its int8 export either way.
     """
-    from condsearch.vectorizer import vectorizer_for
+    from condsearch.model.vectorizer import vectorizer_for
 
     onnx = onnx_allowed(backend, runtime.device)
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
@@ -131,7 +131,7 @@ def load_served_vectorizer(
     if vec.mode == MODE_CSR:
         return _router_on_onnx(vec, backend, runtime.device, runtime.threads).serving()
     if case_onnx and vec.backend == "torch":
-        from condsearch.one_shot import load_onnx_twin
+        from condsearch.model.one_shot import load_onnx_twin
 
         light = load_onnx_twin(manifest, vec, threads=runtime.threads or available_cores())
         if light is not None:

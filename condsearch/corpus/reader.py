@@ -3,7 +3,7 @@
 :func:`read_corpus` loads a file whole; :func:`scan_corpus` checks one in a streaming pass and
 returns a :class:`CorpusFile` that is read again in record batches, so that a corpus of
 millions of rows is never held in memory. :func:`table_corpus` checks a pyarrow table the same way,
-and :mod:`condsearch.corpus_memory` turns Python lists and DataFrames into one.
+and :mod:`condsearch.corpus.memory` turns Python lists and DataFrames into one.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from condsearch.corpus_formats import (
+from condsearch.corpus.formats import (
     CorpusConfig,
     CorpusFormat,
     format_of,
@@ -25,8 +25,8 @@ from condsearch.corpus_formats import (
     read_table,
     record_batches,
 )
+from condsearch.corpus.regular_files import check_regular_file
 from condsearch.errors import CorpusError
-from condsearch.regular_files import check_regular_file
 
 
 @dataclass(frozen=True)
@@ -181,7 +181,7 @@ def scan_corpus(
 ) -> CorpusFile:
     """Check a corpus file in one streaming pass, as :func:`read_corpus` would, keeping only the ids seen.
 
-    ``format``: parquet, csv or jsonl [default: by extension, see :mod:`condsearch.corpus_formats`].
+    ``format``: parquet, csv or jsonl [default: by extension, see :mod:`condsearch.corpus.formats`].
     Skips null or blank texts; refuses a text column of other than strings (dictionary-encoded ones
     are decoded), an id column of other than strings or integers (:data:`ID_TYPES`), null, duplicate
     or beyond-64-bit ids, and a corpus with no text at all.

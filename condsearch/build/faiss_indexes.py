@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import faiss
 import numpy as np
 
-from condsearch.ann import IndexConfig, apply_search_params, check_factory, sample_rows, train_rows
+from condsearch.build.ann import IndexConfig, apply_search_params, check_factory, sample_rows, train_rows
 from condsearch.errors import first_line
 
 if TYPE_CHECKING:
-    from condsearch.vectors import VectorFile
+    from condsearch.store.vectors import VectorFile
 
 DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default is IndexConfig
 
@@ -63,11 +63,11 @@ def build_index(
 
     ``vectors`` is an array or anything with ``shape``, row slicing and ``take(rows, axis=0)``
     (a file of vectors read by rows): an index that needs training is trained on a seeded sample
-    of ``train_size`` rows [default: :func:`condsearch.ann.train_rows`], then rows are added
+    of ``train_size`` rows [default: :func:`condsearch.build.ann.train_rows`], then rows are added
     ``chunk_rows`` at a time, so no copy of all vectors is made. ``search_params`` (e.g.
     ``nprobe=32``) are set with FAISS's ParameterSpace.
 
-    Raises ValueError for a factory string of another form than :data:`condsearch.ann.FACTORY_FORMS`
+    Raises ValueError for a factory string of another form than :data:`condsearch.build.ann.FACTORY_FORMS`
     (checked before FAISS sees it), a training set too small for it, search parameters that do not
     apply or are out of range, and anything else FAISS refuses.
     """

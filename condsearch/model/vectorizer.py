@@ -1,4 +1,4 @@
-"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.spec.EncoderSpec` or an index.
+"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.model.spec.EncoderSpec` or an index.
 
 :func:`load_vectorizer` loads a spec (the CLI's flags, the Python API's arguments, Ray's actors);
 :func:`vectorizer_for` loads what an index was built with and refuses anything else (another
@@ -18,16 +18,16 @@ import numpy as np
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, recorded_profile, resolve_profile
+from condsearch.build.faiss_indexes import normalize
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
 from condsearch.errors import ModelError, StoreError
-from condsearch.index import normalize
-from condsearch.models import resolve_model
-from condsearch.spec import EncoderSpec, Runtime
+from condsearch.model.sources import resolve_model
+from condsearch.model.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
-    from condsearch.head import ProjectionHead
-    from condsearch.head_files import NumpyHead
-    from condsearch.manifest import Manifest
+    from condsearch.model.head import ProjectionHead
+    from condsearch.model.head_files import NumpyHead
+    from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Vectorizer:
     head_checksum: str
     mode: str = MODE_CASE
     profile: Profile | None = None  # the adapter, head or router folders it was loaded from
-    #: what runs the encoder: torch, or onnxruntime from a checked export (see :mod:`condsearch.one_shot`)
+    #: what runs the encoder: torch, or onnxruntime from a checked export (see :mod:`condsearch.model.one_shot`)
     backend: Literal["torch", "onnxruntime"] = "torch"
 
     @property
@@ -97,7 +97,7 @@ def load_profile_head(profile: Profile, encoder: Encoder) -> tuple[ProjectionHea
     """
     head, checksum, described = None, "", encoder.describe()
     if profile.head is not None:
-        from condsearch.head import load_head
+        from condsearch.model.head import load_head
 
         head, checksum = load_head(profile.head), head_checksum(profile.head)
         check_head(head.config, profile.name, described)
@@ -164,14 +164,14 @@ def vectorizer_for(
     ``quantize``: None loads the quantisation the index records, another value than the recorded
     one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
     ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
-    (:mod:`condsearch.one_shot`), without importing torch: a few one-shot queries, and the server.
+    (:mod:`condsearch.model.one_shot`), without importing torch: a few one-shot queries, and the server.
     ``one_condition``: the vectorizer encodes under the index's condition alone (a one-shot query), so
     that a router index's cached condition code lets it skip torch too (:mod:`condsearch.csr.one_shot`).
     """
     if one_shot and model is None and profile is None:
         if quantize is not None:  # the export follows the index; another quantisation is refused first
             _check_model(manifest, model, quantize)
-        from condsearch.one_shot import load_one_shot
+        from condsearch.model.one_shot import load_one_shot
 
         light = load_one_shot(
             manifest, threads=runtime.threads, condition=manifest.condition if one_condition else None

@@ -1,9 +1,9 @@
 """The encoder spec: every setting that makes a vector, built once by a front end and saved with each index.
 
 The CLI (or the Python API) builds one :class:`EncoderSpec` from its flags;
-:func:`condsearch.vectorizer.load_vectorizer` loads it, Ray ships it to its actors, and an index's
+:func:`condsearch.model.vectorizer.load_vectorizer` loads it, Ray ships it to its actors, and an index's
 manifest stores the spec of what was loaded (:meth:`EncoderSpec.recorded`: every ``auto`` resolved)
-as ``spec.to_dict()``, which :func:`condsearch.vectorizer.vectorizer_for` loads again. Indexes
+as ``spec.to_dict()``, which :func:`condsearch.model.vectorizer.vectorizer_for` loads again. Indexes
 written before the manifest held a spec give the same spec from their encoder record
 (:meth:`EncoderSpec.of_manifest`). :class:`Runtime` says where and how the spec runs here; it
 changes no vector and is never saved.
@@ -25,7 +25,7 @@ from condsearch.errors import StoreError
 
 if TYPE_CHECKING:
     from condsearch.artifacts.profiles import Profile
-    from condsearch.manifest import Manifest
+    from condsearch.store.manifest import Manifest
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 #: the columns of :meth:`Hits.to_dicts`, :meth:`Hits.to_pandas` and :meth:`Hits.to_arrow`
 COLUMNS = ("rank", "id", "score", "text", "row")
-#: the column calibrated hits add (:mod:`condsearch.calibration`)
+#: the column calibrated hits add (:mod:`condsearch.query.calibration`)
 Z_COLUMN = "z"
 
 
@@ -23,7 +23,7 @@ class Hit:
     """One row found for a query: its id, its score (cosine under the condition, higher is closer), text and row.
 
     ``z`` is set by a calibrated search only: the score's standard score against the index's background
-    (:mod:`condsearch.calibration`); the score itself is the same either way.
+    (:mod:`condsearch.query.calibration`); the score itself is the same either way.
     """
 
     id: str | int

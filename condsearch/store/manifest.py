@@ -1,6 +1,6 @@
 """An index's manifest: its fields, their types, and the one function that reads and checks them.
 
-``manifest.json`` sits beside the index files (:mod:`condsearch.store`) and in a Milvus catalog
+``manifest.json`` sits beside the index files (:mod:`condsearch.store.folder`) and in a Milvus catalog
 entry (:mod:`condsearch.scale.milvus`); both read it through :func:`manifest_from_dict`, which
 checks every field's type and range so that a damaged manifest is one line, never a traceback.
 """
@@ -14,15 +14,15 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from condsearch.calibration import background_problem
 from condsearch.errors import StoreError
-from condsearch.vectors import VECTORS_FILE
+from condsearch.query.calibration import background_problem
+from condsearch.store.vectors import VECTORS_FILE
 
 # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
 # 3: vectors.npy and rows' text hashes beside the index; search_params and fingerprint
 # 4: files, the sha256 and size of every file of the index
 # 5: spec, the EncoderSpec that loads the encoder again (before: read from the encoder record)
-# 6: score_background, the scores of a sample of the index's row pairs (condsearch.calibration)
+# 6: score_background, the scores of a sample of the index's row pairs (condsearch.query.calibration)
 FORMAT_VERSION = 6
 READABLE_FORMATS = (1, 2, 3, 4, 5, 6)
 MANIFEST = "manifest.json"
@@ -51,14 +51,14 @@ class Manifest:
     n_vectors: int
     n_skipped: int
     search_params: str = ""  # FAISS ParameterSpace string set on every load, e.g. "nprobe=32"
-    fingerprint: str = ""  # condsearch.vectors.vector_fingerprint of the kept vectors ("" when none are kept)
+    fingerprint: str = ""  # condsearch.store.vectors.vector_fingerprint of the kept vectors ("" when none are kept)
     index_checksum: str = ""  # sha256 of index.faiss
     index_size: int = 0  # bytes of index.faiss (format 2; 0: unknown, so loads hash in full)
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
-    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.spec.EncoderSpec.to_dict()
-    # format 6: condsearch.calibration.score_background of the kept vectors ({}: none recorded)
+    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.model.spec.EncoderSpec.to_dict()
+    # format 6: condsearch.query.calibration.score_background of the kept vectors ({}: none recorded)
     score_background: dict[str, object] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""

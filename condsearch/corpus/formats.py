@@ -2,11 +2,11 @@
 
 The format is named (``--format``) or told by the extension (``.parquet``/``.pq``, ``.csv``,
 ``.jsonl``/``.ndjson``); any other file is read as parquet, as every corpus was before the others.
-A CSV file's text and id columns are read as strings, exactly as written (:mod:`condsearch.corpus`
+A CSV file's text and id columns are read as strings, exactly as written (:mod:`condsearch.corpus.reader`
 takes an empty id for none, and an id column of plainly written integers as integers), its other
 columns as pyarrow infers; a JSON line's values keep their JSON types. Parquet and CSV stream; JSON
 lines stream where pyarrow has ``pyarrow.json.open_json`` (19 and later), else the file is read
-whole. A CSV or JSON lines file is checked by :mod:`condsearch.corpus_prescan` before each parse.
+whole. A CSV or JSON lines file is checked by :mod:`condsearch.corpus.prescan` before each parse.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from condsearch.corpus_prescan import check_text_file
+from condsearch.corpus.prescan import check_text_file
 from condsearch.errors import CorpusError, first_line
 
 if TYPE_CHECKING:  # pyarrow is imported when a file is read: the CLI's --help reads this module's choices
@@ -85,7 +85,7 @@ def record_batches(
     """Yield the corpus's record batches holding only ``columns``, the text and id columns (read as strings from
     a CSV file); parquet's of :data:`READ_BATCH_ROWS` rows.
 
-    ``prescan=False`` skips :func:`~condsearch.corpus_prescan.check_text_file`, for a caller that has just made it.
+    ``prescan=False`` skips :func:`~condsearch.corpus.prescan.check_text_file`, for a caller that has just made it.
     """
     import pyarrow.parquet as pq
 

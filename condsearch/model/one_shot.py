@@ -6,10 +6,10 @@ export is cached and checked (:mod:`condsearch.csr.one_shot`; a query under one 
 and to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
 earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
 int8 export), and only when the model revision, adapter and head are those the index records.
-:func:`condsearch.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
+:func:`condsearch.model.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
 torch otherwise. The same test, on what an index records (a manifest) or would record (a
 :class:`ModelRecord` of a vectorizer about to build one), decides where the server and bulk
-indexing run onnxruntime (:mod:`condsearch.backends`).
+indexing run onnxruntime (:mod:`condsearch.model.policy`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from condsearch.artifacts.heads import head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import CondsearchError, first_line
-from condsearch.head_files import load_numpy_head
-from condsearch.models import ModelSource, resolve_model
-from condsearch.spec import EncoderSpec
-from condsearch.vectorizer import Vectorizer, record_adapter
+from condsearch.model.head_files import load_numpy_head
+from condsearch.model.sources import ModelSource, resolve_model
+from condsearch.model.spec import EncoderSpec
+from condsearch.model.vectorizer import Vectorizer, record_adapter
 
 if TYPE_CHECKING:
     from condsearch.encoders.onnx_files import Precision
-    from condsearch.manifest import Manifest
+    from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

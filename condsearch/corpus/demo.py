@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-DEMO_TSV = Path(__file__).parent / "data" / "demo_corpus.tsv"
+DEMO_TSV = Path(__file__).parent.parent / "data" / "demo_corpus.tsv"
 
 
 def read_demo_rows() -> tuple[list[str], list[str]]:

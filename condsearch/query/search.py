@@ -23,16 +23,16 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 import numpy as np
 
 from condsearch.artifacts.profiles import MODES, Mode
+from condsearch.build.faiss_indexes import SearchResult, search, to_search_device
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.hits import Hit, Hits
-from condsearch.index import SearchResult, search, to_search_device
-from condsearch.manifest import Manifest
+from condsearch.query.hits import Hit, Hits
+from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from condsearch.store import StoredIndex
-    from condsearch.vectorizer import Vectorizer
+    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.store.folder import StoredIndex
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,8 @@ class Searchable(Protocol):
 
 class IndexSource(Protocol):
     """Where a long-running reader (the server, the Python API) finds indexes: a FAISS folder
-    (:class:`~condsearch.store.IndexStore`) or a Milvus database (:class:`~condsearch.scale.milvus.MilvusStore`)."""
+    (:class:`~condsearch.store.folder.IndexStore`) or a Milvus database
+    (:class:`~condsearch.scale.milvus.MilvusStore`)."""
 
     @property
     def root(self) -> Path | str:

@@ -25,7 +25,7 @@ modification time has changed; :meth:`IndexStore.verify` hashes every file of th
 :meth:`IndexStore.kept_vectors` hashes the rows and vectors before a re-index reuses them.
 
 Every version's manifest records the scores between a seeded sample of its kept vectors' rows
-(:func:`condsearch.calibration.score_background`), which calibrated queries measure scores against.
+(:func:`condsearch.query.calibration.score_background`), which calibrated queries measure scores against.
 
 Every file is opened without blocking and read only if it is a regular file (a FIFO or a link to
 ``/dev/zero`` is refused in one line, never waited on), and a manifest only up to 1 MiB. A manifest
@@ -54,12 +54,13 @@ import pyarrow.parquet as pq
 from filelock import FileLock
 
 from condsearch import __version__
-from condsearch.ann import apply_search_params
-from condsearch.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
-from condsearch.calibration import score_background
+from condsearch.build.ann import apply_search_params
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
-from condsearch.manifest import (  # re-exported: the store's readers and writers name them from here
+from condsearch.query.calibration import score_background
+from condsearch.query.search import FaissIndex, check_condition, damaged_note, find_index
+from condsearch.store.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
+from condsearch.store.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
     INDEX_FILE,
     INDEX_FILES,
@@ -68,8 +69,7 @@ from condsearch.manifest import (  # re-exported: the store's readers and writer
     Manifest,
     manifest_from_dict,
 )
-from condsearch.search import FaissIndex, check_condition, damaged_note, find_index
-from condsearch.vectors import VECTORS_FILE, VectorFile, text_hash
+from condsearch.store.vectors import VECTORS_FILE, VectorFile, text_hash
 
 log = logging.getLogger(__name__)
 
@@ -526,7 +526,7 @@ def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None
 
 
 def _background(path: Path) -> dict[str, object]:
-    """Return the score background (:func:`condsearch.calibration.score_background`) of a version's kept vectors.
+    """Return the score background (:func:`condsearch.query.calibration.score_background`) of a version's kept vectors.
 
     A version without kept vectors (:meth:`IndexStore.write` given none) records none.
     """

