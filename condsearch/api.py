@@ -22,7 +22,7 @@ from condsearch.build.ann import IndexConfig
 from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
-from condsearch.serve.config import ServeConfig
+from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
     import numpy as np
@@ -359,7 +359,7 @@ class Store:
         queries: str | Sequence[str],
         *,
         condition: str,
-        k: int = ServeConfig.k,
+        k: int = QueryConfig.k,
         corpus: str | None = None,
         calibrated: bool = False,
         build: bool = True,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, resolve_mode
+from condsearch.artifacts.routers import ROUTER_AUTO
 from condsearch.build.ann import IndexConfig, check_index_options
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
@@ -30,6 +31,7 @@ from condsearch.cli.options import (
 from condsearch.corpus.formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError
+from condsearch.model.sources import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from condsearch.build.ingest import BuildReport
@@ -100,9 +102,7 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
     help="Column holding unique ids [default: 'id' if present, else row number].",
 )
 @click.option("--name", "corpus_name", default=None, help="Corpus name in the store [default: the file's stem].")
-@click.option(
-    "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
-)
+@click.option("--model", default=None, help=f"Model id or local folder [default: {DEFAULT_MODEL}].")
 @profile_options
 @click.option(
     "--index-factory",
@@ -219,7 +219,7 @@ def _settings(
         "--bidirectional-layers": params["bidirectional_layers"] is not None,
         "--preset": params["preset"] is not None,
         "--quantize": params["quantize"] != EncoderSpec.quantize,
-        "--router": params["router"] != "auto",
+        "--router": params["router"] != ROUTER_AUTO,
         "--router-layer": params["router_layer"] is not None,
         "--router-variant": params["router_variant"] is not None,
         "--ray-actors": params["ray_actors"] is not None,

@@ -16,10 +16,13 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
+from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO
+from condsearch.artifacts.routers import ROUTER_AUTO
+from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.spec import EncoderSpec
 from condsearch.scale.config import RayConfig, check_address
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -173,7 +176,7 @@ def encoder_options(command: F) -> F:
         click.option(
             "--pooling",
             type=click.Choice(POOLINGS),
-            default="auto",
+            default=EncoderSpec.pooling,
             show_default=True,
             help=(
                 "Last token (Qwen3-Embedding, gte-Qwen2), mean of all tokens (e5/SFR-Mistral) or the "
@@ -199,7 +202,7 @@ def encoder_options(command: F) -> F:
         click.option(
             "--dtype",
             type=click.Choice(DTYPES),
-            default="auto",
+            default=EncoderSpec.dtype,
             show_default=True,
             help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, and for BERT-style "
             "encoders on an AMX CPU (CONDSEARCH_CPU_KIND), else float32.",
@@ -249,7 +252,7 @@ def router_options(command: F) -> F:
     options = [
         click.option(
             "--router",
-            default="auto",
+            default=ROUTER_AUTO,
             show_default=True,
             help="--mode csr: trained router folder, 'default' (shipped for the default model) or 'none' (untrained).",
         ),
@@ -261,14 +264,13 @@ def router_options(command: F) -> F:
         ),
         click.option(
             "--router-variant",
-            # condsearch.csr.context.ROUTER_VARIANTS, which imports torch
-            type=click.Choice(["paper", "extended", "context"]),
+            type=click.Choice(ROUTER_VARIANTS),
             default=None,
             help=(
                 "--mode csr: paper is eq. 1 of the router paper (layer t's own W_Q, (1 + w), no gain); extended is "
                 "ours (a trainable query copy, a learned gain, a condition-generated projection); context is ours "
                 "(sentence tokens attend to the condition's tokens in the top k layers; an untrained one takes k "
-                "as --router-layer -k) [default: the trained router's, else paper]."
+                f"as --router-layer -k) [default: the trained router's, else {DEFAULT_VARIANT}]."
             ),
         ),
     ]
@@ -285,7 +287,7 @@ def profile_options(command: F) -> F:
                 "Adapter + head together, shipped for the default model: 'full' (its full fine-tune on C-STS as "
                 "a rank-64 delta, no head, 384-d; what 'default' names), 'lora' (a LoRA adapter + 256-d head, the "
                 "earlier default), 'frozen' (a head on the frozen encoder); or 'none', 'auto' ('default' for "
-                "the default model, else none) or a folder from train (adapter and/or head) [default: auto]."
+                f"the default model, else none) or a folder from train (adapter and/or head) [default: {PROFILE_AUTO}]."
             ),
         ),
         click.option(

@@ -25,7 +25,7 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
-from condsearch.serve.config import ServeConfig
+from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
     from condsearch.model.spec import Runtime
@@ -78,7 +78,7 @@ _FEW_QUERIES = 16
 @click.argument("texts", nargs=-1)
 @click.option("-c", "--condition", required=True, help="Condition whose index to search.")
 @click.option(
-    "-k", "k", default=ServeConfig.k, show_default=True, type=int, help="Results per query (all rows if fewer)."
+    "-k", "k", default=QueryConfig.k, show_default=True, type=int, help="Results per query (all rows if fewer)."
 )
 @click.option(
     "-f",

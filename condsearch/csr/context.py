@@ -29,11 +29,9 @@ import torch
 from torch import nn
 
 from condsearch.csr.router import SentenceStates, _attention_mask, _layer_out, _layers
+from condsearch.csr.variants import CONTEXT
 from condsearch.encoders.pooling import mean_pool
 
-CONTEXT = "context"
-#: every router variant: the paper's eq. 1, the project's extended one and the context one (both ours)
-ROUTER_VARIANTS = ("paper", "extended", CONTEXT)
 #: which backbone parameters train: every one, or only the top k layers (the sentence cache then holds)
 TrainScope = Literal["all", "top"]
 TRAIN_SCOPES: tuple[TrainScope, ...] = ("all", "top")

@@ -14,10 +14,11 @@ import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
-from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ROUTER_VARIANTS, ContextCode, ContextConfig, ContextRouter
+from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.keys import QUERIES_SUBDIR, RouterIdentity
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
+from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.csr.weights import load_router_weights, saved_config
 from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
 
@@ -261,7 +262,7 @@ class CsrEncoder:
         if isinstance(variant, RouterConfig | ContextConfig):
             config = variant
         else:
-            name = variant or "paper"
+            name = variant or DEFAULT_VARIANT
             if name not in ROUTER_VARIANTS:
                 raise ModelError(f"unknown router variant {name!r} (use {', '.join(ROUTER_VARIANTS)})")
             config = CONTEXT_DEFAULT if name == CONTEXT else PRESETS[name]  # type: ignore[index]

@@ -15,11 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from condsearch.csr.variants import CONTEXT
 from condsearch.encoders.onnx_files import CACHE_SUBDIR, FORMAT_VERSION, TOKENIZER_FILE, Precision, runtime_versions
 from condsearch.model.output_cache import pair_key
 
-#: the context router's variant name (:data:`condsearch.csr.context.CONTEXT`)
-CONTEXT = "context"
 #: in an export's meta file: what it exports (CASE's exports have no such key)
 KIND = "csr-router"
 #: 2: the export carries its tokenizer (a one-shot query tokenizes without transformers)

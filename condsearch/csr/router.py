@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import copy
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import nn
 
+from condsearch.csr import variants
+from condsearch.csr.variants import RoutedVariant as Variant
 from condsearch.encoders.pooling import mean_pool
-
-Variant = Literal["paper", "extended"]
-VARIANTS: tuple[Variant, ...] = ("paper", "extended")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class RouterConfig:
     def variant(self) -> Variant:
         """Return 'paper' when nothing beyond eq. 1 is switched on, else 'extended'."""
         ours = self.decoupled_query or self.learn_gain or self.hyper_rank > 0
-        return "extended" if ours else "paper"
+        return variants.EXTENDED if ours else variants.PAPER
 
     def to_dict(self) -> dict[str, object]:
         return {**asdict(self), "variant": self.variant}
@@ -58,7 +57,7 @@ class RouterConfig:
 
     def describe(self) -> str:
         """Return a short label for tables, e.g. 'paper (eq. 1), t=-1'."""
-        if self.variant == "paper":
+        if self.variant == variants.PAPER:
             return f"paper (eq. 1), layer {self.layer}"
         parts = []
         if self.decoupled_query:
@@ -74,7 +73,7 @@ class RouterConfig:
 PAPER = RouterConfig()
 #: The project's extended router, chosen on dev (benchmarks/README.md): every extension on.
 EXTENDED = RouterConfig(decoupled_query=True, learn_gain=True, hyper_rank=16)
-PRESETS: dict[Variant, RouterConfig] = {"paper": PAPER, "extended": EXTENDED}
+PRESETS: dict[Variant, RouterConfig] = {variants.PAPER: PAPER, variants.EXTENDED: EXTENDED}
 
 
 @dataclass

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
 from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
+from condsearch.query.config import QueryConfig
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
@@ -38,8 +39,8 @@ class ServeConfig:
     #: torch device for the models (None: CUDA when present, as everywhere else)
     device: str | None = None
     trust_remote_code: bool = False
-    #: default k when a request names none
-    k: int = 10
+    #: default k when a request names none (every front end's: :class:`condsearch.query.config.QueryConfig`)
+    k: int = QueryConfig.k
     #: queries one request may carry
     max_queries: int = 256
     #: a request body larger than this gets a 413, refused before it is read whole (bytes)
@@ -85,7 +86,7 @@ class ServeConfig:
     #: what runs the encoders (see :data:`condsearch.encoders.cpu.Backend`)
     backend: Backend = CpuConfig.backend
     #: the encoders' intra-op threads on the CPU, torch's or onnxruntime's (None: every core)
-    threads: int | None = None
+    threads: int | None = CpuConfig.threads
     #: FAISS's OpenMP threads for searching (None: FAISS's own default, every core). Encoding and
     #: searching take turns on the batcher's thread, so both default to every core; what to measure
     #: before changing either is in docs/serve.md

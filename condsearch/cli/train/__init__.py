@@ -16,6 +16,7 @@ import click
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES
 from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.sources import DEFAULT_MODEL
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -130,9 +131,7 @@ def common_options(defaults: object, out_help: str) -> Callable[[F], F]:
             help="Rows per optimiser step.",
         ),
         config_option(defaults, "seed", "--seed", type=int, help="Seed for initialisation and shuffling."),
-        click.option(
-            "--model", default=None, help="Model id or local folder [default: sentence-transformers/all-MiniLM-L6-v2]."
-        ),
+        click.option("--model", default=None, help=f"Model id or local folder [default: {DEFAULT_MODEL}]."),
         click.option(
             "--max-length",
             default=None,

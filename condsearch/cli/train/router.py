@@ -10,10 +10,11 @@ import click
 
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
-from condsearch.csr.context import CONTEXT, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig
+from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig
 from condsearch.csr.router import PRESETS, RouterConfig
+from condsearch.csr.variants import ROUTER_VARIANTS
 from condsearch.train.mixture import TrainSource
-from condsearch.train.router import DEFAULT_SCOPE, INITS, LOSSES, RouterTrainConfig
+from condsearch.train.router import DEFAULT_SCOPE, INITS, LOSSES, WHOLE_BACKBONE_LR, RouterTrainConfig
 
 _DEFAULTS = RouterTrainConfig()
 #: flags that only the context router takes
@@ -72,7 +73,7 @@ _CONTEXT_FLAGS = ("k", "init")
     help=(
         "Train the whole backbone, or only the routed layers over cached sentence states: the top --k "
         f"for context [default: {DEFAULT_SCOPE}], layers from --router-layer up for paper/extended "
-        "[default: top; all is the paper's own setting, at lr 3e-5 unless --lr]."
+        f"[default: top; all is the paper's own setting, at lr {WHOLE_BACKBONE_LR:g} unless --lr]."
     ),
 )
 @config_option(
