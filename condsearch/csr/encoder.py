@@ -7,7 +7,6 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -17,18 +16,16 @@ from condsearch.csr.cache import StateCache, collate, default_state_dtype, split
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
 from condsearch.csr.keys import QUERIES_SUBDIR, RouterIdentity
+from condsearch.csr.onnx import OnnxRouter, load_onnx_router
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.csr.weights import load_router_weights, saved_config
-from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
-
-if TYPE_CHECKING:
-    from condsearch.csr.onnx import OnnxRouter
 from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.cpu import check_quantize
 from condsearch.errors import ModelError
+from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.model.sources import ModelSource, resolve_model
 from condsearch.progress import progress_bar
 
@@ -135,8 +132,6 @@ class CsrEncoder:
         Returns whether it does. A float32 export that cannot be made or was refused keeps torch (said
         in the log); int8 has no such fallback: a one-line ModelError.
         """
-        from condsearch.csr.onnx import load_onnx_router
-
         if self.device.type != "cpu":
             raise ModelError("the router runs on onnxruntime on the CPU only")
         try:

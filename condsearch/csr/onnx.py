@@ -33,13 +33,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from condsearch.csr.context import ContextCode, ContextRouter
-from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, ROUTE_FILE
+from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, ROUTE_FILE, RouterIdentity
 from condsearch.csr.onnx_graphs import ContextRoute, LowerPass, PaperRoute
 from condsearch.csr.onnx_run import INPUTS, RouterSessions, read_router_sessions
 from condsearch.csr.router import ConditionCode, Router, SentenceStates
@@ -68,9 +68,6 @@ from condsearch.encoders.onnx_files import (
 from condsearch.encoders.onnx_trace import as_plain, supports
 from condsearch.errors import ModelError
 
-if TYPE_CHECKING:
-    from condsearch.csr.encoder import CsrEncoder
-
 log = logging.getLogger(__name__)
 
 #: the router variants whose float32 export routed more pairs/s than torch float32 on this CPU, which
@@ -86,7 +83,27 @@ _PROBE_SENTENCES = [
 _PROBE_CONDITIONS = ["the colour of the dress", "sport", "the mood of the people in the picture"]
 
 
-def router_export_folder(encoder: CsrEncoder, precision: Precision) -> Path | None:
+class RouterEncoder(Protocol):
+    """What exporting, checking and loading a router reads of its :class:`~condsearch.csr.encoder.CsrEncoder`.
+
+    Named here, not imported: the encoder uses its export (:meth:`CsrEncoder.use_onnx`), not the reverse.
+    """
+
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def router(self) -> Router | ContextRouter: ...
+    @property
+    def tokenizer(self) -> Any: ...  # transformers' fast tokenizer of the model
+    @property
+    def max_length(self) -> int: ...
+    @property
+    def identity(self) -> RouterIdentity: ...
+    @property
+    def cache_root(self) -> Path: ...
+
+
+def router_export_folder(encoder: RouterEncoder, precision: Precision) -> Path | None:
     """Return where the router export of an encoder is cached, or None if it is unsafe to cache (revision 'main')."""
     w_scale = float(getattr(encoder.router, "w_scale", 1.0))
     return encoder.identity.export_folder(encoder.cache_root, precision, w_scale=w_scale)
@@ -127,7 +144,7 @@ class OnnxRouter:
         return torch.from_numpy(self.sessions.route(named, mask, per_code))
 
 
-def _graphs(encoder: CsrEncoder) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _graphs(encoder: RouterEncoder) -> tuple[torch.nn.Module, torch.nn.Module]:
     """Return the traceable (lower pass, routed pass) of an encoder's router; a one-line error if there are none."""
     router = encoder.router
     config: Any = router.model.config
@@ -140,7 +157,7 @@ def _graphs(encoder: CsrEncoder) -> tuple[torch.nn.Module, torch.nn.Module]:
     return LowerPass(plain, router.layer, keys=True), PaperRoute(plain, router.routed, gains, router.projection)
 
 
-def _probe(encoder: CsrEncoder) -> tuple[dict[str, torch.Tensor], list[ContextCode | ConditionCode]]:
+def _probe(encoder: RouterEncoder) -> tuple[dict[str, torch.Tensor], list[ContextCode | ConditionCode]]:
     """Return the probe's tokenized sentences and its condition codes: one per condition, then one per sentence."""
     tokenizer, router = encoder.tokenizer, encoder.router
 
@@ -170,7 +187,7 @@ def _export(
     )
 
 
-def export_router(encoder: CsrEncoder, folder: Path, precision: Precision, cache_name: str | None) -> None:
+def export_router(encoder: RouterEncoder, folder: Path, precision: Precision, cache_name: str | None) -> None:
     """Write the two graphs of an encoder's router and a meta file (not yet usable) into an empty folder."""
     lower, route = _graphs(encoder)
     inputs, codes = _probe(encoder)
@@ -249,7 +266,9 @@ def _largest(model: torch.nn.Module) -> Iterator[list[float]]:
             hook.remove()
 
 
-def routed_pairs(runner: Router | ContextRouter | OnnxRouter, encoder: CsrEncoder) -> tuple[np.ndarray, SentenceStates]:
+def routed_pairs(
+    runner: Router | ContextRouter | OnnxRouter, encoder: RouterEncoder
+) -> tuple[np.ndarray, SentenceStates]:
     """Return the probe's routed vectors by runner, (n_codes * n_sentences, hidden), and its sentence states."""
     inputs, codes = _probe(encoder)
     with torch.inference_mode():
@@ -258,7 +277,7 @@ def routed_pairs(runner: Router | ContextRouter | OnnxRouter, encoder: CsrEncode
     return np.concatenate(vectors), states
 
 
-def disagreement(encoder: CsrEncoder, runner: OnnxRouter) -> str | None:
+def disagreement(encoder: RouterEncoder, runner: OnnxRouter) -> str | None:
     """Return why an export's probe vectors stray too far from the torch router's, or None if they agree."""
     with _largest(encoder.router.model) as largest:
         want, _ = routed_pairs(encoder.router, encoder)
@@ -273,7 +292,7 @@ def disagreement(encoder: CsrEncoder, runner: OnnxRouter) -> str | None:
 
 
 def write_router_export(
-    encoder: CsrEncoder, folder: Path | None, precision: Precision, *, threads: int
+    encoder: RouterEncoder, folder: Path | None, precision: Precision, *, threads: int
 ) -> tuple[OnnxRouter | None, str | None]:
     """Export an encoder's router, check it against torch and cache it in folder (None: not cached).
 
@@ -297,7 +316,7 @@ def write_router_export(
 
 
 def load_onnx_router(
-    encoder: CsrEncoder, precision: Precision, *, threads: int
+    encoder: RouterEncoder, precision: Precision, *, threads: int
 ) -> tuple[OnnxRouter | None, str | None]:
     """Return (the router of an encoder on onnxruntime, None) or (None, why not), exporting it the first time.
 

@@ -15,8 +15,9 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -32,14 +33,12 @@ from condsearch.query.calibration import Background
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
-from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
+from condsearch.serve.embeddings import EmbedJob, add_embeddings, answer_jobs
 from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
+from condsearch.serve.refusals import ErrorResponse, RequestError, check_text
 from condsearch.store.manifest import Manifest
-
-if TYPE_CHECKING:
-    from condsearch.serve.embeddings import EmbedJob
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +66,12 @@ class QueryRequest(BaseModel):
     @field_validator("query", "condition", "corpus")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
-        return value if value is None else _check_text(value)
+        return value if value is None else check_text(value)
 
     @field_validator("queries")
     @classmethod
     def _texts(cls, value: list[str] | None) -> list[str] | None:
-        return value if value is None else [_check_text(t) for t in value]
+        return value if value is None else [check_text(t) for t in value]
 
     @model_validator(mode="after")
     def _one_kind_of_query(self) -> QueryRequest:
@@ -92,18 +91,6 @@ class QueryRequest(BaseModel):
     @property
     def texts(self) -> list[str]:
         return [self.query] if self.query is not None else list(self.queries or [])
-
-
-def _check_text(text: str) -> str:
-    # JSON can carry a lone surrogate (\ud800), which no tokenizer takes; NUL is in no real text
-    # and ends strings in C libraries
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("not valid Unicode (it holds a lone surrogate, such as \\ud800)") from None
-    if "\x00" in text:
-        raise ValueError("holds a NUL character")
-    return text
 
 
 class Hit(BaseModel):
@@ -137,18 +124,6 @@ class QueryResponse(BaseModel):
         description="Per query, the share of its tokens the model's vocabulary lacks (read as [UNK]; null where "
         "not counted). Near 1 (Chinese or emoji for an English model), the model cannot read the query."
     )
-
-
-class ErrorResponse(BaseModel):
-    error: str
-
-
-class RequestError(Exception):
-    """A request the server refuses with a status and a one-line reason."""
-
-    def __init__(self, status: int, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.extra = status, extra
 
 
 def _error(status: int, reason: BaseException | str, **extra: Any) -> JSONResponse:
@@ -209,8 +184,6 @@ class _SecuredApp(FastAPI):
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
-    from condsearch.serve.embeddings import add_embeddings, answer_jobs  # it imports this module
-
     # one batcher for /query's jobs and /v1/embeddings' (an Answer or an array each), so they take turns
     batcher: MicroBatcher[QueryJob | EmbedJob, Any] = MicroBatcher(
         partial(answer_jobs, resident),

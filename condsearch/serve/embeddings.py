@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from condsearch.serve.engine import QueryJob, Resident
+from condsearch.serve.tokens import estimate_tokens
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
@@ -36,12 +38,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import Listing, vectorizer_key
-from condsearch.serve.app import ErrorResponse, RequestError, _check_text
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import QueryJob, Resident
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
-from condsearch.serve.tokens import estimate_tokens
+from condsearch.serve.refusals import ErrorResponse, RequestError, check_text
 from condsearch.store.manifest import Manifest
 
 #: what a client that sends token ids is told (LangChain's OpenAIEmbeddings sends them unless told not to)
@@ -98,7 +98,7 @@ class EmbeddingsRequest(BaseModel):
         for i, text in enumerate(texts):
             if isinstance(text, str):
                 try:
-                    _check_text(text)
+                    check_text(text)
                 except ValueError as exc:
                     raise ValueError(f"input[{i}]: {exc}") from None
                 if not text.strip():
@@ -110,7 +110,7 @@ class EmbeddingsRequest(BaseModel):
     def _condition(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        if not _check_text(value).strip():
+        if not check_text(value).strip():
             raise ValueError("the condition is empty")
         return value.strip()
 

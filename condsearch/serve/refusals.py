@@ -1,0 +1,37 @@
+"""How an endpoint refuses a request: the check every text field gets, the error raised, the body answered.
+
+``POST /query`` (:mod:`condsearch.serve.app`) and ``POST /v1/embeddings``
+(:mod:`condsearch.serve.embeddings`) share these; the app turns a :class:`RequestError` into
+``{"error": "one line"}`` (:class:`ErrorResponse`) with its status.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class ErrorResponse(BaseModel):
+    error: str
+
+
+class RequestError(Exception):
+    """A request the server refuses with a status and a one-line reason."""
+
+    def __init__(self, status: int, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.extra = status, extra
+
+
+def check_text(text: str) -> str:
+    """Return text if a tokenizer can take it; a ValueError (a 422 from a validator) naming why not."""
+    # JSON can carry a lone surrogate (\ud800), which no tokenizer takes; NUL is in no real text
+    # and ends strings in C libraries
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("not valid Unicode (it holds a lone surrogate, such as \\ud800)") from None
+    if "\x00" in text:
+        raise ValueError("holds a NUL character")
+    return text
