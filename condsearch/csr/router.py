@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from condsearch.csr import variants
+import condsearch.csr.variants as variants  # not from the package, whose __init__ imports this module
 from condsearch.csr.variants import RoutedVariant as Variant
 from condsearch.encoders.pooling import mean_pool
 
