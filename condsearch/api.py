@@ -5,7 +5,7 @@ or the router tri-encoder (with its router), to encode texts under a condition o
 the mode when none is named is `condsearch index`'s
 (:data:`~condsearch.artifacts.profiles.DEFAULT_MODE`). A store keeps what it loads: each index
 once (again when `condsearch index` replaces it) and one model per model key, shared by every
-index built with the same model (the server's :class:`~condsearch.serve.engine.Resident`).
+index built with the same model (the server's :class:`~condsearch.query.resident.Resident`).
 Searches answer through :func:`condsearch.query.search.answer`, as the CLI and the server do.
 """
 
@@ -23,20 +23,20 @@ from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.query.config import QueryConfig
+from condsearch.store.sources import is_milvus
 
 if TYPE_CHECKING:
     import numpy as np
 
     from condsearch.model.vectorizer import Vectorizer
     from condsearch.query.hits import Hits
-    from condsearch.serve.engine import LoadedIndex, Resident
+    from condsearch.query.resident import LoadedIndex, Resident
     from condsearch.store.folder import Manifest
 
 #: the corpus name of data given in memory, where a file's would be its stem
 MEMORY_NAME = "corpus"
 #: how the API's errors tell the caller to name a corpus
 CORPUS_KEYWORD = "corpus="
-MILVUS_PREFIXES = ("milvus-lite:", "milvus://")
 #: what ``router=`` may name besides a folder (as `condsearch index --router`)
 ROUTER_NAMES = (ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE)
 
@@ -97,7 +97,7 @@ def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
 
 def _condition(condition: object, what: str = "the condition must be a string") -> str:
     """Return a condition stripped, refusing one that is not a string, is blank or is not valid UTF-8."""
-    from condsearch.query.search import check_condition
+    from condsearch.store.listing import check_condition
 
     if not isinstance(condition, str):
         raise CondsearchError(f"{what}, not {type(condition).__name__}")
@@ -219,11 +219,11 @@ class Store:
         trust_remote_code: bool = False,
     ) -> None:
         from condsearch.defaults import default_index_dir
-        from condsearch.serve.engine import Resident
+        from condsearch.query.resident import Resident
         from condsearch.store.folder import IndexStore
 
         self.location = str(location if location is not None else default_index_dir())
-        self.milvus = self.location.startswith(MILVUS_PREFIXES)
+        self.milvus = is_milvus(self.location)
         self._model = model  # given: index() encodes with it, and a mode or router it is not is refused
         self._loaded: dict[tuple[Mode, str | None], Model] = {}  # loaded for index(), by mode and router
         self.device, self.threads, self.trust_remote_code = device, threads, trust_remote_code
@@ -240,15 +240,21 @@ class Store:
         return f"condsearch.Store({self.location!r})"
 
     def _vectorizer(self, manifest: Manifest) -> Vectorizer:
-        """Return the model an index needs: one this store holds under its key, else loaded and checked."""
+        """Return the model an index needs: one this store holds under its key, else loaded as the server loads it.
+
+        :func:`condsearch.model.policy.load_index_model` is the server's policy too (onnxruntime on the CPU
+        where the index allows it), so a search here answers exactly as `condsearch serve` does.
+        """
+        from condsearch.encoders.cpu import available_cores
+        from condsearch.model.policy import load_index_model
         from condsearch.model.spec import Runtime
-        from condsearch.model.vectorizer import vectorizer_for
         from condsearch.query.search import vectorizer_key
 
         key = vectorizer_key(manifest)
         if key not in self._models:
-            runtime = Runtime(device=self.device, threads=self.threads, trust_remote_code=self.trust_remote_code)
-            self._models[key] = vectorizer_for(manifest, runtime=runtime).serving()
+            threads = self.threads or available_cores()  # as the server's ServeConfig.encode_threads
+            runtime = Runtime(device=self.device, threads=threads, trust_remote_code=self.trust_remote_code)
+            self._models[key] = load_index_model(manifest, runtime=runtime)
         return self._models[key]
 
     def index(
@@ -281,7 +287,8 @@ class Store:
         from condsearch.build.ingest import index_conditions
         from condsearch.corpus.memory import memory_corpus
         from condsearch.corpus.reader import scan_corpus
-        from condsearch.query.search import kept_mode, vectorizer_key
+        from condsearch.query.search import vectorizer_key
+        from condsearch.store.listing import kept_mode
 
         if self._store is None:
             raise CondsearchError(
@@ -374,7 +381,6 @@ class Store:
         `condsearch query` does (:func:`condsearch.query.on_demand.build_on_demand`); False raises
         :class:`~condsearch.errors.UnknownCondition` instead, as does a Milvus store, which cannot build.
         """
-        from condsearch.query.calibration import Background
         from condsearch.query.search import answer
 
         texts = _strings([queries] if isinstance(queries, str) else queries, "queries", "query")
@@ -383,21 +389,19 @@ class Store:
             raise CondsearchError(f"build must be True or False, not {type(build).__name__}")
         if self._resident is not None:
             loaded = self._loaded_index(self._resident, condition, corpus, build=build)
-            background = Background.of(loaded.manifest) if calibrated else None
-            found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k)
+            found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k, calibrated=calibrated)
         else:
             from condsearch.scale.milvus import open_index
 
             try:
                 with open_index(self.location, condition, corpus) as index:
-                    background = Background.of(index.manifest) if calibrated else None
-                    found = answer(index, self._vectorizer(index.manifest), texts, k)
+                    found = answer(index, self._vectorizer(index.manifest), texts, k, calibrated=calibrated)
             except UnknownCondition as exc:
                 if not build:
                     raise
                 cannot = "; a Milvus store cannot build one on demand: index it into a folder"
                 raise UnknownCondition(str(exc) + cannot, exc.conditions) from exc
-        hits = [background.calibrate(h) for h in found.hits] if background else found.hits
+        hits = found.hits
         return hits[0] if isinstance(queries, str) else hits
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:

@@ -102,7 +102,7 @@ def test_search_one_query_or_several_and_k_capped(tmp_path: Path, tiny_model: co
 
 
 def test_the_store_shares_loaded_models(tmp_path: Path, tiny_model, demo, monkeypatch: pytest.MonkeyPatch) -> None:
-    import condsearch.model.vectorizer as vectorizer
+    import condsearch.model.policy as vectorizer
 
     _, texts = demo
     condsearch.open(tmp_path, model=tiny_model).index(texts[:12], [COLOUR, "the sport"], name="c")

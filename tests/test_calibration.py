@@ -22,7 +22,6 @@ from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.calibration import (
-    FIELDS,
     QUANTILES,
     SAMPLE_ROWS,
     Background,
@@ -30,10 +29,11 @@ from condsearch.query.calibration import (
     score_background,
 )
 from condsearch.query.hits import COLUMNS, Z_COLUMN
+from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import Resident
 from condsearch.store.folder import IndexStore
+from condsearch.store.manifest import BACKGROUND_FIELDS as FIELDS
 from condsearch.store.manifest import MANIFEST
 from condsearch.store.vectors import VECTORS_FILE
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus

@@ -13,13 +13,13 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from condsearch import __version__
 from condsearch.artifacts.files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.artifacts.files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.artifacts.heads import HeadConfig
 from condsearch.cli import main
 from condsearch.model.head import ProjectionHead, save_head
 from condsearch.store.folder import INDEX_FILE, MANIFEST, IndexStore
+from condsearch.version import __version__
 from tests.conftest import SENTENCES
 
 COLOUR = "color of the dress"

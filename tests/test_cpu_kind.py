@@ -17,9 +17,8 @@ from condsearch.encoders import cpu_kind as kinds
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV, PATHS, cpu_kind, kind_of_flags, read_flags
 from condsearch.errors import ModelError
-from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_served_vectorizer
+from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model, vectorizer_for
 from condsearch.model.spec import EncoderSpec, Runtime
-from condsearch.model.vectorizer import vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.tolerance import EPS32, vector_tolerance
@@ -140,7 +139,7 @@ def test_index_on_amx_runs_torch_bfloat16_records_it_and_float32_answers_it(
     built = _manifest(tmp_path / "amx")
     assert built.encoder[AUTO_DTYPE_KEY] == "bfloat16" and built.spec["dtype"] == "auto"  # what ran; what was asked
     # the server on AMX runs the same: torch in bfloat16
-    served = load_served_vectorizer(built, runtime=Runtime(device="cpu"))
+    served = load_index_model(built, runtime=Runtime(device="cpu"))
     assert backend_of(served) == "torch" and served.encoder.dtype == torch.bfloat16  # type: ignore[attr-defined]
 
     monkeypatch.setenv(CPU_KIND_ENV, "avx512")
@@ -154,7 +153,7 @@ def test_index_on_amx_runs_torch_bfloat16_records_it_and_float32_answers_it(
     # another kind answers the bfloat16 index in float32, on torch and on onnxruntime, without refusal
     float32 = vectorizer_for(built, runtime=Runtime(device="cpu"))
     assert float32.encoder.dtype == torch.float32  # type: ignore[attr-defined]
-    light = load_served_vectorizer(built, runtime=Runtime(device="cpu"))
+    light = load_index_model(built, runtime=Runtime(device="cpu"))
     assert backend_of(light) == "onnxruntime"
     # a score moves by the query's and the row's errors: float32's rounding bound, in bfloat16's units
     tolerance = vector_tolerance(float32, [*SENTENCES, *QUERIES], COLOUR) * BF16_OVER_F32

@@ -24,7 +24,7 @@ from condsearch.csr.one_shot import OneShotRouterEncoder, round_as_stored
 from condsearch.encoders.onnx_files import META_FILE
 from condsearch.model.one_shot import load_one_shot
 from condsearch.model.output_cache import default_cache_dir
-from condsearch.model.vectorizer import vectorizer_for
+from condsearch.model.policy import vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import assert_same_ranking
 from tests.test_cli import assert_clean_error
@@ -137,7 +137,7 @@ def test_a_one_shot_router_query_loads_no_torch(index_dir: Path) -> None:
 
 
 def test_the_one_shot_path_is_taken_and_agrees_with_torch_and_the_server(index_dir: Path) -> None:
-    from condsearch.model.policy import load_served_vectorizer
+    from condsearch.model.policy import load_index_model
     from condsearch.model.spec import Runtime
 
     manifest = _manifest(index_dir)
@@ -145,7 +145,7 @@ def test_the_one_shot_path_is_taken_and_agrees_with_torch_and_the_server(index_d
     assert isinstance(light.encoder, OneShotRouterEncoder) and light.backend == "onnxruntime"
     assert light.encoder.describe() == manifest.encoder and light.mode == "csr"
     heavy = vectorizer_for(manifest)
-    served = load_served_vectorizer(manifest, runtime=Runtime())
+    served = load_index_model(manifest, runtime=Runtime())
     assert served.encoder.backend == "onnxruntime" and heavy.encoder.backend == "torch"
     for query in QUERIES:  # one at a time: each pass sees the same shapes
         got = light.encode([query], CONDITION)

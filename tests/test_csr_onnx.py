@@ -14,7 +14,7 @@ from condsearch.csr.encoder import CsrEncoder
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.encoders.onnx_files import META_FILE
 from condsearch.errors import ModelError
-from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_served_vectorizer
+from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model
 from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.manifest import Manifest, manifest_from_dict
 from tests.conftest import SENTENCES as CORPUS
@@ -201,12 +201,12 @@ def test_the_server_runs_each_index_as_built(tiny_bert_dir: Path, corpus_file: P
     served = {}
     for name in ("float32", "int8"):
         manifest = _manifest(tmp_path / name)
-        served[name] = load_served_vectorizer(manifest, runtime=runtime)
+        served[name] = load_index_model(manifest, runtime=runtime)
         assert backend_of(served[name]) == "onnxruntime"
         assert served[name].encoder.describe() == manifest.encoder
     assert served["int8"].encoder.precision == "int8" and served["float32"].encoder.precision == "float32"
     manifest = _manifest(tmp_path / "float32")
-    assert backend_of(load_served_vectorizer(manifest, backend="torch", runtime=runtime)) == "torch"
+    assert backend_of(load_index_model(manifest, backend="torch", runtime=runtime)) == "torch"
 
 
 def test_bulk_routes_on_onnx_only_where_it_measured_faster(tiny_bert_dir: Path, monkeypatch) -> None:

@@ -11,8 +11,8 @@ from click.testing import CliRunner, Result
 
 import condsearch
 from condsearch.cli import main
-from condsearch.query.search import kept_mode
 from condsearch.store.folder import IndexStore
+from condsearch.store.listing import kept_mode
 from condsearch.store.manifest import Manifest
 from tests.conftest import SENTENCES
 

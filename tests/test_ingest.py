@@ -13,8 +13,9 @@ import pytest
 from condsearch.build.ingest import index_conditions
 from condsearch.corpus.reader import read_corpus, scan_corpus
 from condsearch.errors import CorpusError
+from condsearch.model.policy import vectorizer_for
 from condsearch.model.spec import Runtime
-from condsearch.model.vectorizer import Vectorizer, vectorizer_for
+from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore
 from condsearch.store.vectors import VectorFile

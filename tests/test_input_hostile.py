@@ -52,7 +52,7 @@ def hashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     index_corpus(read_corpus(path), [CONDITION], _hash_vectorizer(), IndexStore(root / "indexes"), corpus_name="c")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("condsearch.model.vectorizer.load_vectorizer", _hash_vectorizer)
-        patch.setattr("condsearch.model.vectorizer.vectorizer_for", _hash_vectorizer)
+        patch.setattr("condsearch.model.policy.vectorizer_for", _hash_vectorizer)
         patch.setattr("condsearch.model.one_shot.cache_onnx_export", lambda *_: None)
         yield root / "indexes"
 

@@ -376,10 +376,11 @@ def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
     from condsearch.corpus.demo import write_demo_corpus
     from condsearch.corpus.reader import read_corpus
     from condsearch.model.vectorizer import Vectorizer
+    from condsearch.query.resident import Resident
     from condsearch.serve.config import ServeConfig
-    from condsearch.serve.engine import Resident
-    from condsearch.serve.server import BackgroundServer, build_app, open_source
+    from condsearch.serve.server import BackgroundServer, build_app
     from condsearch.store.folder import IndexStore
+    from condsearch.store.sources import open_source
     from tests.conftest import HashEncoder
 
     corpus, where, db = tmp_path / "demo.parquet", tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"
@@ -392,7 +393,11 @@ def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
 
     def served(**source: object) -> tuple[dict, list[dict]]:
         config = ServeConfig(reload_interval_s=0.05, **source)  # type: ignore[arg-type]
-        resident = Resident(open_source(config), lambda _manifest: vec, reload_interval_s=config.reload_interval_s)
+        resident = Resident(
+            open_source(config.store or config.index_dir),
+            lambda _manifest: vec,
+            reload_interval_s=config.reload_interval_s,
+        )
         with BackgroundServer(build_app(config, resident)) as server, httpx.Client(base_url=server.url) as http:
             listed = http.get("/indexes").json()
             answers = [http.post("/query", json={"queries": DEMO_QUERIES, "condition": c, "k": 10}) for c in conditions]

@@ -30,9 +30,9 @@ from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.head_files import load_numpy_head
 from condsearch.model.one_shot import cache_onnx_export, load_one_shot
 from condsearch.model.output_cache import default_cache_dir
+from condsearch.model.policy import vectorizer_for
 from condsearch.model.sources import resolve_model
 from condsearch.model.spec import EncoderSpec, Runtime
-from condsearch.model.vectorizer import vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.test_onnx_trace import _adapter

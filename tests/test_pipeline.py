@@ -15,8 +15,9 @@ from condsearch.errors import CondsearchError, ModelError
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.sources import DEFAULT_MODEL, resolve_model
 from condsearch.model.vectorizer import Vectorizer, resolve_head
-from condsearch.query.search import check_condition, query_index
+from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore
+from condsearch.store.listing import check_condition
 from tests.conftest import SENTENCES, HashEncoder
 
 

@@ -16,9 +16,11 @@ from condsearch.corpus.reader import read_corpus
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.hits import Hit, Hits
-from condsearch.query.search import FaissIndex, Request, answer, answer_batch, capped_k, find_index
+from condsearch.query.search import Request, answer, answer_batch, capped_k
 from condsearch.store.folder import IndexStore
+from condsearch.store.listing import find_index
 from condsearch.store.manifest import Manifest
+from condsearch.store.searchable import FaissIndex
 from tests.conftest import SENTENCES, HashEncoder
 
 COLOUR = "color of the dress"

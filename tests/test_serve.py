@@ -273,7 +273,7 @@ def test_another_quantisation_is_refused_before_onnxruntime_loads(index_dir: Pat
 def test_search_threads_reach_faiss_on_the_searching_thread(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
-    from condsearch.serve import engine
+    from condsearch.query import resident as engine
 
     seen: list[tuple[str, int]] = []
     monkeypatch.setattr(engine, "set_search_threads", lambda n: seen.append((threading.current_thread().name, n)))

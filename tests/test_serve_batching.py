@@ -14,8 +14,8 @@ from condsearch.build.faiss_indexes import exact_search
 from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.resident import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
 from condsearch.serve.batching import MicroBatcher
-from condsearch.serve.engine import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 

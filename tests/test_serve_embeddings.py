@@ -20,9 +20,9 @@ import condsearch
 from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import Resident
 from condsearch.serve.server import BackgroundServer, build_app
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder

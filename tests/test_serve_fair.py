@@ -21,10 +21,10 @@ from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.base import Pair
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.resident import QueryJob, Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import QueryJob, Resident
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 

@@ -129,7 +129,7 @@ def test_every_error_answers_with_the_security_headers(
         def crash(*_: object) -> None:
             raise RuntimeError("boom")
 
-        monkeypatch.setattr("condsearch.serve.engine.Resident.get", crash)
+        monkeypatch.setattr("condsearch.query.resident.Resident.get", crash)
         response = http.post("/query", json=query)
         assert response.status_code == 500 and response.json() == {"error": "internal error (RuntimeError)"}
         assert_secured(response, "500 unexpected")

@@ -28,10 +28,10 @@ from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.base import Pair
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.resident import QueryJob, Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import QueryJob, Resident
 from condsearch.serve.server import BackgroundServer
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus
@@ -322,7 +322,7 @@ def test_k_may_be_any_positive_integer(client: TestClient) -> None:
 
 
 def test_k_counts_the_results_found_not_those_asked(store: IndexStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    import condsearch.query.search as engine  # the one query path the server answers through
+    import condsearch.store.searchable as engine  # where every FAISS index the server answers from is searched
 
     real = engine.search
 

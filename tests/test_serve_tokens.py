@@ -1,6 +1,6 @@
 """The server cuts a long query before tokenising it: the model gets the same tokens, so the same vector.
 
-Differential tests: a text cut by :class:`condsearch.serve.tokens.TextCutter` against the text
+Differential tests: a text cut by :class:`condsearch.query.tokens.TextCutter` against the text
 whole, through the encoders' own inputs (:func:`condsearch.encoders.bert_inputs.case_inputs`,
 token for token) and through a model (the vectors). Hypothesis draws texts from an alphabet of
 what breaks naive cuts: white space BERT removes (\\x0b, \\x1c, \\x85), combining accents, CJK,
@@ -23,7 +23,7 @@ from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
 from condsearch.model.sources import resolve_model
 from condsearch.model.spec import EncoderSpec, Runtime
-from condsearch.serve.tokens import CHARS_PER_TOKEN, TextCutter, estimate_tokens, text_cutter
+from condsearch.query.tokens import CHARS_PER_TOKEN, TextCutter, estimate_tokens, text_cutter
 
 CONDITION = "the color of the dress"
 WORDS = "a girl in an orange dress serves the ball while the crowd watches from green seats".split()

@@ -11,8 +11,9 @@ from click.testing import CliRunner
 
 from condsearch.cli import main
 from condsearch.errors import StoreError
+from condsearch.model.policy import vectorizer_for
 from condsearch.model.spec import EncoderSpec, Runtime
-from condsearch.model.vectorizer import load_vectorizer, vectorizer_for
+from condsearch.model.vectorizer import load_vectorizer
 from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import FORMAT_VERSION
 

@@ -80,7 +80,8 @@ def snapshot_variant(name: str, flags: list[str], corpus: Path, root: Path) -> d
         hits.to_dicts() for hits in condsearch.open(index_dir, device="cpu").search(QUERIES, condition=CONDITION, k=K)
     ]
     served_hits = [[{"id": h["id"], "score": h["score"]} for h in answer] for answer in served]
-    api_hits = [[{"id": h["id"], "score": h["score"]} for h in answer] for answer in api]
+    # the server's JSON gives scores to SCORE_PLACES decimals (condsearch.query.as_json)
+    api_hits = [[{"id": h["id"], "score": round(h["score"], 6)} for h in answer] for answer in api]
     return {
         "vectors_npy_sha256": vectors,
         "query_json_sha256": _sha(query.encode()),

@@ -16,9 +16,9 @@ from typing import TypeVar
 
 import numpy as np
 
-from condsearch import __version__
 from condsearch.corpus.csts import CstsData
 from condsearch.errors import CondsearchError, first_line
+from condsearch.version import __version__
 
 T = TypeVar("T")
 

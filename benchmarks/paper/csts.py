@@ -31,7 +31,6 @@ import torch
 from benchmarks._lib.common import git_commit, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks._lib.features import plain_features  # noqa: E402
 from benchmarks._lib.isotropy import cosine_to_mean, isotropy  # noqa: E402
-from condsearch import __version__  # noqa: E402
 from condsearch.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noqa: E402
 from condsearch.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
 from condsearch.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
@@ -50,6 +49,7 @@ from condsearch.train.head import (  # noqa: E402
     evaluate_head,
     fit_head,
 )
+from condsearch.version import __version__  # noqa: E402
 
 SMOKE_ROWS = 48
 HEAD_CHOICES = ("auto", HEAD_DEFAULT, *SHIPPED_HEADS, "train", "none")

@@ -293,9 +293,9 @@ def measure_stages(args: argparse.Namespace, index_dir: Path) -> list[dict[str, 
     from condsearch.build.faiss_indexes import search_threads
     from condsearch.encoders.bert_inputs import case_inputs
     from condsearch.query.as_json import query_answer
+    from condsearch.query.resident import Resident, backend_of
     from condsearch.query.search import Answer
     from condsearch.serve.config import ServeConfig
-    from condsearch.serve.engine import Resident, backend_of
     from condsearch.store.folder import IndexStore
 
     texts = queries(max(args.clients))

@@ -36,14 +36,15 @@ from condsearch.build.ann import (
     parse_memory,
     parse_search_params,
 )
-from condsearch.store.atomic import open_regular, read_capped, replacing_file
+from condsearch.build.faiss_indexes import build_index
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
-from condsearch.build.faiss_indexes import build_index
+from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
-from condsearch.query.search import check_condition
+from condsearch.store.atomic import open_regular, read_capped, replacing_file
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
-from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash, vector_fingerprint
+from condsearch.store.listing import check_condition
+from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
 
 if TYPE_CHECKING:
     from condsearch.model.vectorizer import Vectorizer
@@ -58,7 +59,10 @@ _CHUNKS = "rows"
 
 
 class CorpusSource(Protocol):
-    """A corpus as ingestion reads it (:class:`condsearch.corpus.reader.Corpus` or :class:`~condsearch.corpus.reader.CorpusFile`)."""
+    """A corpus as ingestion reads it.
+
+    A :class:`condsearch.corpus.reader.Corpus` or a :class:`~condsearch.corpus.reader.CorpusFile`.
+    """
 
     @property
     def path(self) -> str: ...
@@ -104,39 +108,6 @@ def plan_index(n: int, dim: int, factory: str, search_params: str, max_index_mem
     return factory, format_search_params(parse_search_params(search_params))
 
 
-@dataclass(frozen=True)
-class VectorizerInfo:
-    """What a manifest records of a vectorizer (Ray asks a worker for it, so that its driver loads no model)."""
-
-    model_id: str
-    revision: str
-    described: dict[str, object]
-    mode: str
-    profile_name: str
-    head_checksum: str
-    dim: int
-    spec: dict[str, object]  # EncoderSpec.to_dict() of what was loaded
-
-    @classmethod
-    def of(cls, vectorizer: Vectorizer) -> VectorizerInfo:
-        """Return what the manifest records of vectorizer."""
-        enc = vectorizer.encoder
-        return cls(
-            enc.model_id,
-            enc.revision,
-            enc.describe(),
-            vectorizer.mode,
-            vectorizer.profile_name,
-            vectorizer.head_checksum,
-            vectorizer.dim,
-            vectorizer.spec.to_dict(),
-        )
-
-    @property
-    def fingerprint(self) -> str:
-        return vector_fingerprint(self.described, mode=self.mode, head_checksum=self.head_checksum, dim=self.dim)
-
-
 def index_staged_vectors(staging: Path, factory: str, search_params: str) -> faiss.Index:
     """Build the FAISS index from a staging folder's complete vectors file; a bad factory is one line."""
     vectors = VectorFile(staging / VECTORS_FILE)
@@ -149,7 +120,7 @@ def index_staged_vectors(staging: Path, factory: str, search_params: str) -> fai
 
 
 def publish_staged(
-    draft: Draft, corpus: CorpusSource, corpus_name: str, info: VectorizerInfo, *, factory: str, search_params: str
+    draft: Draft, corpus: CorpusSource, corpus_name: str, info: ModelIdentity, *, factory: str, search_params: str
 ) -> None:
     """Index the draft's complete staged vectors, publish the index with its manifest, and clear the staging."""
     index = index_staged_vectors(draft.staging, factory, search_params)
@@ -159,10 +130,10 @@ def publish_staged(
         corpus_path=corpus.path,
         corpus_checksum=corpus.checksum,
         model_id=info.model_id,
-        model_revision=info.revision,
-        encoder=info.described,
+        model_revision=info.model_revision,
+        encoder=info.encoder,
         mode=info.mode,
-        head=info.profile_name,
+        head=info.head,
         head_checksum=info.head_checksum,
         dim=info.dim,
         metric="inner_product",
@@ -193,7 +164,7 @@ def build_condition_index(
     progress: bool = False,
 ) -> BuildReport:
     """Index corpus under one condition, encoding only rows the published index does not hold (all with full)."""
-    n, info = len(corpus), VectorizerInfo.of(vectorizer)
+    n, info = len(corpus), ModelIdentity.of_vectorizer(vectorizer)
     factory, search_params = plan_index(n, info.dim, factory, search_params, max_index_memory)
     with store.writing(corpus_name, condition) as draft:
         kept = None if full else _usable(store.kept_vectors(draft.name), info.fingerprint)

@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 
-from condsearch import __version__
 from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
@@ -27,6 +26,7 @@ from condsearch.cli.serve import serve_cmd
 from condsearch.cli.train import train_cmd
 from condsearch.errors import os_reason
 from condsearch.progress import set_quiet
+from condsearch.version import __version__
 
 __all__ = ["main"]
 

@@ -207,7 +207,7 @@ def _settings(
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
     from condsearch.model.spec import EncoderSpec, Runtime
-    from condsearch.query.search import kept_mode
+    from condsearch.store.listing import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem
 

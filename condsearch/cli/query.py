@@ -136,10 +136,11 @@ def query_cmd(
     A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
     sentence states the router cached when the corpus was indexed (--no-build refuses instead).
     """
+    from condsearch.model.policy import vectorizer_for
     from condsearch.model.spec import Runtime
-    from condsearch.model.vectorizer import vectorizer_for
     from condsearch.query.calibration import Background
-    from condsearch.query.search import FaissIndex, answer
+    from condsearch.query.search import answer
+    from condsearch.store.searchable import FaissIndex
 
     refuse_index_dir_beside_store(store_spec, "query")
     queries = _read_queries(texts, query_file)

@@ -6,9 +6,9 @@ export is cached and checked (:mod:`condsearch.csr.one_shot`; a query under one 
 and to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
 earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
 int8 export), and only when the model revision, adapter and head are those the index records.
-:func:`condsearch.model.vectorizer.vectorizer_for` tries it first when asked (``one_shot``), and loads
+:func:`condsearch.model.policy.vectorizer_for` tries it first when asked (``one_shot``), and loads
 torch otherwise. The same test, on what an index records (a manifest) or would record (a
-:class:`ModelRecord` of a vectorizer about to build one), decides where the server and bulk
+:class:`ModelIdentity` of a vectorizer about to build one), decides where the server and bulk
 indexing run onnxruntime (:mod:`condsearch.model.policy`).
 """
 
@@ -24,8 +24,8 @@ from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
 from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import CondsearchError, first_line
 from condsearch.model.head_files import load_numpy_head
+from condsearch.model.identity import ModelIdentity
 from condsearch.model.sources import ModelSource, resolve_model
-from condsearch.model.spec import EncoderSpec
 from condsearch.model.vectorizer import Vectorizer, record_adapter
 
 if TYPE_CHECKING:
@@ -38,38 +38,8 @@ log = logging.getLogger(__name__)
 ONE_SHOT_THREADS = 1
 
 
-@dataclass(frozen=True)
-class ModelRecord:
-    """What an index records of the model that built it: its model, revision, encoder, mode, spec and head.
-
-    Read from a manifest (:meth:`of_manifest`), or from a loaded vectorizer before the index it
-    builds exists (:meth:`of_vectorizer`: the same fields its manifest will hold).
-    """
-
-    model_id: str
-    model_revision: str
-    encoder: dict[str, object]
-    mode: str
-    spec: EncoderSpec
-    head_checksum: str
-
-    @classmethod
-    def of_manifest(cls, manifest: Manifest) -> ModelRecord:
-        spec = EncoderSpec.of_manifest(manifest)
-        return cls(
-            manifest.model_id, manifest.model_revision, manifest.encoder, manifest.mode, spec, manifest.head_checksum
-        )
-
-    @classmethod
-    def of_vectorizer(cls, vectorizer: Vectorizer) -> ModelRecord:
-        enc = vectorizer.encoder
-        return cls(
-            enc.model_id, enc.revision, enc.describe(), vectorizer.mode, vectorizer.spec, vectorizer.head_checksum
-        )
-
-
-def _record(source: Manifest | ModelRecord) -> ModelRecord:
-    return source if isinstance(source, ModelRecord) else ModelRecord.of_manifest(source)
+def _record(source: Manifest | ModelIdentity) -> ModelIdentity:
+    return source if isinstance(source, ModelIdentity) else ModelIdentity.of_manifest(source)
 
 
 @dataclass(frozen=True)
@@ -86,21 +56,21 @@ class _OneShot:
         return self.profile.adapter
 
 
-def _one_shot(record: ModelRecord) -> _OneShot | None:
+def _one_shot(record: ModelIdentity) -> _OneShot | None:
     described = record.encoder
     if record.mode != MODE_CASE or described.get("pooling") != "condition-mean" or "dtype" in described:
         return None
     source = resolve_model(record.model_id)
     if source.revision != record.model_revision:
         return None
-    profile = record.spec.resolve_profile()
+    profile = record.encoder_spec.resolve_profile()
     max_length = described.get("max_length")
     precision: Precision = "int8" if described.get("quantize") == "int8" else "float32"
     return _OneShot(source, precision, profile, max_length if isinstance(max_length, int) else None)
 
 
 def load_one_shot(
-    manifest: Manifest | ModelRecord, *, threads: int | None = None, condition: str | None = None
+    manifest: Manifest | ModelIdentity, *, threads: int | None = None, condition: str | None = None
 ) -> Vectorizer | None:
     """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
 
@@ -142,19 +112,19 @@ def load_one_shot(
     return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile, backend="onnxruntime")
 
 
-def _load_router(record: ModelRecord, condition: str, threads: int) -> Vectorizer | None:
+def _load_router(record: ModelIdentity, condition: str, threads: int) -> Vectorizer | None:
     from condsearch.csr.one_shot import load_one_shot_router
 
     encoder = load_one_shot_router(
-        record.model_id, record.model_revision, record.encoder, record.spec, condition, threads=threads
+        record.model_id, record.model_revision, record.encoder, record.encoder_spec, condition, threads=threads
     )
     if encoder is None:
         return None
-    profile = record.spec.resolve_profile()
+    profile = record.encoder_spec.resolve_profile()
     return Vectorizer(encoder, None, profile.name, "", mode=MODE_CSR, profile=profile, backend="onnxruntime")
 
 
-def _cache_router_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) -> None:
+def _cache_router_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer) -> None:
     """Write the float32 export of a trained torch router on the CPU that a one-shot query of the index would use."""
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.csr.one_shot import router_record
@@ -163,7 +133,7 @@ def _cache_router_export(manifest: Manifest | ModelRecord, vectorizer: Vectorize
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or encoder.device.type != "cpu":
         return
     try:
-        if router_record(record.model_id, record.model_revision, record.encoder, record.spec) is None:
+        if router_record(record.model_id, record.model_revision, record.encoder, record.encoder_spec) is None:
             return
         from condsearch.csr.onnx import load_onnx_router
 
@@ -175,7 +145,7 @@ def _cache_router_export(manifest: Manifest | ModelRecord, vectorizer: Vectorize
         log.warning("one-shot queries of this index will load torch: its router's ONNX export differs (%s)", refused)
 
 
-def cache_onnx_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) -> None:
+def cache_onnx_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer) -> None:
     """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
 
     For a router index, the router's float32 export (:mod:`condsearch.csr.onnx`; the query put the
@@ -212,7 +182,7 @@ def cache_onnx_export(manifest: Manifest | ModelRecord, vectorizer: Vectorizer) 
         log.warning("one-shot queries of this index will load torch: its ONNX export differs (%s)", refused)
 
 
-def load_onnx_twin(manifest: Manifest | ModelRecord, vectorizer: Vectorizer, *, threads: int) -> Vectorizer | None:
+def load_onnx_twin(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer, *, threads: int) -> Vectorizer | None:
     """Return the onnxruntime twin of a torch vectorizer of an index's model, or None where a one-shot query has none.
 
     The export is written and checked first where none is cached (:func:`cache_onnx_export`), as a

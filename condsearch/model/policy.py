@@ -17,10 +17,13 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, recorded_profile
 from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
+from condsearch.errors import StoreError
+from condsearch.model.sources import resolve_model
+from condsearch.model.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
-    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import Vectorizer
     from condsearch.store.manifest import Manifest
 
@@ -96,21 +99,27 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
         return _router_on_onnx(vec, backend, spec.runtime.device, spec.runtime.threads)
     if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not case_onnx_allowed(backend, spec.runtime.device):
         return vec
-    from condsearch.build.ingest import VectorizerInfo
-    from condsearch.model.one_shot import ModelRecord, load_onnx_twin
+    from condsearch.model.identity import ModelIdentity
+    from condsearch.model.one_shot import load_onnx_twin
 
     threads = spec.runtime.threads or available_cores()
-    light = load_onnx_twin(ModelRecord.of_vectorizer(vec), vec, threads=threads)
-    if light is None or VectorizerInfo.of(light) != VectorizerInfo.of(vec):  # never another manifest
+    light = load_onnx_twin(ModelIdentity.of_vectorizer(vec), vec, threads=threads)
+    if light is None or ModelIdentity.of_vectorizer(light) != ModelIdentity.of_vectorizer(
+        vec
+    ):  # never another manifest
         return vec
     log.info("encoding on onnxruntime (%d threads), from the checked float32 export", threads)
     return light
 
 
-def load_served_vectorizer(
-    manifest: Manifest, *, backend: Backend = CpuConfig.backend, runtime: Runtime, quantize: str | None = None
+def load_index_model(
+    manifest: Manifest, *, runtime: Runtime, backend: Backend = CpuConfig.backend, quantize: str | None = None
 ) -> Vectorizer:
-    """Load the model an index was built with, run as the server runs it.
+    """Load the model an index was built with, for a long-running reader: the server and the Python API.
+
+    The front door of this package: both load an index's model here, so the Python API answers
+    exactly as `condsearch serve` does (a one-shot `condsearch query` takes the same path where it
+    can: :func:`vectorizer_for` with ``one_shot``).
 
     ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
     (:mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and
@@ -119,7 +128,6 @@ def load_served_vectorizer(
     first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
     export) transformers runs it; an int8 index runs its int8 export either way.
     """
-    from condsearch.model.vectorizer import vectorizer_for
 
     onnx = onnx_allowed(backend, runtime.device)
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
@@ -137,3 +145,102 @@ def load_served_vectorizer(
         if light is not None:
             return light.serving()
     return vec.serving()
+
+
+def vectorizer_for(
+    manifest: Manifest,
+    *,
+    model: str | None = None,
+    profile: str | None = None,
+    quantize: str | None = None,
+    runtime: Runtime = Runtime(),  # noqa: B008 - frozen
+    one_shot: bool = False,
+    one_condition: bool = False,
+) -> Vectorizer:
+    """Load the model and profile an index was built with, refusing any other.
+
+    ``model`` and ``profile`` (its --head spelling too), given, must be those the index records;
+    ``quantize``: None loads the quantisation the index records, another value than the recorded
+    one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
+    ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
+    (:mod:`condsearch.model.one_shot`), without importing torch: a few one-shot queries, and the server.
+    ``one_condition``: the vectorizer encodes under the index's condition alone (a one-shot query), so
+    that a router index's cached condition code lets it skip torch too (:mod:`condsearch.csr.one_shot`).
+    """
+    if one_shot and model is None and profile is None:
+        if quantize is not None:  # the export follows the index; another quantisation is refused first
+            _check_model(manifest, model, quantize)
+        from condsearch.model.one_shot import load_one_shot
+
+        light = load_one_shot(
+            manifest, threads=runtime.threads, condition=manifest.condition if one_condition else None
+        )
+        if light is not None:
+            return light
+    _check_model(manifest, model, quantize)
+    spec = EncoderSpec.of_manifest(manifest, runtime=runtime)
+    if model:
+        spec = replace(spec, model=model)
+    if profile is not None:  # the adapter named apart stays, as the index recorded it
+        spec = replace(spec, profile=None, head=profile)
+    from condsearch.model.vectorizer import load_vectorizer
+
+    vec = load_vectorizer(spec)
+    _check_loaded(manifest, vec)
+    return vec
+
+
+def _check_model(manifest: Manifest, model: str | None, quantize: str | None) -> None:
+    """Refuse, before loading, another quantisation, model or revision than the index's."""
+    built_with = str(manifest.encoder.get("quantize", "none"))  # absent: float32, as before int8 existed
+    if quantize is not None and quantize != built_with:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with --quantize {built_with}, not {quantize}; "
+            "re-index or drop --quantize"
+        )
+    wanted = resolve_model(model or manifest.model_id)
+    if wanted.model_id != manifest.model_id:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with model {manifest.model_id}, "
+            f"not {wanted.model_id}; re-index or drop --model"
+        )
+    if wanted.revision != manifest.model_revision:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {manifest.model_id} at "
+            f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
+        )
+    if manifest.mode not in (MODE_CASE, MODE_CSR):
+        raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
+
+
+def _check_loaded(manifest: Manifest, vec: Vectorizer) -> None:
+    """Refuse a loaded vectorizer whose router, bidirectional layers, adapter or head differ from the index's."""
+    recorded, described = manifest.encoder, vec.encoder.describe()
+    if manifest.mode == MODE_CSR:
+        if described.get("router_checksum") != recorded.get("router_checksum"):
+            raise StoreError(
+                f"index for {manifest.condition!r} was built with router {recorded.get('router')} "
+                f"(sha256 {str(recorded.get('router_checksum'))[:12] or '-'}), which has changed since; re-index"
+            )
+        return
+    # An is_causal: false config attends both ways whatever is asked, so an index built before that
+    # was honoured (recording no bidirectional layers) cannot be rebuilt: refuse, never mix spaces.
+    built, rebuilt = recorded.get("bidirectional_layers", 0), described.get("bidirectional_layers", 0)
+    if built != rebuilt:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with {built} bidirectional top layer(s), but "
+            f"{manifest.model_id} now loads with {rebuilt}; re-index"
+        )
+    recorded_adapter, loaded = recorded.get("adapter_checksum"), described.get("adapter_checksum")
+    if recorded_adapter != loaded:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with adapter sha256 {str(recorded_adapter or '-')[:12]}, "
+            f"but head {vec.profile_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
+        )
+    built_with = recorded_profile(manifest.head)
+    if vec.profile_name != built_with or vec.head_checksum != manifest.head_checksum:
+        raise StoreError(
+            f"index for {manifest.condition!r} was built with head {built_with} "
+            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.profile_name} "
+            f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
+        )

@@ -3,7 +3,7 @@
 The CLI (or the Python API) builds one :class:`EncoderSpec` from its flags;
 :func:`condsearch.model.vectorizer.load_vectorizer` loads it, Ray ships it to its actors, and an index's
 manifest stores the spec of what was loaded (:meth:`EncoderSpec.recorded`: every ``auto`` resolved)
-as ``spec.to_dict()``, which :func:`condsearch.model.vectorizer.vectorizer_for` loads again. Indexes
+as ``spec.to_dict()``, which :func:`condsearch.model.policy.vectorizer_for` loads again. Indexes
 written before the manifest held a spec give the same spec from their encoder record
 (:meth:`EncoderSpec.of_manifest`). :class:`Runtime` says where and how the spec runs here; it
 changes no vector and is never saved.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -17,17 +17,16 @@ import numpy as np
 
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, recorded_profile, resolve_profile
+from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, resolve_profile
 from condsearch.build.faiss_indexes import normalize
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
-from condsearch.errors import ModelError, StoreError
+from condsearch.errors import ModelError
 from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.model.spec import EncoderSpec
 
 if TYPE_CHECKING:
     from condsearch.model.head import ProjectionHead
     from condsearch.model.head_files import NumpyHead
-    from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -146,100 +145,3 @@ def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
     record_adapter(encoder, chosen.separate_adapter)
     head, checksum = load_profile_head(chosen, encoder)
     return Vectorizer(encoder, head, chosen.name, checksum, profile=chosen)
-
-
-def vectorizer_for(
-    manifest: Manifest,
-    *,
-    model: str | None = None,
-    profile: str | None = None,
-    quantize: str | None = None,
-    runtime: Runtime = Runtime(),  # noqa: B008 - frozen
-    one_shot: bool = False,
-    one_condition: bool = False,
-) -> Vectorizer:
-    """Load the model and profile an index was built with, refusing any other.
-
-    ``model`` and ``profile`` (its --head spelling too), given, must be those the index records;
-    ``quantize``: None loads the quantisation the index records, another value than the recorded
-    one is refused (int8 query vectors against a float32 index, or the reverse, are never mixed).
-    ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
-    (:mod:`condsearch.model.one_shot`), without importing torch: a few one-shot queries, and the server.
-    ``one_condition``: the vectorizer encodes under the index's condition alone (a one-shot query), so
-    that a router index's cached condition code lets it skip torch too (:mod:`condsearch.csr.one_shot`).
-    """
-    if one_shot and model is None and profile is None:
-        if quantize is not None:  # the export follows the index; another quantisation is refused first
-            _check_model(manifest, model, quantize)
-        from condsearch.model.one_shot import load_one_shot
-
-        light = load_one_shot(
-            manifest, threads=runtime.threads, condition=manifest.condition if one_condition else None
-        )
-        if light is not None:
-            return light
-    _check_model(manifest, model, quantize)
-    spec = EncoderSpec.of_manifest(manifest, runtime=runtime)
-    if model:
-        spec = replace(spec, model=model)
-    if profile is not None:  # the adapter named apart stays, as the index recorded it
-        spec = replace(spec, profile=None, head=profile)
-    vec = load_vectorizer(spec)
-    _check_loaded(manifest, vec)
-    return vec
-
-
-def _check_model(manifest: Manifest, model: str | None, quantize: str | None) -> None:
-    """Refuse, before loading, another quantisation, model or revision than the index's."""
-    built_with = str(manifest.encoder.get("quantize", "none"))  # absent: float32, as before int8 existed
-    if quantize is not None and quantize != built_with:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with --quantize {built_with}, not {quantize}; "
-            "re-index or drop --quantize"
-        )
-    wanted = resolve_model(model or manifest.model_id)
-    if wanted.model_id != manifest.model_id:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with model {manifest.model_id}, "
-            f"not {wanted.model_id}; re-index or drop --model"
-        )
-    if wanted.revision != manifest.model_revision:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with {manifest.model_id} at "
-            f"{manifest.model_revision}, but it now resolves to {wanted.revision}; re-index"
-        )
-    if manifest.mode not in (MODE_CASE, MODE_CSR):
-        raise StoreError(f"index for {manifest.condition!r} has unknown mode {manifest.mode!r}")
-
-
-def _check_loaded(manifest: Manifest, vec: Vectorizer) -> None:
-    """Refuse a loaded vectorizer whose router, bidirectional layers, adapter or head differ from the index's."""
-    recorded, described = manifest.encoder, vec.encoder.describe()
-    if manifest.mode == MODE_CSR:
-        if described.get("router_checksum") != recorded.get("router_checksum"):
-            raise StoreError(
-                f"index for {manifest.condition!r} was built with router {recorded.get('router')} "
-                f"(sha256 {str(recorded.get('router_checksum'))[:12] or '-'}), which has changed since; re-index"
-            )
-        return
-    # An is_causal: false config attends both ways whatever is asked, so an index built before that
-    # was honoured (recording no bidirectional layers) cannot be rebuilt: refuse, never mix spaces.
-    built, rebuilt = recorded.get("bidirectional_layers", 0), described.get("bidirectional_layers", 0)
-    if built != rebuilt:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with {built} bidirectional top layer(s), but "
-            f"{manifest.model_id} now loads with {rebuilt}; re-index"
-        )
-    recorded_adapter, loaded = recorded.get("adapter_checksum"), described.get("adapter_checksum")
-    if recorded_adapter != loaded:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with adapter sha256 {str(recorded_adapter or '-')[:12]}, "
-            f"but head {vec.profile_name} gives {str(loaded or '-')[:12]}; re-index or drop --head"
-        )
-    built_with = recorded_profile(manifest.head)
-    if vec.profile_name != built_with or vec.head_checksum != manifest.head_checksum:
-        raise StoreError(
-            f"index for {manifest.condition!r} was built with head {built_with} "
-            f"(sha256 {manifest.head_checksum[:12] or '-'}), not {vec.profile_name} "
-            f"(sha256 {vec.head_checksum[:12] or '-'}); re-index or drop --head"
-        )

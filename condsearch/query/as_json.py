@@ -8,12 +8,10 @@ from condsearch.artifacts.profiles import MODE_CSR
 
 if TYPE_CHECKING:
     from condsearch.query.hits import Hits
-    from condsearch.store.folder import Manifest
+    from condsearch.store.manifest import Manifest
 
 
-#: decimal places of a score, and of a calibrated hit's z, in an answer
-SCORE_PLACES = 6
-Z_PLACES = 4
+from condsearch.query.hits import SCORE_PLACES, Z_PLACES
 
 
 def query_answer(hits: Hits) -> dict[str, Any]:

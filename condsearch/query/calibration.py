@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from condsearch.errors import CondsearchError
-from condsearch.query.as_json import SCORE_PLACES
+from condsearch.query.hits import SCORE_PLACES
 
 if TYPE_CHECKING:
     from condsearch.query.hits import Hits
@@ -40,7 +40,6 @@ SEED = 0
 #: the upper quantiles of the pair scores recorded, named by str(q) in the manifest
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 #: the fields of a recorded background (the manifest's ``score_background``; {} where none is recorded)
-FIELDS = ("sample_rows", "pairs", "seed", "mean", "std", "quantiles")
 
 
 class Rows(Protocol):
@@ -84,26 +83,6 @@ def score_background(vectors: Rows) -> dict[str, object]:
         "std": round(std, SCORE_PLACES),
         "quantiles": {q: round(v, SCORE_PLACES) for q, v in quantiles.items()},
     }
-
-
-def background_problem(raw: object) -> str:
-    """Return what is wrong with a manifest's ``score_background``, in a few words, or "" when nothing is."""
-    if raw == {}:
-        return ""
-    if not isinstance(raw, dict) or sorted(raw) != sorted(FIELDS):
-        return f"field 'score_background' should be {{}} or an object of {', '.join(FIELDS)}"
-    counts = [raw[k] for k in ("sample_rows", "pairs", "seed")]
-    if not all(type(c) is int and c >= 0 for c in counts) or raw["sample_rows"] < 2 or raw["pairs"] < 1:
-        return "field 'score_background' should be of a sample of at least 2 rows and 1 pair"
-    quantiles = raw["quantiles"]
-    numbers = [raw["mean"], raw["std"], *(quantiles.values() if isinstance(quantiles, dict) else [None])]
-    if not all(_is_number(v) for v in numbers) or raw["std"] < 0:
-        return "field 'score_background' should be of finite numbers: mean, std >= 0, quantiles {quantile: score}"
-    return ""
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import unicodedata
 
 from condsearch.errors import CondsearchError
-from condsearch.query.search import check_condition
+from condsearch.store.listing import check_condition
 
 #: the longest condition, in characters (after stripping surrounding space), that a new index is built under
 MAX_CONDITION_CHARS = 200

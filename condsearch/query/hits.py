@@ -16,6 +16,9 @@ if TYPE_CHECKING:
 COLUMNS = ("rank", "id", "score", "text", "row")
 #: the column calibrated hits add (:mod:`condsearch.query.calibration`)
 Z_COLUMN = "z"
+#: decimal places of a score, and of a calibrated hit's z, in an answer (JSON) and a background
+SCORE_PLACES = 6
+Z_PLACES = 4
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from condsearch.errors import (
 )
 from condsearch.model.spec import Runtime
 from condsearch.query.conditions import check_new_condition
-from condsearch.query.search import Listing, vectorizer_key
+from condsearch.query.search import vectorizer_key
+from condsearch.store.listing import Listing
 from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -293,13 +294,13 @@ def _router(m: Manifest, name_paths: bool) -> str:
 
 def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
-    from condsearch.build.ingest import VectorizerInfo
+    from condsearch.model.identity import ModelIdentity
     from condsearch.model.policy import load_bulk_vectorizer
     from condsearch.model.spec import EncoderSpec
 
     vectorizer = load_bulk_vectorizer(EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
-    info = VectorizerInfo.of(vectorizer)
-    recorded, loaded = source.encoder.get("router_checksum"), info.described.get("router_checksum")
+    info = ModelIdentity.of_vectorizer(vectorizer)
+    recorded, loaded = source.encoder.get("router_checksum"), info.encoder.get("router_checksum")
     if recorded != loaded:
         raise StoreError(
             f"corpus {corpus_name!r} was indexed with router {_router(source, name_paths)} "
@@ -307,7 +308,7 @@ def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: B
             "re-index the corpus, or restore the router it was built with"
         )
     if source.fingerprint and info.fingerprint != source.fingerprint:
-        differ = sorted(k for k in {*source.encoder, *info.described} if source.encoder.get(k) != info.described.get(k))
+        differ = sorted(k for k in {*source.encoder, *info.encoder} if source.encoder.get(k) != info.encoder.get(k))
         raise StoreError(
             f"corpus {corpus_name!r} was indexed with another encoder than {source.model_id} loads now "
             f"({', '.join(differ) or 'its settings'} differ); re-index the corpus"

@@ -1,202 +1,44 @@
-"""One query path for every front end (CLI, server, Python, Milvus): find an index, answer queries from it.
+"""One query path for every front end (CLI, server, Python, Milvus): answer queries from an index.
 
-:func:`find_index` picks an index by condition (and corpus) from a store's listing;
+:func:`condsearch.store.listing.find_index` picks an index by condition (and corpus) from a store's listing;
 :func:`answer` checks the queries and k, caps k at the index's rows, encodes and searches, and
 names the hits. :func:`answer_batch` is the same for several requests at once (the server's
 micro-batches): one forward pass per (model, condition) and one search per index. Any index
 that returns a :class:`Found` for query vectors answers through it (:class:`Searchable`): a FAISS
-index here (:class:`FaissIndex`), a Milvus one in :mod:`condsearch.scale.milvus`; a server finds
-them in an :class:`IndexSource`, a folder or a Milvus database.
+index (:class:`condsearch.store.searchable.FaissIndex`), a Milvus one in :mod:`condsearch.scale.milvus`; a
+server finds them in an :class:`~condsearch.store.searchable.IndexSource`, a folder or a Milvus database.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from condsearch.artifacts.profiles import MODES, Mode
-from condsearch.build.faiss_indexes import SearchResult, search, to_search_device
-from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.build.faiss_indexes import SearchResult
+from condsearch.errors import CondsearchError, first_line
+from condsearch.query.calibration import Background
 from condsearch.query.hits import Hit, Hits
 from condsearch.store.manifest import Manifest
+from condsearch.store.searchable import FaissIndex, Found, Searchable
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from condsearch.model.vectorizer import Vectorizer
-    from condsearch.store.folder import StoredIndex
+    from condsearch.store.searchable import StoredIndex
 
 log = logging.getLogger(__name__)
-
-#: a store's indexes: (name, manifest, or the error that stops it from loading)
-Listing = Sequence[tuple[str, Manifest | Exception]]
-
-T = TypeVar("T", covariant=True)
-
-
-class RowLookup(Protocol[T]):
-    """Something indexed by row number: a list of every row's values, or a dict of the rows found."""
-
-    def __getitem__(self, row: int, /) -> T: ...
-
-
-# ------------------------------------------------------------------ finding an index
-
-
-def check_condition(condition: str) -> str:
-    """Return a condition stripped of surrounding space, refusing empty ones."""
-    text = condition.strip()
-    if not text:
-        raise CondsearchError("the condition is empty")
-    return text
-
-
-def find_index(
-    listing: Listing,
-    condition: str,
-    corpus: str | None = None,
-    *,
-    where: str = "",
-    root: str = "",
-    corpus_option: str = "--corpus",
-) -> tuple[str, Manifest]:
-    """Return the (name, manifest) of the one index of condition (and corpus) in a listing.
-
-    Raises :class:`UnknownCondition` (listing what is indexed, and naming damaged entries) or
-    :class:`AmbiguousCondition` (several corpora, no ``corpus``). ``where`` names the store in the
-    message ("in indexes"); ``root`` is stripped from the damaged entries' errors; ``corpus_option``
-    is how the front end names the corpus ("--corpus", '"corpus"', "corpus=").
-    """
-    condition = check_condition(condition)
-    manifests = [(name, m) for name, m in listing if isinstance(m, Manifest)]
-    matches = [(n, m) for n, m in manifests if m.condition == condition and corpus in (None, m.corpus_name)]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        corpora = sorted(m.corpus_name for _, m in matches)
-        raise AmbiguousCondition(
-            f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
-            f"choose one with {corpus_option}",
-            corpora,
-        )
-    known = sorted({m.condition for _, m in manifests})
-    listed = "; ".join(repr(c) for c in known) if known else "none"
-    scope = (f" for corpus {corpus!r}" if corpus is not None else "") + (f" in {where}" if where else "")
-    message = f"no index for condition {condition!r}{scope}; indexed: {listed}{damaged_note(listing, root)}"
-    raise UnknownCondition(message, known)
-
-
-def kept_mode(listing: Listing, corpus: str, conditions: Sequence[str]) -> Mode | None:
-    """Return the mode of a corpus's indexes under these conditions already in a listing, if they share one.
-
-    What ``--mode auto`` keeps when re-indexing: an index built in one mode stays in it (and
-    incremental), whatever the default is now. None when there are none, or they differ.
-    """
-    pairs = {(corpus, c.strip()) for c in conditions}
-    modes = {m.mode for _, m in listing if isinstance(m, Manifest) and (m.corpus_name, m.condition) in pairs}
-    return modes.pop() if len(modes) == 1 and modes <= set(MODES) else None  # type: ignore[return-value]
-
-
-def damaged_note(listing: Listing, root: str = "") -> str:
-    """Return "; 1 index is damaged: …" naming the entries of a listing that failed to load, or ""."""
-    damaged = [(name, exc) for name, exc in listing if not isinstance(exc, Manifest)]
-    if not damaged:
-        return ""
-    name, exc = damaged[0]
-    reason = first_line(exc).removeprefix(f"{root}{os.sep}" if root else "")  # "<name>/manifest.json: corrupt …"
-    count = "1 index is damaged" if len(damaged) == 1 else f"{len(damaged)} indexes are damaged, first"
-    return f"; {count}: {reason if reason.startswith(name) else f'{name}: {reason}'} (run condsearch verify)"
 
 
 def vectorizer_key(manifest: Manifest) -> str:
     """Return what identifies the model an index needs: indexes with equal keys can share one loaded copy."""
-    from condsearch.artifacts.profiles import recorded_profile
+    from condsearch.model.identity import ModelIdentity
 
-    fields = {
-        "model_id": manifest.model_id,
-        "model_revision": manifest.model_revision,
-        "mode": manifest.mode,
-        "head": recorded_profile(manifest.head),  # an older index's 'default' is 'lora'
-        "head_checksum": manifest.head_checksum,
-        "encoder": manifest.encoder,  # pooling, prompts, max_length, dtype, adapter and router fingerprints
-    }
-    return json.dumps(fields, sort_keys=True, default=str)
-
-
-# ------------------------------------------------------------------ indexes that answer query vectors
-
-
-@dataclass(frozen=True)
-class Found:
-    """One search's results: ``result`` (scores, rows: (n_queries, k), best first, -1 pads), the rows' ids and texts."""
-
-    result: SearchResult
-    ids: RowLookup[str | int]
-    texts: RowLookup[str]
-
-
-class Searchable(Protocol):
-    """An index that answers query vectors: its manifest, and the k best rows for (n, dim) unit vectors."""
-
-    @property
-    def manifest(self) -> Manifest: ...
-
-    def search(self, vectors: np.ndarray, k: int) -> Found: ...
-
-
-class IndexSource(Protocol):
-    """Where a long-running reader (the server, the Python API) finds indexes: a FAISS folder
-    (:class:`~condsearch.store.folder.IndexStore`) or a Milvus database
-    (:class:`~condsearch.scale.milvus.MilvusStore`)."""
-
-    @property
-    def root(self) -> Path | str:
-        """Return where the indexes are (a folder, or a --store value), stripped from the listing's errors."""
-        ...
-
-    def manifests(self) -> list[tuple[str, Manifest | StoreError]]:
-        """Return each index's (name, manifest), or the error that stops it from loading."""
-        ...
-
-    def load_searchable(self, name: str) -> Searchable:
-        """Return the named index checked against its manifest, ready to search (StoreError if it cannot be)."""
-        ...
-
-    def close(self) -> None:
-        """Release what the source holds open (a connection); a folder holds nothing."""
-        ...
-
-
-@dataclass(frozen=True)
-class FaissIndex:
-    """A FAISS index from the store, searched through ``searcher`` (the index itself, or its copy on a GPU)."""
-
-    stored: StoredIndex
-    searcher: Any  # faiss.Index or index.TorchFlatIndex
-
-    @classmethod
-    def of(cls, stored: StoredIndex, *, on_device: bool = True) -> FaissIndex:
-        """Return stored searched on the GPU where there is one; ``on_device=False`` keeps it on the CPU (no torch)."""
-        return cls(stored, to_search_device(stored.index) if on_device else stored.index)
-
-    @property
-    def manifest(self) -> Manifest:
-        return self.stored.manifest
-
-    def search(self, vectors: np.ndarray, k: int) -> Found:
-        try:
-            result = search(self.searcher, vectors, k)
-        except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
-            raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
-        return Found(result, self.stored.ids, self.stored.texts)
+    return ModelIdentity.of_manifest(manifest).key
 
 
 # ------------------------------------------------------------------ answering
@@ -242,6 +84,8 @@ class Answer:
     found: Found
     k_requested: int
     n_rows: int
+    #: the index's recorded background, where the hits are calibrated (:mod:`condsearch.query.calibration`)
+    background: Background | None = None
 
     @property
     def result(self) -> SearchResult:
@@ -259,22 +103,32 @@ class Answer:
         found, out = self.found, []
         for q, scores, rows in zip(self.queries, found.result.scores.tolist(), found.result.ids.tolist(), strict=True):
             named = tuple(Hit(found.ids[r], s, found.texts[r], r) for s, r in zip(scores, rows, strict=True) if r >= 0)
-            out.append(Hits(q, self.condition, named))
+            hits = Hits(q, self.condition, named)
+            out.append(self.background.calibrate(hits) if self.background is not None else hits)
         return out
 
 
 def answer(
-    index: Searchable, vectorizer: Vectorizer, queries: Sequence[str], k: int, *, one_pass: bool = False
+    index: Searchable,
+    vectorizer: Vectorizer,
+    queries: Sequence[str],
+    k: int,
+    *,
+    one_pass: bool = False,
+    calibrated: bool = False,
 ) -> Answer:
     """Rank the index's rows for each query under its condition; k larger than the index returns every row.
 
     Raises CondsearchError for a k below 1 or an empty query. ``one_pass`` encodes every query in one
-    forward pass; otherwise in the vectorizer's batches.
+    forward pass; otherwise in the vectorizer's batches. ``calibrated``: each hit also gets its score's
+    standard score against the index's recorded background; an index that records none is refused
+    (CondsearchError naming the fix) before anything is encoded.
     """
+    background = Background.of(index.manifest) if calibrated else None
     [got] = answer_batch([Request(index, vectorizer, tuple(queries), k)], one_pass=one_pass)
     if isinstance(got, BaseException):
         raise got
-    return got
+    return replace(got, background=background)
 
 
 def answer_batch(requests: Sequence[Request], *, one_pass: bool = False) -> list[Answer | BaseException]:

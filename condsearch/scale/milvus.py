@@ -21,7 +21,7 @@ it never sees half an update. Milvus Lite opens a database in one process at a t
 
 A server (`serve --store`) connects once, at its start (:func:`open_store`), and reads the catalog
 as a folder's manifests (:meth:`MilvusStore.manifests`, :meth:`MilvusStore.load_searchable`), so it
-finds and reloads Milvus indexes as it does FAISS ones (:class:`condsearch.query.search.IndexSource`).
+finds and reloads Milvus indexes as it does FAISS ones (:class:`condsearch.store.searchable.IndexSource`).
 
 A database opened afresh has its collections released (milvus-lite 3 on every open, a server
 after a restart), so each collection is loaded before it is first searched or queried. Errors of
@@ -44,18 +44,18 @@ from typing import Any
 
 import numpy as np
 
-from condsearch import __version__
 from condsearch.build.ann import parse_search_params
 from condsearch.build.faiss_indexes import SearchResult
 from condsearch.errors import CondsearchError, StoreError, first_line
-from condsearch.query.search import Found, check_condition, find_index
-from condsearch.scale import missing_extra
+from condsearch.model.identity import ModelIdentity
+from condsearch.scale import MILVUS_LITE, MILVUS_SERVER, missing_extra
 from condsearch.scale.lite import check_lite_path
 from condsearch.store.folder import Manifest, index_name, manifest_from_dict
-from condsearch.store.vectors import vector_fingerprint
+from condsearch.store.listing import check_condition, find_index
+from condsearch.store.searchable import Found
+from condsearch.version import __version__
 
-LITE = "milvus-lite:"
-SERVER = "milvus://"
+LITE, SERVER = MILVUS_LITE, MILVUS_SERVER
 TOKEN_ENV = "MILVUS_TOKEN"
 CATALOG = "condsearch_catalog"
 _KEY_LEN = 64
@@ -207,9 +207,7 @@ class MilvusStore:
     ) -> MilvusIndex:
         n = len(ids)
         key = index_name(manifest.corpus_name, manifest.condition)
-        fingerprint = manifest.fingerprint or vector_fingerprint(
-            manifest.encoder, mode=manifest.mode, head_checksum=manifest.head_checksum, dim=manifest.dim
-        )
+        fingerprint = manifest.fingerprint or ModelIdentity.of_manifest(manifest).fingerprint
         collection = collection_name(manifest.corpus_name, fingerprint)
         index_type, build, _ = milvus_index(manifest.factory, manifest.search_params)
         self._ensure_catalog()
@@ -474,7 +472,7 @@ def _hits(got: list[list[dict[str, Any]]], n_queries: int, k: int) -> Found:
 class MilvusSearchable:
     """One Milvus index as :func:`condsearch.query.search.answer` searches it.
 
-    See :class:`condsearch.query.search.Searchable`.
+    See :class:`condsearch.store.searchable.Searchable`.
     """
 
     store: MilvusStore

@@ -33,18 +33,18 @@ from condsearch.build.ingest import (
     CHUNK_ROWS,
     BuildReport,
     CorpusSource,
-    VectorizerInfo,
     plan_index,
     publish_staged,
     write_tables,
 )
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.identity import ModelIdentity
 from condsearch.model.spec import EncoderSpec
-from condsearch.query.search import check_condition
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
 from condsearch.store.folder import ROWS_FILE, IndexStore, rows_table
+from condsearch.store.listing import check_condition
 from condsearch.store.vectors import VECTORS_FILE, VectorWriter
 
 log = logging.getLogger(__name__)
@@ -53,11 +53,11 @@ log = logging.getLogger(__name__)
 _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_CACHE_DIR", "TOKENIZERS_PARALLELISM")
 
 
-def describe_vectorizer(spec: EncoderSpec) -> VectorizerInfo:
+def describe_vectorizer(spec: EncoderSpec) -> ModelIdentity:
     """Load the spec's vectorizer and return what its manifest needs."""
     from condsearch.model.vectorizer import load_vectorizer
 
-    return VectorizerInfo.of(load_vectorizer(spec))
+    return ModelIdentity.of_vectorizer(load_vectorizer(spec))
 
 
 class EncodeActor:
@@ -151,7 +151,7 @@ def ray_index_conditions(
     try:
         actors, resources = _pool(ray, config)
         remote = ray.remote(**resources)(describe_vectorizer)
-        info: VectorizerInfo = ray.get(remote.remote(spec))
+        info: ModelIdentity = ray.get(remote.remote(spec))
         plans = [plan_index(len(corpus), info.dim, factory, search_params, max_index_memory) for _ in conditions]
         n_shards = _write_input(corpus, work / "input", actors, config.batch_rows)
         log.info("ray: %d shard(s), %d actor(s) with %s", n_shards, actors, resources)
@@ -191,7 +191,7 @@ def _publish(
     corpus: CorpusSource,
     k: int,
     condition: str,
-    info: VectorizerInfo,
+    info: ModelIdentity,
     store: IndexStore,
     corpus_name: str,
     plan: tuple[str, str],

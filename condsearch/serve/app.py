@@ -2,7 +2,7 @@
 
 OpenAPI docs are at /docs and the search page at /.
 
-:func:`create_app` builds the app around a :class:`~condsearch.serve.engine.Resident`; it opens
+:func:`create_app` builds the app around a :class:`~condsearch.query.resident.Resident`; it opens
 no socket (``condsearch.serve.server`` runs it under uvicorn). Every error answers
 ``{"error": "one line"}`` with a 4xx or 5xx status, and none stops the server.
 """
@@ -17,7 +17,6 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
-from condsearch.serve.engine import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
@@ -30,6 +29,7 @@ from condsearch.build.faiss_indexes import search_threads
 from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
+from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig

@@ -9,7 +9,7 @@ unconditional one to fall back on.
 ``"model"`` names what encodes: an index, a corpus or a model id, as ``GET /indexes`` lists them
 (:func:`choose_model`); it may name none of them where every served index has one model. The vectors
 are those :meth:`condsearch.Model.encode` gives for the same texts and condition, from the model the
-chosen index was built with, run as the server runs it (:mod:`condsearch.serve.engine`).
+chosen index was built with, run as the server runs it (:mod:`condsearch.query.resident`).
 
 A request is counted in tokens and split as ``POST /query``'s is: its parts (:class:`EmbedJob`) go
 through the server's one batcher in turn with the queries (:func:`answer_jobs`), so a large request
@@ -29,19 +29,20 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from condsearch.serve.engine import QueryJob, Resident
-from condsearch.serve.tokens import estimate_tokens
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from condsearch.model.vectorizer import Vectorizer
-from condsearch.query.search import Listing, vectorizer_key
+from condsearch.query.resident import QueryJob, Resident
+from condsearch.query.search import vectorizer_key
+from condsearch.query.tokens import estimate_tokens
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from condsearch.serve.refusals import ErrorResponse, RequestError, check_text
+from condsearch.store.listing import Listing
 from condsearch.store.manifest import Manifest
 
 #: what a client that sends token ids is told (LangChain's OpenAIEmbeddings sends them unless told not to)
@@ -145,7 +146,7 @@ class EmbedJob:
     """Texts (or a part of a request's) to embed under a condition with one loaded model.
 
     ``queries``: what the model encodes of each text (cut to what it reads), named as a
-    :class:`~condsearch.serve.engine.QueryJob`'s, by which the batcher weighs both; ``tokens``: each one's.
+    :class:`~condsearch.query.resident.QueryJob`'s, by which the batcher weighs both; ``tokens``: each one's.
     """
 
     vectorizer: Vectorizer

@@ -19,27 +19,17 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from condsearch.query.search import IndexSource
+from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
-from condsearch.serve.engine import Resident
 from condsearch.serve.headers import with_security_headers
-from condsearch.store.folder import IndexStore
-
-
-def open_source(config: ServeConfig) -> IndexSource:
-    """Return where config's indexes are: its Milvus store, connected now, else its index folder."""
-    if config.store is None:
-        return IndexStore(config.index_dir)
-    from condsearch.scale.milvus import open_store
-
-    return open_store(config.store)
+from condsearch.store.sources import open_source
 
 
 def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:
     """Return the app for config, over the index folder or Milvus store it names."""
     resident = resident or Resident(
-        open_source(config),
+        open_source(config.store or config.index_dir),
         reload_interval_s=config.reload_interval_s,
         device=config.device,
         trust_remote_code=config.trust_remote_code,

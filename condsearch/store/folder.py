@@ -53,13 +53,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from condsearch import __version__
 from condsearch.build.ann import apply_search_params
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.query.calibration import score_background
-from condsearch.query.search import FaissIndex, check_condition, damaged_note, find_index
 from condsearch.store.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
+from condsearch.store.listing import check_condition, damaged_note, find_index
 from condsearch.store.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
     INDEX_FILE,
@@ -69,7 +68,9 @@ from condsearch.store.manifest import (  # re-exported: the store's readers and 
     Manifest,
     manifest_from_dict,
 )
+from condsearch.store.searchable import FaissIndex, StoredIndex
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, text_hash
+from condsearch.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -89,17 +90,6 @@ class KeptVectors:
     ids: list[str | int]
     hashes: list[bytes]
     vectors: VectorFile
-
-
-@dataclass(frozen=True)
-class StoredIndex:
-    """An index loaded from disk with its row ids and texts."""
-
-    name: str
-    manifest: Manifest
-    index: faiss.Index
-    ids: list[str | int]
-    texts: list[str]
 
 
 def index_name(corpus_name: str, condition: str) -> str:
@@ -381,7 +371,10 @@ class IndexStore:
         return damaged_note(listing, str(self.root))
 
     def find(self, condition: str, corpus_name: str | None = None) -> str:
-        """Return the index name for a condition (and corpus when several share it), by :func:`.search.find_index`."""
+        """Return the index name for a condition (and corpus when several share it).
+
+        Found by :func:`condsearch.store.listing.find_index`.
+        """
         if corpus_name is not None:
             name = index_name(corpus_name, check_condition(condition))
             if self._folder(name) is not None:

@@ -8,6 +8,7 @@ checks every field's type and range so that a damaged manifest is one line, neve
 from __future__ import annotations
 
 import functools
+import math
 import re
 import typing
 from dataclasses import MISSING, dataclass, field, fields
@@ -15,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from condsearch.errors import StoreError
-from condsearch.query.calibration import background_problem
 from condsearch.store.vectors import VECTORS_FILE
 
 # 2: versioned folders, index_size / index_mtime_ns / index_probe for the cheap load check
@@ -119,3 +119,27 @@ def _field_problem(raw: dict[str, Any]) -> str:
     if index is not None and (index["sha256"], index["size"]) != (raw.get("index_checksum"), raw.get("index_size")):
         return f"field 'files' should give {INDEX_FILE} the 'index_checksum' and 'index_size' that the manifest gives"
     return background_problem(raw.get("score_background", {}))
+
+
+#: the fields of a manifest's ``score_background`` (:mod:`condsearch.query.calibration` writes and reads it)
+BACKGROUND_FIELDS = ("sample_rows", "pairs", "seed", "mean", "std", "quantiles")
+
+
+def background_problem(raw: object) -> str:
+    """Return what is wrong with a manifest's ``score_background``, in a few words, or "" when nothing is."""
+    if raw == {}:
+        return ""
+    if not isinstance(raw, dict) or sorted(raw) != sorted(BACKGROUND_FIELDS):
+        return f"field 'score_background' should be {{}} or an object of {', '.join(BACKGROUND_FIELDS)}"
+    counts = [raw[k] for k in ("sample_rows", "pairs", "seed")]
+    if not all(type(c) is int and c >= 0 for c in counts) or raw["sample_rows"] < 2 or raw["pairs"] < 1:
+        return "field 'score_background' should be of a sample of at least 2 rows and 1 pair"
+    quantiles = raw["quantiles"]
+    numbers = [raw["mean"], raw["std"], *(quantiles.values() if isinstance(quantiles, dict) else [None])]
+    if not all(_is_number(v) for v in numbers) or raw["std"] < 0:
+        return "field 'score_background' should be of finite numbers: mean, std >= 0, quantiles {quantile: score}"
+    return ""
+
+
+def _is_number(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)

@@ -1,15 +1,15 @@
-"""What the server keeps resident and how a batch of queries is answered.
+"""Indexes and their models loaded once and kept, for a long-running reader: the server and the Python API.
 
-``Resident`` finds the index a request names (:func:`condsearch.query.search.find_index`) in its
-source, a FAISS folder or a Milvus database (:class:`condsearch.query.search.IndexSource`), loads it
+``Resident`` finds the index a request names (:func:`condsearch.store.listing.find_index`) in its
+source, a FAISS folder or a Milvus database (:class:`condsearch.store.searchable.IndexSource`), loads it
 on first use and again when `condsearch index` has replaced it (it watches the manifests,
 re-read at most every ``reload_interval_s``), and shares one loaded model (encoder + adapter +
 head) between every index built with the same one. ``answer_batch`` answers a batch through
 :func:`condsearch.query.search.answer_batch`: one forward pass per (model, condition), one search per index.
 
-On the CPU a model runs on onnxruntime wherever the index allows it
-(:func:`condsearch.model.policy.load_served_vectorizer`), as a one-shot `condsearch query` does, so that
-the server's answers are the query's.
+Every model is loaded by the one policy (:func:`condsearch.model.policy.load_index_model`): on the
+CPU it runs on onnxruntime wherever the index allows it, as a one-shot `condsearch query` does, so
+that the server's and the Python API's answers are the query's.
 """
 
 from __future__ import annotations
@@ -25,23 +25,15 @@ import numpy as np
 from condsearch.build.faiss_indexes import FLAT_BLAS_MIN_QUERIES
 from condsearch.build.faiss_indexes import search_threads as set_search_threads
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.model.policy import backend_of, load_served_vectorizer
+from condsearch.model.policy import backend_of, load_index_model
 from condsearch.model.spec import Runtime
 from condsearch.model.vectorizer import Vectorizer
-from condsearch.query.search import (
-    Answer,
-    Found,
-    IndexSource,
-    Listing,
-    Request,
-    Searchable,
-    answer_batch,
-    find_index,
-    vectorizer_key,
-)
+from condsearch.query.search import Answer, Request, answer_batch, vectorizer_key
+from condsearch.query.tokens import TextCutter, estimate_tokens, text_cutter
 from condsearch.serve.config import Backend, ServeConfig
-from condsearch.serve.tokens import TextCutter, estimate_tokens, text_cutter
 from condsearch.store.folder import Manifest
+from condsearch.store.listing import Listing, find_index
+from condsearch.store.searchable import Found, IndexSource, Searchable
 
 __all__ = [  # the errors, the model key and the backends live in condsearch.errors, .search and .backends
     "AmbiguousCondition",
@@ -51,7 +43,7 @@ __all__ = [  # the errors, the model key and the backends live in condsearch.err
     "split_job",
     "UnknownCondition",
     "backend_of",
-    "load_served_vectorizer",
+    "load_index_model",
     "vectorizer_key",
 ]
 
@@ -82,7 +74,7 @@ class QueryJob:
     """One request (or a part of one): its queries under its index's condition, k results each.
 
     ``texts``: what the model encodes of each query, the query or its start where the model reads no
-    further (:mod:`condsearch.serve.tokens`); ``tokens``: what the model reads of each, for scheduling.
+    further (:mod:`condsearch.query.tokens`); ``tokens``: what the model reads of each, for scheduling.
     """
 
     index: LoadedIndex
@@ -157,7 +149,7 @@ class Resident:
         self.corpus_option = corpus_option  # how errors tell the caller to name a corpus
         runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
         self._load_vectorizer = load_vectorizer or (
-            lambda m: load_served_vectorizer(m, backend=backend, runtime=runtime, quantize=quantize)
+            lambda m: load_index_model(m, runtime=runtime, backend=backend, quantize=quantize)
         )
         self.reload_interval_s = reload_interval_s
         self._indexes: dict[str, LoadedIndex] = {}
