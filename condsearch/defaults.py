@@ -5,7 +5,9 @@ numpy or FAISS. Every other default lives with the config or module of its conce
 reads it from there: the index type in :class:`condsearch.build.ann.IndexConfig`, the server's in
 :class:`condsearch.serve.config.ServeConfig` (its reload interval too), pairs per forward pass in
 :data:`condsearch.encoders.base.ENCODE_BATCH_SIZE`, the index modes (case, csr) in
-:data:`condsearch.artifacts.profiles.MODES`, training's in its config dataclasses.
+:data:`condsearch.artifacts.profiles.MODES`, a query's k in
+:class:`condsearch.query.config.QueryConfig`, the router variants in :mod:`condsearch.csr.variants`,
+training's in its config dataclasses.
 """
 
 from __future__ import annotations

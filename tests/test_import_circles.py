@@ -3,24 +3,13 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
+from tools import import_graph
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-import_graph = _tool()
 
 
 @pytest.mark.parametrize("package", ["condsearch", "condsearch.serve", "condsearch.csr"])

@@ -3,24 +3,15 @@
 from __future__ import annotations
 
 import ast
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+
+from tools import where_things_are as wta
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("where_things_are", ROOT / "tools" / "where_things_are.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-wta = _tool()
 MODULES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "condsearch").rglob("*.py"))
 
 

@@ -29,7 +29,6 @@ from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
     from condsearch.model.spec import Runtime
-    from condsearch.query.calibration import Background
     from condsearch.query.search import Answer
     from condsearch.store.folder import IndexStore
 
@@ -165,19 +164,21 @@ def query_cmd(
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:
-                background = Background.of(index.manifest) if calibrated else None
-                found = answer(index, checked(index.manifest), queries, k)
+                if calibrated:
+                    Background.of(index.manifest)  # refused before the model loads
+                found = answer(index, checked(index.manifest), queries, k, calibrated=calibrated)
         except UnknownCondition as exc:
             cannot = "" if no_build else "; a Milvus store cannot build one on demand: index it into a folder"
             raise click.ClickException(first_line(exc) + cannot) from exc
         except CondsearchError as exc:
             raise fail(exc) from exc
-        _print_answers(found, as_json, background)
+        _print_answers(found, as_json)
         return
     try:
         store = open_store(index_dir)
         stored = store.load(_find_or_build(store, condition, corpus_name, runtime, build=not no_build))
-        background = Background.of(stored.manifest) if calibrated else None  # before any model loads
+        if calibrated:
+            Background.of(stored.manifest)  # refused before any model loads
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
@@ -188,10 +189,10 @@ def query_cmd(
         vec = checked(stored.manifest, one_shot=light)
         # the onnxruntime path searches on the CPU too, without importing torch to ask
         on_device = vec.backend == "torch"
-        found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k)
+        found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k, calibrated=calibrated)
     except CondsearchError as exc:
         raise fail(exc) from exc
-    _print_answers(found, as_json, background)
+    _print_answers(found, as_json)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
         from condsearch.model.one_shot import cache_onnx_export
 
@@ -222,16 +223,16 @@ def _find_or_build(store: IndexStore, condition: str, corpus_name: str | None, r
     return made.name
 
 
-def _print_answers(found: Answer, as_json: bool, background: Background | None = None) -> None:
+def _print_answers(found: Answer, as_json: bool) -> None:
     """Print the k notice (stderr), then each query's results: a JSON line, or rank, score, id and text.
 
-    With a background, each result carries its z too (``"z"``; ``z=+3.12`` after the score).
+    Calibrated hits carry their z too (``"z"``; ``z=+3.12`` after the score).
     """
     from condsearch.query.as_json import query_answer
 
     if found.notice:
         click.echo(f"condsearch: {found.notice}", err=True)
-    answers = [query_answer(background.calibrate(h) if background else h) for h in found.hits]
+    answers = [query_answer(h) for h in found.hits]
     for qi, answer in enumerate(answers):
         if as_json:
             click.echo(json_line(answer))
