@@ -165,9 +165,10 @@ def batch_loss(
     )
 
 
-#: rows per length-sorted chunk of a training batch: on a CPU the cost is the padded tokens, and
-#: chunks of 64 pad a batch of WN18RR texts to 1.13 tokens per real one where one chunk of 256
-#: padded it to 2.3 (benchmarks/paper/README.md, issue 38); a GPU runs larger chunks at the same cost
+#: rows per length-sorted chunk of a training batch: on a CPU the cost is the padded tokens. At batch
+#: 256, chunks of 64 pad WN18RR's texts to 1.28 tokens per real one (1.13 in the plain pass, about
+#: 512 texts) where one chunk of 256 padded them to 2.3; a step is 1.5x faster under bf16
+#: (benchmarks/paper/README.md, issue 38). A GPU runs larger chunks at the same cost.
 TRAIN_CHUNK_ROWS = {"cpu": 64}
 GPU_CHUNK_ROWS = 256
 
