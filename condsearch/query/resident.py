@@ -24,18 +24,20 @@ import numpy as np
 
 from condsearch.build.faiss_indexes import FLAT_BLAS_MIN_QUERIES
 from condsearch.build.faiss_indexes import search_threads as set_search_threads
+from condsearch.encoders.cpu import Backend
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
 from condsearch.model.policy import backend_of, load_index_model
 from condsearch.model.spec import Runtime
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import Answer, Request, answer_batch, vectorizer_key
 from condsearch.query.tokens import TextCutter, estimate_tokens, text_cutter
-from condsearch.serve.config import Backend, ServeConfig
-from condsearch.store.folder import Manifest
+from condsearch.serve.config import ServeConfig
 from condsearch.store.listing import Listing, find_index
+from condsearch.store.manifest import Manifest
 from condsearch.store.searchable import Found, IndexSource, Searchable
 
-__all__ = [  # the errors, the model key and the backends live in condsearch.errors, .search and .backends
+#: re-exported for the server: the errors, the model key and the policy live in errors, search and model.policy
+__all__ = [
     "AmbiguousCondition",
     "LoadedIndex",
     "QueryJob",

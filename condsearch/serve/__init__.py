@@ -5,5 +5,6 @@ arrive together, limits what a request may cost and serves a search page at ``/`
 files in ``static/``: HTML, JavaScript, CSS).
 
 Importing this package is cheap; FastAPI, uvicorn, torch and FAISS load only in the modules that
-need them (``app``, ``page``, ``server``, ``engine``).
+need them (``app``, ``page``, ``server``); the resident indexes and models are
+:class:`condsearch.query.resident.Resident`.
 """
