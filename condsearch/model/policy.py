@@ -103,10 +103,9 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     from condsearch.model.one_shot import load_onnx_twin
 
     threads = spec.runtime.threads or available_cores()
-    light = load_onnx_twin(ModelIdentity.of_vectorizer(vec), vec, threads=threads)
-    if light is None or ModelIdentity.of_vectorizer(light) != ModelIdentity.of_vectorizer(
-        vec
-    ):  # never another manifest
+    identity = ModelIdentity.of_vectorizer(vec)
+    light = load_onnx_twin(identity, vec, threads=threads)
+    if light is None or ModelIdentity.of_vectorizer(light) != identity:  # never another manifest
         return vec
     log.info("encoding on onnxruntime (%d threads), from the checked float32 export", threads)
     return light
@@ -128,7 +127,6 @@ def load_index_model(
     first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
     export) transformers runs it; an int8 index runs its int8 export either way.
     """
-
     onnx = onnx_allowed(backend, runtime.device)
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
         runtime = replace(runtime, threads=available_cores())
