@@ -391,10 +391,10 @@ class Store:
             loaded = self._loaded_index(self._resident, condition, corpus, build=build)
             found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k, calibrated=calibrated)
         else:
-            from condsearch.scale.milvus import open_index
+            from condsearch.store.sources import open_index
 
             try:
-                with open_index(self.location, condition, corpus) as index:
+                with open_index(self.location, condition, corpus, corpus_option=CORPUS_KEYWORD) as index:
                     found = answer(index, self._vectorizer(index.manifest), texts, k, calibrated=calibrated)
             except UnknownCondition as exc:
                 if not build:

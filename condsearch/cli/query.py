@@ -160,7 +160,7 @@ def query_cmd(
         )
 
     if store_spec is not None:
-        from condsearch.scale.milvus import open_index
+        from condsearch.store.sources import open_index
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:

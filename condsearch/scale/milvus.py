@@ -498,18 +498,3 @@ def open_store(spec: str) -> MilvusStore:
     milvus = MilvusStore(target, create=False)
     milvus.client  # noqa: B018 - connects
     return milvus
-
-
-@contextmanager
-def open_index(spec: str, condition: str, corpus_name: str | None = None) -> Iterator[MilvusSearchable]:
-    """Yield the checked index of condition (and corpus) in the Milvus that spec names, for reading; close after."""
-    target = parse_store(spec)
-    if target is None:
-        raise StoreError("no Milvus store named")
-    milvus = MilvusStore(target, create=False)
-    try:
-        index = milvus.find(condition, corpus_name)
-        milvus.check(index)
-        yield MilvusSearchable(milvus, index)
-    finally:
-        milvus.close()

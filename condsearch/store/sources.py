@@ -8,13 +8,15 @@ the Python API read either through :class:`condsearch.query.resident.Resident`.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from condsearch.scale import MILVUS_LITE, MILVUS_SERVER
 
 if TYPE_CHECKING:
-    from condsearch.store.searchable import IndexSource
+    from condsearch.store.searchable import IndexSource, Searchable
 
 
 def is_milvus(location: str | Path | None) -> bool:
@@ -35,3 +37,24 @@ def open_source(location: str | Path | None) -> IndexSource:
     from condsearch.store.folder import IndexStore
 
     return IndexStore(location)
+
+
+@contextmanager
+def open_index(
+    location: str | Path | None, condition: str, corpus: str | None = None, *, corpus_option: str = "--corpus"
+) -> Iterator[Searchable]:
+    """Yield the index of condition (and corpus) in the store a location names, checked and ready to search.
+
+    Found as every reader finds one (:func:`condsearch.store.listing.find_index`: UnknownCondition
+    lists what is indexed, AmbiguousCondition names the corpora; ``corpus_option`` is how the caller
+    names the corpus), loaded checked against its manifest; the store is closed after.
+    """
+    from condsearch.store.listing import find_index
+
+    source = open_source(location)
+    try:
+        root = str(source.root)
+        name, _ = find_index(source.manifests(), condition, corpus, where=root, root=root, corpus_option=corpus_option)
+        yield source.load_searchable(name)
+    finally:
+        source.close()
