@@ -44,9 +44,10 @@ PATHS = ("torch-float32", "onnxruntime-float32", "onnxruntime-int8")
 
 
 def load_path(name: str, args: argparse.Namespace, cache: Path, threads: int) -> CsrEncoder:
-    """Load the router on one path, its caches in their own folder."""
+    """Load the router on one path, its caches in their own folder: on the CPU, even where CUDA is present."""
     encoder = load_csr_encoder(
         args.model,
+        device="cpu",
         router=args.router,
         variant=args.variant,
         cache_dir=cache,

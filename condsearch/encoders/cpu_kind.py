@@ -55,13 +55,16 @@ PATHS: dict[CpuKind, CpuPath] = {
         case_dtype="bfloat16",
         router_dtype="float32",
         provenance=(
-            "issue 42, reviewers' measurement (not repeated here: no AMX machine was lent): 2-core Intel Xeon "
-            "with AMX (amx_tile, amx_int8, avx512_bf16), condsearch 5a61de4; the default model as "
-            "EncoderSpec(dtype='bfloat16'), 1,000 C-STS dev sentences under one condition: torch bfloat16 "
-            "2,170-2,570 pairs/s against torch float32 850-868 (2.5-3x); onnxruntime float32 335 and torch "
-            "float32 363 pairs/s in benchmarks/encode_throughput.py --csv dev.csv -n 1000 --quantize int8 "
-            "--repeats 5; cosine of each bfloat16 vector to float32 >= 0.9997, median 0.99991. The router's "
-            "passes were not measured in bfloat16 there: they stay float32."
+            "measured 2026-11-27 on the Intel Xeon with AMX (amx_tile, amx_bf16, amx_int8, avx512_bf16) that hosts "
+            "a lent H200, on 2 of its 16 cores (taskset, 2 threads; torch 2.11, onnxruntime 1.30): python -m "
+            "benchmarks.systems.cpu_paths --csv dev.csv -n 400 --repeats 5 --threads 2 --no-accuracy "
+            "(benchmarks/systems/results/cpu_paths_amx_speed.json, load 1.0-1.35), medians of interleaved "
+            "rounds: torch bfloat16 389 pairs/s, torch float32 183, onnxruntime float32 197 (2.1x); the "
+            "accuracy run beside GPU work (cpu_paths_amx.json): bfloat16 351, float32 214, onnxruntime 177, "
+            "cosine to float32 >= 0.9997 (median 0.99992), C-STS dev Spearman 66.69 against 66.67. Issue 42's "
+            "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes "
+            "were not measured in bfloat16: they stay float32, where onnxruntime float32 ran 1.12x torch "
+            "(csr_paths_amx.json)."
         ),
     ),
     "avx512": CpuPath(
