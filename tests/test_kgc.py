@@ -414,6 +414,48 @@ def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr,
     assert size <= 10_000_000
 
 
+def test_projected_training_keeps_the_weights_in_the_saved_form(context_csr, kg, tmp_path: Path, monkeypatch) -> None:
+    import condsearch.csr.context_weights as context_weights
+    from benchmarks._lib.kgclib.encoding import entity_tokens, project_towers, save_towers, tail_tower
+
+    # a budget this small stores the tiny model's change compactly (low-rank int8, the token table as signs)
+    monkeypatch.setattr(context_weights, "MAX_DELTA_BYTES", 60_000)
+    tokens = entity_tokens(context_csr, kg.entity_texts)
+    tail = tail_tower(context_csr.router)
+    base = context_weights.base_weights(context_csr.source.location)
+    projections: list[int] = []
+
+    def project() -> None:
+        projections.append(1)
+        project_towers(context_csr, tail, base)
+
+    def evaluate() -> dict[str, float]:
+        return {"mrr": float(len(projections)), "condition_sensitivity": 0.0}  # each check is a new best
+
+    config = KgcTrainConfig(epochs=1, batch_size=4, lr=1e-2, warmup_steps=1, project_every=2)
+    train_kgc(context_csr, tokens, kg, config, tail=tail, evaluate=evaluate, project=project)
+    steps = -(-2 * len(kg.splits["train"]) // 4)  # forward and inverse examples, batches of 4
+    assert len(projections) == steps // 2 + 2  # every 2 steps, and before the start's and the epoch's dev checks
+    towers = (context_csr.router, tail)
+    held = [{n: p.detach().clone() for n, p in t.model.named_parameters()} for t in towers]
+    save_towers(context_csr, tail, base, tmp_path / "r", {})  # the towers now hold exactly what was saved
+    for tower, before in zip(towers, held, strict=True):
+        for name, p in tower.model.named_parameters():
+            change = (before[name] - base[name]).abs().max().item()
+            # saving again moves a weight by its factors' int8 rounding at most (about 1% of its change), not more
+            assert (p - before[name]).abs().max().item() <= 0.03 * change + 1e-7, name
+    assert any(n.endswith(".qdelta_b") for n in load_weights_names(tmp_path / "r"))
+    with pytest.raises(ValueError, match="needs a projection"):
+        train_kgc(context_csr, tokens, kg, config, tail=tail)
+
+
+def load_weights_names(folder: Path) -> list[str]:
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "router.safetensors"), framework="pt") as f:
+        return list(f.keys())
+
+
 def test_a_checkpoints_best_dev_weights_load_into_fresh_towers(context_csr, kg, tmp_path: Path) -> None:
     from benchmarks._lib.kgclib.encoding import entity_tokens, tail_tower
     from benchmarks._lib.kgclib.training import load_best_weights

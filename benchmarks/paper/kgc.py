@@ -131,6 +131,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     t.add_argument("--hyper-rank", type=int, default=None, help="extended: rank of the condition projection (0: off)")
     t.add_argument("--checkpoint-dir", type=Path, default=None, help="checkpoint the run here (every N steps)")
     t.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
+    t.add_argument(
+        "--project-every",
+        type=int,
+        default=0,
+        help="ours: every N steps and before each dev check, put the weights into the saved artifact's "
+        "compact form, so that dev scores what --save keeps (context router, whole backbone; 0: never)",
+    )
     t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir")
     t.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path, default=None)
@@ -323,6 +330,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         evaluate_link_prediction,
         load_entity_states,
         load_tail_tower,
+        project_towers,
         save_towers,
         tail_tower,
     )
@@ -385,6 +393,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             bf16=args.bf16,
             checkpoint_every=args.checkpoint_every,
             seed=args.seed,
+            project_every=args.project_every,
         )
         # the smoke chooses on training triples: a tiny random model learns those within a few steps
         dev = data.splits["train" if args.smoke else "dev"][: args.max_dev]
@@ -438,6 +447,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             checkpoint_dir=args.checkpoint_dir,
             resume=args.resume,
             on_best=save_best,
+            project=(lambda: project_towers(encoder, tail, base)) if whole and args.project_every else None,
         )
         seconds = time.perf_counter() - start
         best = max(history, key=lambda r: r.get("dev", -1.0))

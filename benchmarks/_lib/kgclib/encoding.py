@@ -104,12 +104,7 @@ def save_towers(
     ``keep_weights``: mid-training, the exact weights stay).
     """
     from condsearch.csr.context import ContextRouter
-    from condsearch.csr.context_weights import (
-        MAX_DELTA_BYTES,
-        apply_backbone_delta,
-        backbone_delta,
-        save_context_router,
-    )
+    from condsearch.csr.context_weights import MAX_DELTA_BYTES, backbone_delta, save_context_router
     from condsearch.csr.weights import save_router
 
     if not isinstance(encoder.router, ContextRouter):
@@ -125,13 +120,35 @@ def save_towers(
     for router, folder, info in towers:
         delta, rank = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
         if not keep_weights:
-            with torch.no_grad():
-                for name, p in router.model.named_parameters():
-                    p.copy_(base[name].to(p.device, p.dtype))
-            apply_backbone_delta(router, delta, "the trained router")
+            _set_delta(router, base, delta)
         saved = save_context_router(router, delta, rank, folder, {**info, "delta_rank": rank})
         checksum = checksum or saved  # the query tower's
     return checksum
+
+
+def _set_delta(router: Any, base: dict[str, Any], delta: dict[str, torch.Tensor]) -> None:
+    """Give a context router's backbone the base weights plus a saved change, in place."""
+    from condsearch.csr.context_weights import apply_backbone_delta
+
+    with torch.no_grad():
+        for name, p in router.model.named_parameters():
+            p.copy_(base[name].to(p.device, p.dtype))
+    apply_backbone_delta(router, delta, "the trained router")
+
+
+def project_towers(encoder: Any, tail: Any, base: dict[str, Any]) -> None:
+    """Put both towers' weights into the form :func:`save_towers` keeps (ours: projected training).
+
+    Each tower's change from the base model becomes what its saved artifact holds (int8
+    low-rank factors and the token table's rows as signs, within an equal share of 10 MB), so
+    that saving the weights afterwards loses nothing.
+    """
+    from condsearch.csr.context_weights import MAX_DELTA_BYTES, backbone_delta
+
+    towers = [encoder.router] if tail is None else [encoder.router, tail]
+    for router in towers:
+        delta, _ = backbone_delta(base, router.model, max_bytes=MAX_DELTA_BYTES // len(towers))
+        _set_delta(router, base, delta)
 
 
 @dataclass(frozen=True)

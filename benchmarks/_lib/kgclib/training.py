@@ -69,6 +69,9 @@ class KgcTrainConfig:
     bf16: bool = False  # autocast the encoder passes to bfloat16 (fast on CPUs with AVX512-BF16)
     checkpoint_every: int = 20  # optimiser steps between checkpoints (with a checkpoint folder)
     seed: int = 0
+    #: ours: every N optimiser steps (and before each dev check) put the weights back into the form
+    #: the committed artifact stores (``project``), so that dev scores what would be saved; 0: never
+    project_every: int = 0
 
 
 def batch_masks(batch: np.ndarray, train_answers: Answers) -> tuple[np.ndarray, np.ndarray]:
@@ -195,6 +198,7 @@ def train_kgc(
     resume: bool = False,
     on_best: Callable[[dict[str, float]], None] | None = None,
     chunk_rows: int | None = None,
+    project: Callable[[], None] | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tune the router (and the candidate tower ``tail``, if any) in place.
 
@@ -207,8 +211,13 @@ def train_kgc(
     With ``checkpoint_dir``, the run is checkpointed every ``config.checkpoint_every`` steps
     and ``resume`` continues it (same config) from the last checkpoint. ``on_best`` is called
     with the history row each time dev improves, the weights in place being the best so far (to
-    save them as the run goes). Returns one history row per evaluation.
+    save them as the run goes). With ``config.project_every`` and ``project`` (which puts the
+    weights in place into the saved artifact's form), training is projected: ``project`` runs every
+    that many steps and before each dev check, so what dev scores is what saving keeps. Returns
+    one history row per evaluation.
     """
+    if config.project_every and project is None:
+        raise ValueError("project_every needs a projection")
     router = encoder.router
     whole = getattr(router, "trainable", "top") == "all"
     if whole and not isinstance(states, EntityTokens):
@@ -259,6 +268,8 @@ def train_kgc(
         nonlocal best_state
         if evaluate is None:
             return
+        if config.project_every and project is not None:
+            project()
         scores = evaluate()
         row = {"step": step, "examples": step * config.batch_size, "loss": loss}
         row.update({f"dev_{k}": float(v) for k, v in scores.items() if isinstance(v, (int, float))})
@@ -301,6 +312,8 @@ def train_kgc(
                 nn.utils.clip_grad_norm_(params, config.grad_clip)
                 optim.step()
                 running.append(loss.item())
+                if config.project_every and project is not None and (step + 1) % config.project_every == 0:
+                    project()
             sched.step()
             step += 1
             if on_step is not None:
