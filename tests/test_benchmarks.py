@@ -226,6 +226,42 @@ def test_serve_smoke_drives_the_real_server(tiny_bert_dir: Path, tmp_path: Path)
     assert result["index"]["n"] == 2000 and "| clients |" in (tmp_path / "serve.md").read_text()
 
 
+def test_serve_smoke_on_an_approximate_index_reports_its_recall(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--head", "none", "--filler", "fitted"]
+    argv += ["--factory", "IVF16,Flat", "--search-params", "nprobe=16", "--stage-backends", "none"]
+    result = _run("serve", argv, tmp_path / "serve.json")
+    index = result["index"]
+    assert index["factory"] == "IVF16,Flat" and index["search_params"] == "nprobe=16" and index["filler"] == "fitted"
+    assert index["recall_at_k"] == pytest.approx(1.0) == index["recall_at_k_drawn_queries"]  # every list probed
+    assert index["index_bytes"] > 2000 * 32 * 4 and result["stages"] == []
+    assert all(row["errors"] == 0 for row in result["server"]["levels"])
+
+
+def test_fitted_filler_has_the_real_rows_mean_and_unit_length() -> None:
+    serve = load_script("serve")
+    rng = np.random.default_rng(3)
+    real = rng.standard_normal((64, 8)).astype(np.float32) * np.linspace(3, 0.1, 8, dtype=np.float32) + 2.0
+    drawn = serve.fitted_vectors(real, 20_000, chunk=7_000)
+    assert drawn.shape == (20_000, 8) and drawn.dtype == np.float32
+    assert np.allclose(np.linalg.norm(drawn, axis=1), 1.0, atol=1e-5)
+    unit_mean = (real / np.linalg.norm(real, axis=1, keepdims=True)).mean(axis=0)
+    assert np.corrcoef(drawn.mean(axis=0), unit_mean)[0, 1] > 0.95  # the same direction of spread
+
+
+def test_recall_at_k_of_a_flat_index_is_one_and_of_a_wrong_one_is_not() -> None:
+    import faiss
+
+    serve = load_script("serve")
+    vectors = serve.random_unit_vectors(500, 16, seed=1)
+    queries = serve.random_unit_vectors(20, 16, seed=2)
+    flat = faiss.IndexFlatIP(16)
+    flat.add(vectors)
+    assert serve.recall_at_k(flat, vectors, queries, 10) == pytest.approx(1.0)
+    shuffled = faiss.IndexFlatIP(16)
+    shuffled.add(vectors[::-1].copy())  # same vectors, other ids: the ids found are wrong
+    assert serve.recall_at_k(shuffled, vectors, queries, 10) < 0.5
+
+
 def test_index_throughput_incremental_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     texts = tmp_path / "texts.tsv"
     texts.write_text("".join(f"{i}\tsentence number {i} about a girl in a red dress\n" for i in range(260)))

@@ -270,6 +270,37 @@ def test_another_quantisation_is_refused_before_onnxruntime_loads(index_dir: Pat
     assert response.status_code >= 400 and "--quantize none, not int8" in response.json()["error"]
 
 
+def test_an_ivf_or_hnsw_index_is_searched_on_one_thread_unless_asked(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS
+    from condsearch.query import resident as engine
+
+    folder = tmp_path / "indexes"
+    run("index", corpus_file, "-c", COLOUR, "--model", tiny_bert_dir, "--head", "none", "--index-dir", folder)
+    run("index", corpus_file, "-c", SPORT, "--model", tiny_bert_dir, "--head", "none", "--index-dir", folder,
+        "--index-factory", "HNSW8")  # fmt: skip
+    seen: list[int] = []
+    monkeypatch.setattr(engine, "set_search_threads", seen.append)
+    with serve(folder) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        assert post(http, query=SENTENCES[2], condition=SPORT).status_code == 200
+        assert seen[-1] == 1  # the graph's walk: one thread
+        assert post(http, query=SENTENCES[2], condition=COLOUR).status_code == 200
+        assert seen[-1] == DEFAULT_SEARCH_THREADS  # a flat scan: FAISS's default, every core
+        threads = http.get("/health").json()["threads"]
+        assert threads["search"] == DEFAULT_SEARCH_THREADS and threads["search_ivf_hnsw"] == 1
+    with serve(folder, search_threads=2) as server, httpx.Client(base_url=server.url, timeout=30) as http:
+        assert post(http, query=SENTENCES[2], condition=SPORT).status_code == 200
+        assert seen[-1] == 2  # asked: every index gets it
+
+
+def test_walks_names_the_ivf_and_hnsw_factories() -> None:
+    from condsearch.build.ann import walks_lists_or_graph
+
+    assert walks_lists_or_graph("HNSW32") and walks_lists_or_graph("IVF4096,Flat") and walks_lists_or_graph("IVF64,PQ8")
+    assert not any(walks_lists_or_graph(f) for f in ("Flat", "SQ8", "PQ16", "milvus", ""))
+
+
 def test_search_threads_reach_faiss_on_the_searching_thread(index_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 

@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
 """Serving: latency and throughput of `condsearch serve` under concurrent clients, beside one-shot `query`.
 
-Builds an index of --n rows under the default model's manifest: --seed-n real sentences encoded
-by the model (so that queries find real neighbours) and random unit vectors for the rest, written
-by the store as `condsearch index` writes it. Then, in one run:
+Builds an index of --n rows under the default model's manifest (--mode case or csr): --seed-n real
+sentences encoded by the model (so that queries find real neighbours) and filler vectors for the
+rest, written by the store as `condsearch index` writes it. The filler (--filler) is random unit
+vectors (the worst case for an approximate index: they bound cost, not recall) or ``fitted``: draws
+from a Gaussian with the real vectors' mean and covariance, normalised (ours: a stand-in for a large
+real corpus, which this machine cannot encode). --factory builds an approximate index instead of a
+flat one (``IVF4096,Flat`` with ``--search-params nprobe=32``); its recall@k against exact search
+over the same vectors, for the benchmark's queries, its build time and its size are reported.
+Then, in one run:
 
 - the server: `condsearch serve --preload` in its own process on a free loopback port, driven
   by 1, 8 and 32 concurrent clients (--clients), each sending one real query per request and
@@ -21,6 +27,8 @@ by the store as `condsearch index` writes it. Then, in one run:
 
     python -m benchmarks.systems.serve --json-out benchmarks/systems/results/serve.json \
         --md-out benchmarks/systems/results/serve.md
+    python -m benchmarks.systems.serve --n 1000000 --filler fitted --factory IVF4096,Flat \
+        --search-params nprobe=32 --stage-backends none --json-out benchmarks/systems/results/serve_1m_ivf.json
 """
 
 from __future__ import annotations
@@ -55,6 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--head", default="auto", help="--head of `condsearch index` (auto: the shipped default)")
     p.add_argument("--n", type=int, default=100_000, help="rows in the index")
     p.add_argument("--seed-n", type=int, default=512, help="rows that are real sentences encoded by the model")
+    p.add_argument("--mode", choices=("case", "csr"), default="case", help="what encodes: CASE or the router")
+    p.add_argument("--filler", choices=("random", "fitted"), default="random", help="the rows after the real ones")
+    p.add_argument("--factory", default="Flat", help="FAISS factory of the served index (e.g. IVF4096,Flat)")
+    p.add_argument("--search-params", default="", help="its search parameters, recorded in the manifest")
+    p.add_argument("--recall-queries", type=int, default=200, help="queries whose recall@k is measured (non-flat)")
     p.add_argument("--clients", default="1,8,32", help="concurrency levels")
     p.add_argument("--requests", type=int, default=1000, help="requests per level at most")
     p.add_argument("--seconds", type=float, default=60.0, help="seconds per level at most")
@@ -65,7 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", choices=("auto", "torch"), default=None, help="serve's --backend [its default]")
     p.add_argument("--threads", type=int, default=None, help="serve's --threads (encoding) [its default]")
     p.add_argument("--search-threads", type=int, default=None, help="serve's --search-threads [its default]")
-    p.add_argument("--stage-backends", default="torch,auto", help="backends whose stages are timed in-process")
+    p.add_argument(
+        "--stage-backends",
+        default="torch,auto",
+        help="backends whose stages are timed in-process (CASE only; 'none': not timed)",
+    )
     p.add_argument("--stage-repeats", type=int, default=50, help="timed repeats per stage measurement")
     p.add_argument("--startup-timeout", type=float, default=300.0, help="seconds for the server to load and listen")
     p.add_argument("--json-out", type=Path, default=None)
@@ -76,9 +93,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.n, args.seed_n, args.clients, args.requests, args.seconds, args.cli_repeats = 2000, 32, "1,4", 16, 20.0, 1
         args.stage_repeats = 2
     args.clients = [int(c) for c in str(args.clients).split(",") if c.strip()]
-    args.stage_backends = [b for b in str(args.stage_backends).split(",") if b.strip()]
+    args.stage_backends = [b for b in str(args.stage_backends).split(",") if b.strip() and b != "none"]
     if not set(args.stage_backends) <= {"auto", "torch"} or args.stage_repeats < 1:
-        p.error("--stage-backends takes auto and/or torch; --stage-repeats at least 1")
+        p.error("--stage-backends takes auto and/or torch, or none; --stage-repeats at least 1")
+    if args.mode == "csr" and args.stage_backends:
+        p.error("--mode csr: the stages are timed for CASE only; add --stage-backends none")
     if args.seed_n > args.n or min(args.clients) < 1 or args.requests < 1:
         p.error("need 1 <= --seed-n <= --n, clients >= 1 and --requests >= 1")
     return args
@@ -91,8 +110,32 @@ def random_unit_vectors(n: int, dim: int, seed: int = 0) -> np.ndarray:
     return vectors
 
 
+def fitted_vectors(real: np.ndarray, n: int, seed: int = 0, chunk: int = 100_000) -> np.ndarray:
+    """Return n unit vectors drawn from a Gaussian with the real rows' mean and covariance (ours)."""
+    rng = np.random.default_rng(seed)
+    mean = real.mean(axis=0)
+    spread = (real - mean) / np.sqrt(max(len(real) - 1, 1))  # g @ spread has the rows' covariance
+    out = np.empty((n, real.shape[1]), dtype=np.float32)
+    for start in range(0, n, chunk):
+        g = rng.standard_normal((min(chunk, n - start), len(real)), dtype=np.float32)
+        drawn = mean + g @ spread
+        out[start : start + len(drawn)] = drawn / np.linalg.norm(drawn, axis=1, keepdims=True)
+    return out
+
+
+def recall_at_k(index: Any, vectors: np.ndarray, queries_: np.ndarray, k: int) -> float:
+    """Return the mean share of the exact top-k (a flat scan of vectors) that index finds for queries_."""
+    import faiss
+
+    exact = faiss.IndexFlatIP(vectors.shape[1])
+    exact.add(vectors)
+    _, truth = exact.search(queries_, k)
+    _, found = index.search(queries_, k)
+    return float(np.mean([len(set(t) & set(f)) / k for t, f in zip(truth, found, strict=True)]))
+
+
 def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[str, object]:
-    """Write the benchmark index into index_dir: seed sentences encoded by the model, random rows after."""
+    """Write the benchmark index into index_dir: seed sentences encoded by the model, filler rows after."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -109,19 +152,38 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
     pq.write_table(pa.table({"id": [f"real-{i}" for i in range(len(sentences))], "text": sentences}), seed_file)
     store = IndexStore(index_dir)
     start = time.perf_counter()
-    vec = load_vectorizer(EncoderSpec(args.model, head=args.head))
+    spec = EncoderSpec(args.model, mode="csr") if args.mode == "csr" else EncoderSpec(args.model, head=args.head)
+    vec = load_vectorizer(spec)
     (name,) = index_corpus(read_corpus(seed_file), [CONDITION], vec, store, corpus_name="serve-bench")
     seed = store.load(name)
     real = seed.index.reconstruct_n(0, seed.index.ntotal)
-    n_random = args.n - len(sentences)
-    vectors = np.concatenate([real, random_unit_vectors(n_random, real.shape[1])])
-    ids = [*seed.ids, *(f"random-{i}" for i in range(n_random))]
-    texts = [*seed.texts, *(f"random row {i}" for i in range(n_random))]
-    manifest = dataclasses.replace(seed.manifest, n_vectors=args.n, corpus_path="synthetic", corpus_checksum="")
-    store.write(manifest, faiss_index(vectors, "Flat"), ids, texts)
-    _log(f"index of {args.n:,} rows ({len(sentences)} real) built in {time.perf_counter() - start:.1f}s")
+    n_filler = args.n - len(sentences)
+    filler = fitted_vectors(real, n_filler) if args.filler == "fitted" else random_unit_vectors(n_filler, real.shape[1])
+    vectors = np.concatenate([real, filler])
+    del filler
+    ids = [*seed.ids, *(f"{args.filler}-{i}" for i in range(n_filler))]
+    texts = [*seed.texts, *(f"{args.filler} row {i}" for i in range(n_filler))]
+    built = time.perf_counter()
+    index = faiss_index(vectors, args.factory, search_params=args.search_params)
+    build_s = time.perf_counter() - built
+    recall = recall_drawn = None
+    if args.factory != "Flat" and args.recall_queries:
+        recall = recall_at_k(index, vectors, vec.encode(queries(args.recall_queries), CONDITION), args.k)
+        if args.filler == "fitted":  # queries that are not rows: fresh draws from the filler's Gaussian
+            recall_drawn = recall_at_k(index, vectors, fitted_vectors(real, args.recall_queries, seed=1), args.k)
+    manifest = dataclasses.replace(seed.manifest, n_vectors=args.n, corpus_path="synthetic", corpus_checksum="",
+                                   factory=args.factory, search_params=args.search_params)  # fmt: skip
+    store.write(manifest, index, ids, texts)
+    size = store.load(name).manifest.index_size
+    took = time.perf_counter() - start
+    _log(f"index of {args.n:,} rows ({len(sentences)} real, {args.factory}) built in {took:.1f}s (FAISS {build_s:.1f}s,"
+         f" {size / 2**20:.0f} MiB, recall@{args.k} {recall}, drawn queries {recall_drawn})")  # fmt: skip
     return {"n": args.n, "n_real": len(sentences), "dim": int(real.shape[1]), "model": vec.encoder.model_id,
-            "head": vec.profile_name, "factory": "Flat"}  # fmt: skip
+            "mode": args.mode, "head": vec.profile_name, "filler": args.filler, "factory": args.factory,
+            "search_params": args.search_params, "faiss_build_s": round(build_s, 2), "index_bytes": size,
+            "recall_at_k": None if recall is None else round(recall, 4),
+            "recall_at_k_drawn_queries": None if recall_drawn is None else round(recall_drawn, 4),
+            "recall_queries": args.recall_queries if recall is not None else 0}  # fmt: skip
 
 
 def queries(n: int) -> list[str]:
@@ -380,6 +442,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             "search_threads": args.search_threads,
             "stage_repeats": args.stage_repeats,
             "condition": CONDITION,
+            "mode": args.mode,
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
             "smoke": args.smoke,
             **run_info(),
@@ -390,8 +453,11 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
 def markdown(result: dict[str, object]) -> str:
     index, cli, served = result["index"], result["cli"], result["server"]
     lines = [
-        f"Index: {index['n']:,} rows × {index['dim']}-d, FAISS {index['factory']}, model {index['model']} "  # type: ignore[index]
-        f"(head {index['head']}); {index['n_real']} rows are real sentences.",  # type: ignore[index]
+        f"Index: {index['n']:,} rows × {index['dim']}-d, FAISS {index['factory']} {index['search_params']}, "  # type: ignore[index]
+        f"mode {index['mode']}, model {index['model']} (head {index['head']}); {index['n_real']} rows are real "  # type: ignore[index]
+        f"sentences, the rest {index['filler']}; FAISS build {index['faiss_build_s']} s, "  # type: ignore[index]
+        f"{index['index_bytes'] / 2**20:.0f} MiB on disk, recall@k against exact search: {index['recall_at_k']} "  # type: ignore[index]
+        f"(the benchmark's queries), {index['recall_at_k_drawn_queries']} (fresh draws of the filler).",  # type: ignore[index]
         "",
         "| clients | requests | queries/s | p50 ms | p95 ms | p99 ms | mean batch | errors |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -121,6 +121,19 @@ def parse_factory(text: object) -> FactorySpec:
     return spec
 
 
+def walks_lists_or_graph(factory: str) -> bool:
+    """Return whether an index of this factory answers a query by probing IVF lists or walking an HNSW graph.
+
+    FAISS does one query's walk on one thread, so a server gives such an index one search thread
+    (:class:`condsearch.query.resident.Resident`); an unparsable string (a Milvus index) is not one.
+    """
+    try:
+        spec = parse_factory(factory)
+    except ValueError:
+        return False
+    return bool(spec.nlist or spec.hnsw_m)
+
+
 def check_factory(text: object, n: int, d: int) -> FactorySpec:
     """Parse a factory string and check it fits n vectors of d dimensions; raise ValueError if not.
 

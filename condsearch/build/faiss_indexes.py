@@ -23,6 +23,8 @@ DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default 
 #: last bits of float32, as two BLAS builds' do.
 FLAT_BLAS_MIN_QUERIES = 8
 faiss.cvar.distance_compute_blas_threshold = FLAT_BLAS_MIN_QUERIES
+#: FAISS's own thread count (every core, or OMP_NUM_THREADS), read on import before anything sets it
+DEFAULT_SEARCH_THREADS = int(faiss.omp_get_max_threads())
 
 
 @dataclass(frozen=True)

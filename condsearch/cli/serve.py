@@ -107,7 +107,7 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     "--search-threads",
     type=click.IntRange(min=1),
     default=ServeConfig.search_threads,
-    help="FAISS's threads for searching [default: every core].",
+    help="FAISS's threads for searching [default: every core; one for an IVF or HNSW index].",
 )
 @index_dir_option
 @read_store_option("Serve the")

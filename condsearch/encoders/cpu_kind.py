@@ -39,9 +39,12 @@ Runner = Literal["torch", "onnxruntime"]
 class CpuPath:
     """The fastest measured float path on one CPU kind, for CASE bulk encoding and the router's passes."""
 
-    #: what runs CASE bulk encoding (`index`, `serve`) under --backend auto, and in which dtype
+    #: what runs CASE bulk encoding (`index`) under --backend auto, and the dtype torch runs CASE in
     case_runner: Runner
     case_dtype: Dtype
+    #: what runs CASE for a long-running reader (`serve`, the Python API) under --backend auto: small
+    #: batches, where latency counts (a one-shot `query` takes onnxruntime wherever it can, on every kind)
+    serve_runner: Runner
     #: the dtype of the router's torch passes (its float32 export runs where FASTER_ON_ONNX says)
     router_dtype: Dtype
     #: where the figures come from: machine, date, command, pairs/s, cosine to float32
@@ -53,6 +56,7 @@ PATHS: dict[CpuKind, CpuPath] = {
     "amx": CpuPath(
         case_runner="torch",
         case_dtype="bfloat16",
+        serve_runner="torch",
         router_dtype="float32",
         provenance=(
             "measured 2026-11-27 on the Intel Xeon with AMX (amx_tile, amx_bf16, amx_int8, avx512_bf16) that hosts "
@@ -64,25 +68,31 @@ PATHS: dict[CpuKind, CpuPath] = {
             "cosine to float32 >= 0.9997 (median 0.99992), C-STS dev Spearman 66.69 against 66.67. Issue 42's "
             "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes "
             "were not measured in bfloat16: they stay float32, where onnxruntime float32 ran 1.12x torch "
-            "(csr_paths_amx.json)."
+            "(csr_paths_amx.json). Serving was not measured there: the server keeps torch bfloat16."
         ),
     ),
     "avx512": CpuPath(
-        case_runner="onnxruntime",
-        case_dtype="float32",
+        case_runner="torch",
+        case_dtype="bfloat16",
+        serve_runner="onnxruntime",
         router_dtype="float32",
         provenance=(
-            "measured here, 2026-11-27, on a 2-core AMD EPYC (avx512f, avx512_bf16, no AMX) beside a training "
-            "job (load 3.3-6.1): python -m benchmarks.systems.cpu_paths --csv dev.csv -n 300 --repeats 3 "
-            "(benchmarks/systems/results/cpu_paths_amd.json) and -n 200 --repeats 5 --no-accuracy "
-            "(cpu_paths_amd_speed.json), medians of interleaved rounds: torch float32 23.7 and 25.1 pairs/s, "
-            "torch bfloat16 22.6 and 17.4, onnxruntime float32 162 and 238; so onnxruntime float32. bfloat16's "
-            "cosine to float32 >= 0.99967 (median 0.99992) over C-STS dev, Spearman 66.69 against 66.67"
+            "measured here, 2026-11-27, on a 2-core AMD EPYC (avx512f, avx512_bf16, no AMX) with nothing else "
+            "running (load 1.5-1.9): python -m benchmarks.systems.cpu_paths --csv dev.csv -n 400 --repeats 5 "
+            "--threads 2 --no-accuracy, twice (the first: benchmarks/systems/results/cpu_paths_amd_quiet.json), "
+            "medians of interleaved rounds: torch bfloat16 628 and 650 pairs/s, onnxruntime float32 436 and 451, "
+            "torch float32 232 and 235; so torch bfloat16 for `index` (1.44x). The earlier figures beside a "
+            "training job (cpu_paths_amd.json: bfloat16 17-23, onnxruntime 162-238) measured the contention, not "
+            "the paths. Serving stays on onnxruntime float32: benchmarks/systems/serve.py at 100,000 rows gave "
+            "p50 16.2 and 16.7 ms at 1 client, 199 and 231 queries/s at 32 clients, against 20.3 ms and 224 "
+            "queries/s with torch bfloat16 (CONDSEARCH_CPU_KIND=amx). bfloat16's cosine to float32 >= 0.99967 "
+            "(median 0.99992) over C-STS dev, Spearman 66.69 against 66.67 (cpu_paths_amd.json)"
         ),
     ),
     "other": CpuPath(
         case_runner="onnxruntime",
         case_dtype="float32",
+        serve_runner="onnxruntime",
         router_dtype="float32",
         provenance="no measurement: float32 as before issue 42 (bfloat16 without hardware support is emulated)",
     ),
@@ -140,6 +150,8 @@ def auto_case_dtype() -> Dtype:
     return cpu_path().case_dtype
 
 
-def auto_case_runner() -> Runner:
-    """Return what ``--backend auto`` runs CASE bulk encoding with on this CPU (float32 models)."""
-    return cpu_path().case_runner
+def auto_case_runner(*, serving: bool = False) -> Runner:
+    """Return what ``--backend auto`` runs CASE with on this CPU (float32 models): for bulk encoding,
+    or ``serving`` a long-running reader's small batches."""
+    path = cpu_path()
+    return path.serve_runner if serving else path.case_runner

@@ -96,8 +96,9 @@ def load_one_shot(
         if encoder is None:
             return None
         record_adapter(encoder, target.profile.separate_adapter)
-        # the same model, adapter and token limit; an index built in the dtype --dtype auto chose for
-        # its CPU (bfloat16 on AMX) is answered in float32 here, within the bound measured (docs/indexing.md)
+        # the same model, adapter and token limit; an index built in the dtype --dtype auto chose for its
+        # CPU (bfloat16 on AMX or AVX-512 BF16) is answered in float32 here, within the bound measured
+        # (docs/indexing.md)
         if encoder.describe() != {k: v for k, v in record.encoder.items() if k != AUTO_DTYPE_KEY}:
             return None
         head, checksum = None, ""

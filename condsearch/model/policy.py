@@ -3,8 +3,8 @@
 ``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
-every core, except on a CPU kind where torch measured faster (an AMX CPU, in the bfloat16 that
-``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
+every core, except on a CPU kind where torch measured faster, for bulk work or for serving (in the
+bfloat16 that ``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
 passes on its checked float32 export where that measured faster than torch
 (:data:`condsearch.csr.onnx.FASTER_ON_ONNX`). Otherwise (``torch``, CUDA, another kind of model or
 pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
@@ -48,13 +48,15 @@ def onnx_allowed(backend: Backend, device: str | None) -> bool:
     return backend == "auto" and runs_on_cpu(device)
 
 
-def case_onnx_allowed(backend: Backend, device: str | None) -> bool:
+def case_onnx_allowed(backend: Backend, device: str | None, *, serving: bool = False) -> bool:
     """Return whether ``backend`` runs a float32 CASE model on onnxruntime on ``device``: ``auto`` on the CPU, where
-    the CPU kind's measured path is onnxruntime (:data:`condsearch.encoders.cpu_kind.PATHS`; torch bfloat16 on AMX).
+    the CPU kind's measured path is onnxruntime, for bulk encoding or ``serving``
+    (:data:`condsearch.encoders.cpu_kind.PATHS`: torch bfloat16 indexes on AMX and AVX-512 BF16 CPUs, and
+    serves on AMX).
     """
     from condsearch.encoders.cpu_kind import auto_case_runner
 
-    return onnx_allowed(backend, device) and auto_case_runner() == "onnxruntime"
+    return onnx_allowed(backend, device) and auto_case_runner(serving=serving) == "onnxruntime"
 
 
 def backend_of(vec: Vectorizer) -> str:
@@ -86,10 +88,11 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     resolves everything left to ``auto``. Under ``auto`` on the CPU, a CASE model that a one-shot
     query of the index it builds would run on onnxruntime is run so here as well, with
     ``spec.runtime.threads`` or every core (its export written and checked against torch first
-    where none is cached), but on a CPU kind whose measured path is torch (AMX, in ``--dtype auto``'s
-    bfloat16, which the encoder record names as ``auto_dtype``); the index records the same manifest
-    either way, so the result is the same index up to float32 rounding. The router (CSR) runs on its
-    float32 export likewise where that is faster (:func:`_router_on_onnx`). Anything else keeps torch.
+    where none is cached), but on a CPU kind whose measured bulk path is torch (AMX and AVX-512 BF16,
+    in ``--dtype auto``'s bfloat16, which the encoder record names as ``auto_dtype``); the index
+    records the same manifest either way, so the result is the same index up to float32 rounding.
+    The router (CSR) runs on its float32 export likewise where that is faster
+    (:func:`_router_on_onnx`). Anything else keeps torch.
     """
     from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
     from condsearch.model.vectorizer import load_vectorizer
@@ -122,7 +125,7 @@ def load_index_model(
 
     ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
     (:mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and
-    the CPU kind's measured path is onnxruntime; on AMX torch in ``--dtype auto``'s bfloat16;
+    the CPU kind's measured serving path is onnxruntime; on AMX torch in ``--dtype auto``'s bfloat16;
     an export not yet cached is written now from the torch model and checked against it, as a
     first one-shot query does. Otherwise (``torch``, a GPU, another kind of model, a refused
     export) transformers runs it; an int8 index runs its int8 export either way.
@@ -130,7 +133,7 @@ def load_index_model(
     onnx = onnx_allowed(backend, runtime.device)
     if onnx and runtime.threads is None:  # a one-shot query's single thread is no default for a server
         runtime = replace(runtime, threads=available_cores())
-    case_onnx = case_onnx_allowed(backend, runtime.device)
+    case_onnx = case_onnx_allowed(backend, runtime.device, serving=True)
     vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=case_onnx)
     from condsearch.artifacts.profiles import MODE_CSR
 

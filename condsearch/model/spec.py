@@ -60,8 +60,9 @@ class EncoderSpec:
     prompt_template: str | None = None
     unconditional_template: str | None = None
     max_length: int | None = None
-    # auto: bfloat16 for LLM embedders on CUDA, and for BERT-style CASE encoders on an AMX CPU (recorded as the
-    # encoder's auto_dtype, while the spec keeps auto: condsearch.encoders.cpu_kind), else float32
+    # auto: bfloat16 for LLM embedders on CUDA, and for BERT-style CASE encoders on an AMX or AVX-512 BF16
+    # CPU (recorded as the encoder's auto_dtype, while the spec keeps auto: condsearch.encoders.cpu_kind),
+    # else float32
     dtype: str = "auto"
     bidirectional_layers: int | None = None
     preset: str | None = None

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from condsearch.build.faiss_indexes import FLAT_BLAS_MIN_QUERIES
+from condsearch.build.ann import walks_lists_or_graph
+from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES
 from condsearch.build.faiss_indexes import search_threads as set_search_threads
 from condsearch.encoders.cpu import Backend
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
@@ -69,6 +70,11 @@ class LoadedIndex:
 
     def search(self, vectors: np.ndarray, k: int) -> Found:
         return self.index.search(vectors, k)
+
+    @property
+    def walks(self) -> bool:
+        """Whether a query probes IVF lists or walks an HNSW graph (one search thread's work)."""
+        return walks_lists_or_graph(self.manifest.factory)
 
 
 @dataclass(frozen=True)
@@ -295,9 +301,13 @@ class Resident:
         Returns one Answer per job (k capped at the index's rows), or the exception raised for it;
         a job that breaks the model fails alone (see :func:`condsearch.query.search.answer_batch`).
         """
-        if self.search_threads is not None:
-            # OpenMP keeps the thread count per calling thread: set it on the one that searches
-            set_search_threads(self.search_threads)
+        # OpenMP keeps the thread count per calling thread: set it on the one that searches. Unless
+        # asked, an IVF or HNSW index gets one thread: FAISS walks a query on one, and more only
+        # contended with the encoder's (1M rows, IVF: p50 10 against 21-31 ms; benchmarks/systems/README.md)
+        threads = self.search_threads
+        if threads is None:
+            threads = 1 if all(job.index.walks for job in jobs) else DEFAULT_SEARCH_THREADS
+        set_search_threads(threads)
         requests = [Request(job.index, self.vectorizer(job.index.model_key), job.encoded, job.k) for job in jobs]
         answers = answer_batch(requests, one_pass=True)
         # each answer names the queries as sent, not as cut for the model

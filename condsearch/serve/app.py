@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
-from condsearch.build.faiss_indexes import search_threads
+from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS
 from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
@@ -340,7 +340,11 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "models_loaded": resident.n_models,
             "models": resident.models(),
             "backend": config.backend,
-            "threads": {"encode": config.encode_threads, "search": config.search_threads or search_threads()},
+            "threads": {
+                "encode": config.encode_threads,
+                "search": config.search_threads or DEFAULT_SEARCH_THREADS,  # an exact index's
+                "search_ivf_hnsw": config.search_threads or 1,  # an IVF or HNSW index's (see Resident.answer_batch)
+            },
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
 

@@ -87,9 +87,9 @@ class ServeConfig:
     backend: Backend = CpuConfig.backend
     #: the encoders' intra-op threads on the CPU, torch's or onnxruntime's (None: every core)
     threads: int | None = CpuConfig.threads
-    #: FAISS's OpenMP threads for searching (None: FAISS's own default, every core). Encoding and
-    #: searching take turns on the batcher's thread, so both default to every core; what to measure
-    #: before changing either is in docs/serve.md
+    #: FAISS's OpenMP threads for searching (None: every core for an exact index, FAISS's own default;
+    #: one for an IVF or HNSW index, whose queries FAISS walks on one thread). Encoding and searching
+    #: take turns on the batcher's thread; what to measure before changing either is in docs/serve.md
     search_threads: int | None = None
 
     @property

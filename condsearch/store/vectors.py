@@ -43,7 +43,7 @@ def vector_fingerprint(described: dict[str, object], *, mode: str, head_checksum
     not named: it is written from the weights those name, checked against them, and loaded only
     while its files match the sha256 recorded then, so that vectors built on either backend are
     kept by the other (docs/indexing.md); an int8 export is named by ``quantize``. Nor is a dtype that
-    ``--dtype auto`` chose for the CPU (``auto_dtype``: bfloat16 on AMX): within the bound measured of
+    ``--dtype auto`` chose for the CPU (``auto_dtype``: bfloat16 on AMX and AVX-512 BF16): within the bound measured of
     float32's, so vectors built on one CPU kind are kept by another.
     """
     payload = {
