@@ -198,7 +198,14 @@ def test_encode_throughput_int8_smoke(tiny_bert_dir: Path, tmp_path: Path) -> No
     result = _run(
         "encode_throughput", ["--smoke", "--model", str(tiny_bert_dir), "--quantize", "int8"], tmp_path / "o.json"
     )
-    assert set(result["pairs_per_s"]) == {"int8", "float32", "onnxruntime_float32", "sentence_transformers"}
+    assert set(result["pairs_per_s"]) == {
+        "int8",
+        "float32",
+        "onnxruntime_float32",
+        "torch_bfloat16",
+        "sentence_transformers",
+        "sentence_transformers_bfloat16",
+    }
     assert result["int8_speedup"] > 0 and result["case_cosine_int8_float32"]["median"] > 0.9
     assert result["int8_vs_onnxruntime_float32"] > 0 and "torch" in result["int8_speedup_reference"]
 

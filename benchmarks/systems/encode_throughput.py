@@ -187,7 +187,9 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
 
 
 def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[str]) -> dict[str, object]:
-    """Return pairs/s of int8 CASE, float32 CASE (torch, onnxruntime) and sentence-transformers' encode()."""
+    """Return pairs/s of int8 CASE, float32 CASE (torch, onnxruntime), bfloat16 CASE (torch) and
+    sentence-transformers' encode() in float32 and in bfloat16 (the peer at its best dtype on a CPU with
+    bfloat16 products), interleaved within each repeat."""
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
@@ -197,14 +199,18 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
 
     load_before = os.getloadavg()
     int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))
-    float32 = load_encoder(EncoderSpec(args.model, profile="none", runtime=Runtime(device="cpu", threads=args.threads)))
+    # float32 asked, not auto's dtype (bfloat16 on CPUs with bfloat16 products): the reference int8 is measured against
+    runtime = Runtime(device="cpu", threads=args.threads)
+    float32 = load_encoder(EncoderSpec(args.model, profile="none", dtype="float32", runtime=runtime))
     assert isinstance(float32, BertStyleEncoder)
+    bf16 = load_encoder(EncoderSpec(args.model, profile="none", dtype="bfloat16", runtime=runtime))
     ort32, refused = write_export(
         float32, resolve_model(args.model), None, "float32", max_length=None, threads=torch.get_num_threads()
     )
     if ort32 is None:
         raise SystemExit(f"the float32 ONNX export was refused: {refused}")
     peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
+    peer_bf16 = SentenceTransformer(resolve_model(args.model).location, device="cpu").to(torch.bfloat16)
     pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
     n_tokens = count_tokens(float32, pairs)
 
@@ -216,7 +222,11 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         "int8": lambda r: case(int8, r),
         "float32": lambda r: case(float32, r),
         "onnxruntime_float32": lambda r: case(ort32, r),
+        "torch_bfloat16": lambda r: case(bf16, r),
         "sentence_transformers": lambda r: peer.encode(
+            [f"{s} {c} ({r})" for c, s in pairs], batch_size=args.batch_size, convert_to_numpy=True
+        ),
+        "sentence_transformers_bfloat16": lambda r: peer_bf16.encode(
             [f"{s} {c} ({r})" for c, s in pairs], batch_size=args.batch_size, convert_to_numpy=True
         ),
     }
@@ -224,7 +234,9 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     int8.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     float32.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     ort32.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
+    bf16.encode(texts[:warm], "warm-up condition", batch_size=args.batch_size)
     peer.encode(texts[:warm], batch_size=args.batch_size)
+    peer_bf16.encode(texts[:warm], batch_size=args.batch_size)
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     outputs: dict[str, object] = {}
     for r in range(args.repeats):
@@ -267,7 +279,7 @@ def int8_table(r: dict[str, object]) -> str:
         + "".join(
             f"| {name} | {rate[name]:.3g} | {rate[name] / rate['float32']:.2f}× "
             f"| {rate[name] / rate['onnxruntime_float32']:.2f}× |\n"
-            for name in ("int8", "float32", "onnxruntime_float32", "sentence_transformers")
+            for name in rate
         )
     )
 

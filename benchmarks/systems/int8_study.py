@@ -171,7 +171,7 @@ def study(args: argparse.Namespace) -> dict[str, object]:
     calib = calib + [(c, None) for c in dict.fromkeys(c for c, _ in calib)]  # condition-only inputs too
     load_before = os.getloadavg()
     reference = load_encoder(
-        EncoderSpec(args.model, profile=args.profile, runtime=Runtime(device="cpu", threads=threads))
+        EncoderSpec(args.model, profile=args.profile, dtype="float32", runtime=Runtime(device="cpu", threads=threads))
     )
     assert isinstance(reference, BertStyleEncoder)
     # root_quiet: the quantiser's pre-processing advice goes to the root logger
