@@ -6,7 +6,7 @@ import csv
 import hashlib
 import os
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +162,19 @@ SENTENCES = [
 def corpus_file(write_corpus: WriteCorpus) -> Path:
     """A small corpus with string ids."""
     return write_corpus({"id": [f"s{i}" for i in range(len(SENTENCES))], "text": list(SENTENCES)})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_cpu_kind() -> Iterator[None]:
+    """Pin the CPU kind for the session-scoped fixtures too (they are set up before any test's monkeypatch):
+    a session encoder loaded under ``--dtype auto`` would otherwise be bfloat16 on AMX and AVX-512 BF16 CPUs."""
+    before = os.environ.get("CONDSEARCH_CPU_KIND")
+    os.environ["CONDSEARCH_CPU_KIND"] = "other"
+    yield
+    if before is None:
+        os.environ.pop("CONDSEARCH_CPU_KIND", None)
+    else:
+        os.environ["CONDSEARCH_CPU_KIND"] = before
 
 
 @pytest.fixture(autouse=True)
