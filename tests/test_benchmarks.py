@@ -76,6 +76,14 @@ def test_kgc_smoke_trains_and_ranks(tiny_bert_dir: Path, tmp_path: Path) -> None
     assert again["config"]["router_checksum"] == result["config"]["router_checksum"]
 
 
+def test_kgc_refuses_projection_where_nothing_is_saved_compactly() -> None:
+    kgc = load_script("kgc")
+    for argv in (["--project-every", "5"], ["--train", "--frozen-lower", "--project-every", "5"]):
+        with pytest.raises(SystemExit):
+            kgc.parse_args(["--smoke", *argv])
+    assert kgc.parse_args(["--smoke", "--train", "--project-every", "5"]).project_every == 5
+
+
 def test_kgc_scores_a_runs_checkpoint_exactly_and_as_saved(tiny_bert_dir: Path, tmp_path: Path) -> None:
     model, ck = ["--smoke", "--model", str(tiny_bert_dir)], str(tmp_path / "ck")
     trained = _run("kgc", [*model, "--train", "--checkpoint-dir", ck], tmp_path / "a")

@@ -143,7 +143,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="synthetic 60-entity graph, a few training steps")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.project_every < 0 or (args.project_every and (args.frozen_lower or not args.train)):
+        p.error("--project-every takes a count of steps, with --train of the whole backbone (not --frozen-lower)")
+    return args
 
 
 def write_synthetic_kg(folder: Path, n_entities: int = 60, seed: int = 0) -> Path:
