@@ -166,8 +166,9 @@ def corpus_file(write_corpus: WriteCorpus) -> Path:
 
 @pytest.fixture(scope="session", autouse=True)
 def _one_cpu_kind() -> Iterator[None]:
-    """Pin the CPU kind for the session-scoped fixtures too (they are set up before any test's monkeypatch):
-    a session encoder loaded under ``--dtype auto`` would otherwise be bfloat16 on AMX and AVX-512 BF16 CPUs."""
+    """Pin the CPU kind for the whole session, its session-scoped fixtures included (set up before any test's
+    monkeypatch): auto's dtype and backend follow the kind (condsearch.encoders.cpu_kind), one for every machine;
+    a test's own monkeypatch.setenv of it is undone back to this."""
     before = os.environ.get("CONDSEARCH_CPU_KIND")
     os.environ["CONDSEARCH_CPU_KIND"] = "other"
     yield
@@ -184,8 +185,6 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
     monkeypatch.setenv("CONDSEARCH_INDEX_DIR", str(tmp_path_factory.mktemp("indexes-env")))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
-    # auto's dtype and backend follow the CPU's kind (condsearch.encoders.cpu_kind): one kind for every machine
-    monkeypatch.setenv("CONDSEARCH_CPU_KIND", "other")
 
 
 #: torch's intra-op threads in the tests (1 unless `make test-numerics` asks for others)

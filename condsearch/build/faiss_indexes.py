@@ -25,6 +25,9 @@ FLAT_BLAS_MIN_QUERIES = 8
 faiss.cvar.distance_compute_blas_threshold = FLAT_BLAS_MIN_QUERIES
 #: FAISS's own thread count (every core, or OMP_NUM_THREADS), read on import before anything sets it
 DEFAULT_SEARCH_THREADS = int(faiss.omp_get_max_threads())
+#: the threads a server gives an IVF or HNSW index unless asked: FAISS walks one query's lists or graph on one
+#: thread, and more only contended with the encoder's (1M rows, IVF: p50 10-12 against 21-31 ms; benchmarks/systems)
+WALK_SEARCH_THREADS = 1
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ that the server's and the Python API's answers are the query's.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -23,7 +24,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from condsearch.build.ann import walks_lists_or_graph
-from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES
+from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES, WALK_SEARCH_THREADS
 from condsearch.build.faiss_indexes import search_threads as set_search_threads
 from condsearch.encoders.cpu import Backend
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
@@ -71,9 +72,9 @@ class LoadedIndex:
     def search(self, vectors: np.ndarray, k: int) -> Found:
         return self.index.search(vectors, k)
 
-    @property
+    @functools.cached_property
     def walks(self) -> bool:
-        """Whether a query probes IVF lists or walks an HNSW graph (one search thread's work)."""
+        """Whether a query probes IVF lists or walks an HNSW graph (one search thread's work), read once."""
         return walks_lists_or_graph(self.manifest.factory)
 
 
@@ -302,11 +303,10 @@ class Resident:
         a job that breaks the model fails alone (see :func:`condsearch.query.search.answer_batch`).
         """
         # OpenMP keeps the thread count per calling thread: set it on the one that searches. Unless
-        # asked, an IVF or HNSW index gets one thread: FAISS walks a query on one, and more only
-        # contended with the encoder's (1M rows, IVF: p50 10 against 21-31 ms; benchmarks/systems/README.md)
+        # asked, an IVF or HNSW index gets WALK_SEARCH_THREADS, an exact one FAISS's default
         threads = self.search_threads
         if threads is None:
-            threads = 1 if all(job.index.walks for job in jobs) else DEFAULT_SEARCH_THREADS
+            threads = WALK_SEARCH_THREADS if all(job.index.walks for job in jobs) else DEFAULT_SEARCH_THREADS
         set_search_threads(threads)
         requests = [Request(job.index, self.vectorizer(job.index.model_key), job.encoded, job.k) for job in jobs]
         answers = answer_batch(requests, one_pass=True)

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch import __version__
-from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS
+from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
 from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
@@ -343,7 +343,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "threads": {
                 "encode": config.encode_threads,
                 "search": config.search_threads or DEFAULT_SEARCH_THREADS,  # an exact index's
-                "search_ivf_hnsw": config.search_threads or 1,  # an IVF or HNSW index's (see Resident.answer_batch)
+                "search_ivf_hnsw": config.search_threads or WALK_SEARCH_THREADS,  # an IVF or HNSW index's
             },
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
