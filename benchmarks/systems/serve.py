@@ -98,6 +98,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--stage-backends takes auto and/or torch, or none; --stage-repeats at least 1")
     if args.mode == "csr" and args.stage_backends:
         p.error("--mode csr: the stages are timed for CASE only; add --stage-backends none")
+    from condsearch.build.ann import check_index_options
+
+    try:
+        check_index_options(args.factory, args.search_params)
+    except ValueError as exc:
+        p.error(str(exc))
     if args.seed_n > args.n or min(args.clients) < 1 or args.requests < 1:
         p.error("need 1 <= --seed-n <= --n, clients >= 1 and --requests >= 1")
     return args
