@@ -10,9 +10,13 @@ import pytest
 import torch
 
 from benchmarks._lib.kgclib.data import (
+    NEIGHBOUR_NAMES,
+    SHORT_DESCRIPTION_WORDS,
+    KgData,
     entity_text,
     known_answers,
     link_graph,
+    linked_texts,
     n_hop,
     read_kg,
     relation_text,
@@ -96,6 +100,39 @@ def test_inverse_answers_and_graph(kg) -> None:
     assert sorted(n_hop(graph, 0, 1).tolist()) == [0, 1, 2]
     assert sorted(n_hop(graph, 0, 5).tolist()) == [0, 1, 2]
     assert n_hop(graph, 0, 1, max_nodes=2).size == 0
+
+
+def test_link_graph_texts_follow_simkgc(kg) -> None:
+    linked = linked_texts(kg)
+    # dog's training neighbours by id: e1 (cat), e2 (animal); blue (e4) has none in training
+    assert linked.text(0) == "dog: a domesticated animal that barks cat animal"
+    assert linked.text(0, leave_out=2) == "dog: a domesticated animal that barks cat"  # training: no label leak
+    assert linked.text(4) == "blue: the color of the sky" == kg.entity_texts[4]
+    assert linked.text(5) == "color: red"  # "color red" first loses the name it repeats
+    assert linked.texts() == [linked.text(row) for row in range(kg.n_entities)]
+
+
+def test_link_graph_texts_keep_ten_neighbours_by_id_and_spare_long_descriptions() -> None:
+    ids = [f"x{i:02d}" for i in range(14)][::-1]  # rows in the reverse order of the ids
+    hub = len(ids) - 1  # row 13 is "x00"
+    train = np.array([[hub, 0, row] for row in range(hub)], dtype=np.int64)
+    long = " ".join(["word"] * SHORT_DESCRIPTION_WORDS)
+    data = KgData(
+        entity_ids=ids,
+        entity_texts=[],
+        relations=["_r"],
+        relation_texts=["r"],
+        splits={"train": train},
+        entity_names=[f"n{i}" for i in range(len(ids))],
+        entity_descriptions=["short"] * (len(ids) - 1) + ["short"],
+    )
+    linked = linked_texts(data)
+    first = linked.neighbours[hub].tolist()
+    assert len(first) == NEIGHBOUR_NAMES and first == sorted(first, reverse=True)[:NEIGHBOUR_NAMES] == list(
+        range(12, 2, -1)
+    )  # x01..x10
+    long_data = KgData(**{**data.__dict__, "entity_descriptions": ["short"] * (len(ids) - 1) + [long]})
+    assert linked_texts(long_data).text(hub) == f"n{hub}: {long}"
 
 
 # -- ranking -----------------------------------------------------------------------------------
@@ -359,6 +396,32 @@ def test_a_training_batchs_loss_does_not_depend_on_its_chunks(context_csr, kg) -
             for c in (2, 3, 256)
         ]
     assert losses[0] == pytest.approx(losses[2], rel=1e-4) and losses[1] == pytest.approx(losses[2], rel=1e-4)
+
+
+@pytest.mark.numerics
+def test_link_graph_training_reads_each_side_without_the_other(context_csr, kg) -> None:
+    """With no neighbours to add, link-graph batches score as plain ones (the rows map back right);
+    with neighbours, a head's text leaves its tail out and the tail's its head."""
+    from benchmarks._lib.kgclib.data import LinkedTexts
+    from benchmarks._lib.kgclib.encoding import entity_tokens
+    from benchmarks._lib.kgclib.training import _linked_batch, batch_loss
+
+    train = kg.splits["train"]
+    batch = with_inverse(train, kg.n_relations)[:8]
+    answers = known_answers([train], kg.n_relations)
+    log_inv_t = torch.tensor(math.log(20.0))
+    empty = [np.empty(0, dtype=np.int64)] * kg.n_entities
+    bare = LinkedTexts(kg.entity_names, kg.entity_descriptions, empty)
+    tokens, config = entity_tokens(context_csr, kg.entity_texts), KgcTrainConfig()
+    context_csr.router.eval()
+    with torch.no_grad():
+        plain = float(batch_loss(context_csr, tokens, batch, kg.conditions, answers, log_inv_t, config))
+        linked = float(batch_loss(context_csr, tokens, batch, kg.conditions, answers, log_inv_t, config, linked=bare))
+    assert linked == pytest.approx(plain, rel=1e-4)
+    source, where = _linked_batch(context_csr, linked_texts(kg), batch[:1, 0], batch[:1, 2])  # (dog, hypernym, animal)
+    ids = source.ids[where]
+    texts = [context_csr.tokenizer.decode(row[row != source.pad_id], skip_special_tokens=True) for row in ids]
+    assert texts == ["animal : a living organism cat", "dog : a domesticated animal that barks cat"]
 
 
 def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, kg) -> None:

@@ -7,6 +7,9 @@ without a condition (the plain forward pass of the same backbone) and searched t
 FAISS index; filtered ranking (other known answers in train+dev+test removed); MRR and
 Hit@1/3/10 (×100) per direction and averaged. ``--rerank`` adds SimKGC's graph re-ranking
 (+0.05 for entities within 5 hops of the head in the training graph) — reported labelled.
+``--link-graph`` reads entities as SimKGC's ``--use-link-graph`` does (a description under 20
+words gains the names of up to 10 neighbours in the training graph; in training each side of
+a triple leaves the other out); a router trained so records it, and is then scored so.
 
 The router evaluated by default is the one trained here on WN18RR (benchmarks/weights/);
 ``--router none`` gives the zero-shot (untrained) router. ``--train`` first trains with SimKGC's
@@ -72,6 +75,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--max-length", type=int, default=50, help="tokens per entity text (SimKGC: 50)")
     p.add_argument("--rerank", action="store_true", help="SimKGC graph re-ranking (+0.05 within 5 hops)")
+    p.add_argument(
+        "--link-graph",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="SimKGC's --use-link-graph: a description under 20 words gains the names of up to 10 "
+        "training-graph neighbours (default: as the router or checkpoint was trained)",
+    )
     p.add_argument("--k", type=int, default=100, help="FAISS top-k per query before the exact fallback")
     p.add_argument("--device", default=None)
     p.add_argument("--cache-dir", type=Path, default=None, help="CSR state cache root (default the user cache)")
@@ -210,9 +220,27 @@ def _router_spec(args: argparse.Namespace) -> str:
     return str(AUTO_ROUTER) if AUTO_ROUTER.is_dir() else "none"
 
 
-def _meta(encoder: Any, data_dir: Path, backbone: str, config: object) -> dict[str, object]:
+def _link_graph(args: argparse.Namespace, router: str) -> bool:
+    """Return whether entities are read with SimKGC's link-graph texts: as asked, else as the
+    router folder (its router.json) or the checkpoint (--weights-from, --resume) was trained."""
+    from condsearch.artifacts.files import read_json
+    from condsearch.artifacts.routers import read_router_config
+
+    if args.link_graph is not None:
+        return bool(args.link_graph)
+    run = args.weights_from or (args.checkpoint_dir if args.resume else None)
+    if run is not None and (Path(run) / "checkpoint.json").is_file():
+        config = read_json(Path(run) / "checkpoint.json", "checkpoint").get("config") or {}
+        return bool(config.get("link_graph", False))
+    if router != "none":
+        return bool(read_router_config(Path(router)).get("link_graph", False))
+    return False
+
+
+def _meta(encoder: Any, data_dir: Path, backbone: str, config: object, linked: bool = False) -> dict[str, object]:
     """Return what a saved WN18RR router records of its making."""
     return {
+        "link_graph": linked,
         "model_id": encoder.model_id,
         "model_revision": encoder.revision,
         "task": "link prediction (SimKGC protocol)",
@@ -248,7 +276,8 @@ def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir
     row, config = load_best_weights(args.weights_from, encoder.router, tail)
     info: dict[str, Any] = {"checkpoint": str(args.weights_from), "best_dev": row, "saved": args.save is not None}
     if args.save is not None:
-        meta = {**_meta(encoder, data_dir, "whole backbone", config), "best_dev": row}
+        linked = isinstance(config, dict) and bool(config.get("link_graph"))
+        meta = {**_meta(encoder, data_dir, "whole backbone", config, linked), "best_dev": row}
         info["checksum"] = save_towers(encoder, tail, base, args.save, meta)
         _log(f"saved the checkpoint's step-{row.get('step')} weights to {args.save}; scoring them as saved")
     return tail, info
@@ -327,7 +356,7 @@ def _profile(
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    from benchmarks._lib.kgclib.data import known_answers, link_graph, read_kg
+    from benchmarks._lib.kgclib.data import known_answers, link_graph, linked_texts, read_kg
     from benchmarks._lib.kgclib.encoding import (
         entity_tokens,
         evaluate_link_prediction,
@@ -373,10 +402,14 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         base = base_weights(encoder.source.location)
     timing: dict[str, float] = {}
     start = time.perf_counter()
+    linked = linked_texts(data) if _link_graph(args, router) else None
+    if linked is not None and args.train and not whole:
+        raise CondsearchError("--link-graph trains the whole backbone (not with --frozen-lower)")
+    texts = data.entity_texts if linked is None else linked.texts()
     if whole:  # every tower runs its own lower layers: the entities go in as token ids
-        entities: Any = entity_tokens(encoder, data.entity_texts)
+        entities: Any = entity_tokens(encoder, texts)
     else:
-        entities = load_entity_states(encoder, data.entity_texts, progress=not args.smoke)
+        entities = load_entity_states(encoder, texts, progress=not args.smoke)
     timing["entity_states_seconds"] = round(time.perf_counter() - start, 1)
     answers = known_answers(data.splits.values(), data.n_relations)
     tail = load_tail_tower(encoder.router, Path(router), base) if router != "none" else None
@@ -418,7 +451,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 **run_info(str(encoder.device)),
             }
         _log(f"training ({args.towers} tower(s), {backbone}): {asdict(config)}; choosing on {len(dev)} dev triples")
-        meta = _meta(encoder, data_dir, backbone, asdict(config))
+        meta = _meta(encoder, data_dir, backbone, asdict(config), linked is not None)
 
         def dev_scores() -> dict[str, float]:
             out = evaluate_link_prediction(encoder, entities, data, dev, answers, k=args.k, tail=tail)
@@ -451,6 +484,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             resume=args.resume,
             on_best=save_best,
             project=(lambda: project_towers(encoder, tail, base)) if whole and args.project_every else None,
+            linked=linked,
         )
         seconds = time.perf_counter() - start
         best = max(history, key=lambda r: r.get("dev", -1.0))
@@ -499,6 +533,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         "towers": 2 if tail is not None else 1,
         "max_length": encoder.max_length,
         "rerank": bool(args.rerank),
+        "link_graph": linked is not None,
         "candidates": data.n_entities,
         "index": "FAISS Flat (inner product on unit vectors)",
         "filtered": "train+dev+test answers removed",
@@ -517,6 +552,7 @@ def markdown(result: dict[str, object]) -> str:
     config = result["config"]
     assert isinstance(config, dict)
     label = "router " + str(config["router"]).split("/")[-1] + (", re-ranked" if config["rerank"] else "")
+    label += ", link-graph texts" if config.get("link_graph") else ""
     lines = [
         f"KGC ({config['split']}, {config['triples']} triples) — {config['model']}, {label}",
         "",

@@ -32,6 +32,8 @@ class KgData:
     relations: list[str]  # relation ids as in the files, e.g. "_hypernym"
     relation_texts: list[str]  # readable text of each relation, e.g. "hypernym"
     splits: dict[str, np.ndarray] = field(default_factory=dict)  # name -> (n, 3) int64 (head, rel, tail)
+    entity_names: list[str] = field(default_factory=list)  # "name" of each entity, e.g. "stool"
+    entity_descriptions: list[str] = field(default_factory=list)  # its definition, as read
 
     @property
     def n_entities(self) -> int:
@@ -83,9 +85,11 @@ def read_kg(folder: Path | str, splits: Iterable[str] = SPLITS) -> KgData:
     if not folder.is_dir():
         raise CorpusError(f"{folder}: no such data folder")
     texts: dict[str, str] = {}
+    parts: dict[str, tuple[str, str]] = {}
     for eid, raw in _read_tsv(folder / "entity2text.txt", 2):
         name, _, description = raw.partition(", ")
         texts[eid] = entity_text(name, description)
+        parts[eid] = (name.strip(), description.strip())
     order_file = folder / "entities.txt"
     entity_ids = [row[0] for row in _read_tsv(order_file, 1)] if order_file.is_file() else list(texts)
     missing = [e for e in entity_ids if e not in texts]
@@ -112,6 +116,8 @@ def read_kg(folder: Path | str, splits: Iterable[str] = SPLITS) -> KgData:
         relations=relations,
         relation_texts=[rel_text.get(r) or relation_text(r) for r in relations],
         splits=out,
+        entity_names=[parts[e][0] for e in entity_ids],
+        entity_descriptions=[parts[e][1] for e in entity_ids],
     )
 
 
@@ -153,3 +159,46 @@ def n_hop(graph: list[np.ndarray], start: int, hops: int, max_nodes: int = 100_0
                     if len(seen) > max_nodes:
                         return np.empty(0, dtype=np.int64)
     return np.fromiter(seen, dtype=np.int64, count=len(seen))
+
+
+#: SimKGC's ``--use-link-graph``: a description under this many words gains neighbours' names
+SHORT_DESCRIPTION_WORDS = 20
+#: ... the names of at most this many neighbours, the first by entity id
+NEIGHBOUR_NAMES = 10
+
+
+@dataclass(frozen=True)
+class LinkedTexts:
+    """Entity texts with the training graph's neighbours in them, as SimKGC's ``--use-link-graph``.
+
+    An entity whose description has fewer than 20 words is encoded from ``name: description
+    n1 n2 ...``, the names of its first 10 neighbours (by entity id) in the undirected training
+    graph. In training, each side of a triple leaves the other out of its list (SimKGC: no label
+    leak); in evaluation nothing is left out, as in SimKGC's evaluation.
+    """
+
+    names: list[str]
+    descriptions: list[str]
+    neighbours: list[np.ndarray]  # each entity's first NEIGHBOUR_NAMES neighbours, rows sorted by entity id
+
+    def text(self, row: int, leave_out: int = -1) -> str:
+        """Return entity ``row``'s text, without ``leave_out`` among its neighbours."""
+        description = self.descriptions[row]
+        if len(description.split()) < SHORT_DESCRIPTION_WORDS:
+            names = [self.names[n] for n in self.neighbours[row].tolist() if n != leave_out]
+            description = " ".join([description, *names])
+        return entity_text(self.names[row], description)
+
+    def texts(self) -> list[str]:
+        """Return every entity's text as evaluation encodes it (nothing left out)."""
+        return [self.text(row) for row in range(len(self.names))]
+
+
+def linked_texts(data: KgData) -> LinkedTexts:
+    """Return SimKGC's link-graph entity texts of ``data`` (neighbours from its training triples)."""
+    if len(data.entity_names) != data.n_entities:
+        raise ValueError("link-graph texts need each entity's name and description (read_kg)")
+    graph = link_graph(data.splits["train"], data.n_entities)
+    ids = data.entity_ids
+    first = [np.array(sorted(g.tolist(), key=lambda r: ids[r])[:NEIGHBOUR_NAMES], dtype=np.int64) for g in graph]
+    return LinkedTexts(list(data.entity_names), list(data.entity_descriptions), first)

@@ -42,7 +42,7 @@ from condsearch.train.checkpoint import (
 )
 from condsearch.train.schedule import linear_schedule
 
-from .data import Answers, KgData, known_answers, with_inverse
+from .data import Answers, KgData, LinkedTexts, known_answers, with_inverse
 from .encoding import EntitySource, EntityTokens, Tower, encode_states, relation_codes
 
 log = logging.getLogger(__name__)
@@ -137,22 +137,30 @@ def batch_loss(
     config: KgcTrainConfig,
     tail: Tower | None = None,
     chunk_rows: int | None = None,
+    linked: LinkedTexts | None = None,
 ) -> torch.Tensor:
     """Return the loss of one batch of (h, r, t) rows, with gradients.
 
     The batch's texts run in length-sorted chunks of ``chunk_rows`` (default: :func:`train_chunk_rows`),
-    each padded to its own longest text; the loss does not depend on the chunking.
+    each padded to its own longest text; the loss does not depend on the chunking. With
+    ``linked`` (SimKGC's link-graph texts), each head is read without its tail among its
+    neighbours and each tail without its head.
     """
     device = encoder.device
     router = encoder.router
     chunk = chunk_rows or train_chunk_rows(device)
     heads, rels, tails = batch[:, 0], batch[:, 1], batch[:, 2]
+    if linked is None:  # one plain pass per distinct entity serves as both tail and self-negative
+        source: EntitySource = states
+        entities, where = np.unique(np.concatenate([tails, heads]), return_inverse=True)
+    else:
+        source, where = _linked_batch(encoder, linked, heads, tails)
+        entities = np.arange(len(source))
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=config.bf16):
         codes = relation_codes(encoder, conditions).select(torch.from_numpy(rels).to(device))
-        hr = _unit(encode_states(router, states, heads, codes, device=device, chunk=chunk))
-        # one plain pass per distinct entity serves as both tail and self-negative
-        entities, where = np.unique(np.concatenate([tails, heads]), return_inverse=True)
-        plain = _unit(encode_states(tail or router, states, entities, device=device, chunk=chunk))
+        query_rows = heads if linked is None else entities[where[len(batch) :]]
+        hr = _unit(encode_states(router, source, query_rows, codes, device=device, chunk=chunk))
+        plain = _unit(encode_states(tail or router, source, entities, device=device, chunk=chunk))
     where_t = torch.from_numpy(where).to(device)
     tail_v, head_v = plain[where_t[: len(batch)]], plain[where_t[len(batch) :]]
     with torch.profiler.record_function("kgc.batch_masks"):
@@ -166,6 +174,19 @@ def batch_loss(
         mask=torch.from_numpy(mask).to(device),
         self_mask=torch.from_numpy(self_mask).to(device),
     )
+
+
+def _linked_batch(
+    encoder: CsrEncoder, linked: LinkedTexts, heads: np.ndarray, tails: np.ndarray
+) -> tuple[EntityTokens, np.ndarray]:
+    """Return the token ids of a batch's distinct link-graph texts, and where each of
+    ``tails`` then ``heads`` finds its text among them (a head read without its tail, a tail
+    without its head: the query and self-negative share a head's text, as in SimKGC)."""
+    keys = np.concatenate([np.stack([tails, heads], axis=1), np.stack([heads, tails], axis=1)])
+    distinct, where = np.unique(keys, axis=0, return_inverse=True)
+    texts = [linked.text(row, leave_out) for row, leave_out in distinct.tolist()]
+    with torch.profiler.record_function("kgc.linked_tokens"):
+        return EntityTokens(encoder.tokenizer, texts, encoder.max_length), where.reshape(-1)
 
 
 #: rows per length-sorted chunk of a training batch: on a CPU the cost is the padded tokens. At batch
@@ -199,6 +220,7 @@ def train_kgc(
     on_best: Callable[[dict[str, float]], None] | None = None,
     chunk_rows: int | None = None,
     project: Callable[[], None] | None = None,
+    linked: LinkedTexts | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tune the router (and the candidate tower ``tail``, if any) in place.
 
@@ -213,8 +235,10 @@ def train_kgc(
     with the history row each time dev improves, the weights in place being the best so far (to
     save them as the run goes). With ``config.project_every`` and ``project`` (which puts the
     weights in place into the saved artifact's form), training is projected: ``project`` runs every
-    that many steps and before each dev check, so what dev scores is what saving keeps. Returns
-    one history row per evaluation.
+    that many steps and before each dev check, so what dev scores is what saving keeps. With
+    ``linked``, training reads SimKGC's link-graph texts (:func:`batch_loss`); ``states`` and
+    ``evaluate`` should then hold the same texts as evaluation reads them. Returns one history
+    row per evaluation.
     """
     if config.project_every and project is None:
         raise ValueError("project_every needs a projection")
@@ -254,6 +278,10 @@ def train_kgc(
         "backbone": "whole" if whole else "frozen below the routed layers",
         "max_length": encoder.max_length,
     }
+    if linked is not None:  # recorded only when on, so that earlier runs' checkpoints still resume
+        if not whole:
+            raise ValueError("link-graph texts train the whole backbone (cached states hold one text per entity)")
+        run_config["link_graph"] = True
     state = TrainingState(config=run_config)
     best_state: dict[str, torch.Tensor] | None = None
     if checkpoint_dir is not None and resume and has_checkpoint(checkpoint_dir):
@@ -306,7 +334,9 @@ def train_kgc(
             if tail is not None:
                 tail.train()
             if len(batch) >= 2:
-                loss = batch_loss(encoder, states, batch, data.conditions, answers, log_inv_t, config, tail, chunk_rows)
+                loss = batch_loss(
+                    encoder, states, batch, data.conditions, answers, log_inv_t, config, tail, chunk_rows, linked
+                )
                 optim.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(params, config.grad_clip)
