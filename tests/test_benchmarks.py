@@ -216,6 +216,20 @@ def test_encode_throughput_int8_smoke(tiny_bert_dir: Path, tmp_path: Path) -> No
     }
     assert result["int8_speedup"] > 0 and result["case_cosine_int8_float32"]["median"] > 0.9
     assert result["int8_vs_onnxruntime_float32"] > 0 and "torch" in result["int8_speedup_reference"]
+    assert set(result["share_of_peak"]) == set(result["pairs_per_s"]) and set(result["matmul_gops"]) == {
+        "torch_float32",
+        "torch_bfloat16",
+        "torch_int8",
+        "onnxruntime_float32",
+        "onnxruntime_int8",
+    }
+    assert all(0 < share for share in result["share_of_peak"].values())
+    one = _run(
+        "encode_throughput",
+        ["--smoke", "--model", str(tiny_bert_dir), "--quantize", "int8", "--one-condition"],
+        tmp_path / "one.json",
+    )
+    assert one["distinct_conditions"] == 1 < result["distinct_conditions"]
 
 
 def test_csts_int8_smoke_scores_float32_beside(tiny_bert_dir: Path, tmp_path: Path) -> None:

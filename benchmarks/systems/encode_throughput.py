@@ -25,7 +25,13 @@ joined by a space (one plain embedding per pair, about the same tokens). The fou
 within each repeat, so a change in the machine's load falls on all of them; the JSON gives their
 median pairs/s, ``int8_speedup`` (int8 / float32 run by torch: the reference, named in
 ``int8_speedup_reference``), ``int8_vs_onnxruntime_float32`` and how close the int8 CASE vectors
-are to float32's (cosine).
+are to float32's (cosine). CASE pays one more pass per distinct condition (the condition alone,
+``f(c; I(∅))``), which sentence-transformers does not: with the conditions in turn (the
+default, about 850 distinct among 1,000 dev pairs) that is most of a second pass, short ones;
+``--one-condition`` puts every pair under one condition, as ``condsearch index`` does. ``share_of_peak`` gives each path's useful work (its unpadded tokens
+× the model's FLOPs per token) as a share of the dense matrix-multiply rate torch measures on
+this CPU, after the runs, at the path's precision: the faster of torch's and onnxruntime's
+(``matmul_gops``; int8: ``torch._int_mm`` and ``MatMulInteger``; bfloat16: torch's alone).
 
     python -m benchmarks.systems.encode_throughput --csv $D/dev.csv -n 2000 --quantize int8
 """
@@ -93,6 +99,12 @@ def build_random_qwen3(folder: Path, texts: Sequence[str], shape: dict[str, obje
     return folder
 
 
+def draw_pairs(texts: Sequence[str], conditions: Sequence[str], one_condition: bool) -> list[tuple[str, str]]:
+    """Return (condition, sentence) pairs: the conditions in turn, or the first for every text
+    (``--one-condition``: what ``condsearch index`` does, one condition over a corpus)."""
+    return [(conditions[0] if one_condition else conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
+
+
 def count_tokens(encoder: object, pairs: Sequence[tuple[str, str]]) -> int:
     """Return the real (unpadded) tokens the encoder feeds the model for pairs."""
     tokenize = getattr(encoder, "tokenize", None)
@@ -114,17 +126,56 @@ def model_flops_per_token(model: torch.nn.Module, mean_len: float) -> tuple[floa
 
 
 def matmul_peak(device: torch.device, dtype: torch.dtype, size: int, repeats: int = 10) -> float:
-    """Return the measured dense matrix-multiply rate in FLOP/s (median of repeats)."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
+    """Return the measured dense matrix-multiply rate in FLOP/s (median of repeats); int8: torch's
+    int8 product with int32 sums (``torch._int_mm``), in operations per second."""
+    if dtype == torch.int8:
+        a = torch.randint(-128, 128, (size, size), device=device, dtype=dtype)
+        b = torch.randint(-128, 128, (size, size), device=device, dtype=dtype)
+        product = torch._int_mm
+    else:
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b = torch.randn(size, size, device=device, dtype=dtype)
+        product = torch.matmul
     times = []
     for i in range(repeats + 3):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        a @ b
+        product(a, b)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
+        if i >= 3:
+            times.append(time.perf_counter() - start)
+    return 2.0 * size**3 / statistics.median(times)
+
+
+def onnxruntime_matmul_peak(dtype: torch.dtype, size: int, threads: int, repeats: int = 10) -> float:
+    """Return onnxruntime's measured dense matrix-multiply rate on the CPU (median of repeats), float32
+    (MatMul) or int8 (MatMulInteger, uint8 × int8 with int32 sums), in operations per second."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    if dtype == torch.int8:
+        kinds, op = (TensorProto.UINT8, TensorProto.INT8, TensorProto.INT32), "MatMulInteger"
+        a = rng.integers(0, 256, (size, size), dtype=np.uint8)
+        b = rng.integers(-128, 128, (size, size), dtype=np.int8)
+    else:
+        kinds, op = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.FLOAT), "MatMul"
+        a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
+    inputs = [helper.make_tensor_value_info(name, kind, [size, size]) for name, kind in zip("ab", kinds[:2])]
+    graph = helper.make_graph(
+        [helper.make_node(op, ["a", "b"], ["y"])], "matmul", inputs, [helper.make_tensor_value_info("y", kinds[2], None)]
+    )
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    times = []
+    for i in range(repeats + 3):
+        start = time.perf_counter()
+        session.run(None, {"a": a, "b": b})
         if i >= 3:
             times.append(time.perf_counter() - start)
     return 2.0 * size**3 / statistics.median(times)
@@ -145,7 +196,7 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
         net = encoder.model  # type: ignore[attr-defined]
         device = next(net.parameters()).device
         dtype = next(net.parameters()).dtype
-        pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
+        pairs = draw_pairs(texts, conditions, args.one_condition)
         n_tokens = count_tokens(encoder, pairs)
         flops_per_token, params = model_flops_per_token(net, n_tokens / len(pairs))
         warm = texts[: min(len(texts), 2 * args.batch_size)]
@@ -186,6 +237,18 @@ def measure(args: argparse.Namespace, texts: list[str], conditions: list[str]) -
         }
 
 
+#: the precision of each path of measure_int8, and the matmul that measures each precision's peak
+PATH_PRECISION = {
+    "int8": "int8",
+    "float32": "float32",
+    "onnxruntime_float32": "float32",
+    "torch_bfloat16": "bfloat16",
+    "sentence_transformers": "float32",
+    "sentence_transformers_bfloat16": "bfloat16",
+}
+PEAK_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "int8": torch.int8}
+
+
 def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[str]) -> dict[str, object]:
     """Return pairs/s of int8 CASE, float32 CASE (torch, onnxruntime), bfloat16 CASE (torch) and
     sentence-transformers' encode() in float32 and in bfloat16 (the peer at its best dtype on a CPU with
@@ -211,7 +274,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         raise SystemExit(f"the float32 ONNX export was refused: {refused}")
     peer = SentenceTransformer(resolve_model(args.model).location, device="cpu")
     peer_bf16 = SentenceTransformer(resolve_model(args.model).location, device="cpu").to(torch.bfloat16)
-    pairs = [(conditions[i % len(conditions)], s) for i, s in enumerate(texts)]
+    pairs = draw_pairs(texts, conditions, args.one_condition)
     n_tokens = count_tokens(float32, pairs)
 
     def case(encoder: object, r: int) -> object:
@@ -247,6 +310,19 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         log("throughput", " ".join(f"{n}: {len(pairs) / t[-1]:.0f}" for n, t in seconds.items()) + " pairs/s")
     rate = {name: len(pairs) / statistics.median(t) for name, t in seconds.items()}
     cos = pooled_cosines(np.asarray(outputs["int8"]), np.asarray(outputs["float32"]))
+    # each path's useful work (unpadded tokens × the model's FLOPs per token) against the faster of
+    # torch's and onnxruntime's dense matrix multiply at the path's precision, measured after the runs
+    peer_tokens = sum(len(ids) for ids in float32.tokenizer([f"{s} {c} (0)" for c, s in pairs])["input_ids"])
+    cpu, threads = torch.device("cpu"), torch.get_num_threads()
+    matmul = {f"torch_{name}": matmul_peak(cpu, dtype, args.peak_size) for name, dtype in PEAK_DTYPES.items()}
+    for name in ("float32", "int8"):  # onnxruntime has no bfloat16 product on the CPU
+        matmul[f"onnxruntime_{name}"] = onnxruntime_matmul_peak(PEAK_DTYPES[name], args.peak_size, threads)
+    peak = {name: max(v for k, v in matmul.items() if k.endswith(f"_{name}")) for name in PEAK_DTYPES}
+    share = {}
+    for name, r in rate.items():
+        tokens = peer_tokens if name.startswith("sentence_transformers") else n_tokens
+        flops, _ = model_flops_per_token(float32.model, tokens / len(pairs))
+        share[name] = round(r * tokens / len(pairs) * flops / peak[PATH_PRECISION[name]], 4)
     return {
         "model": int8.model_id,
         "quantize": "int8",
@@ -256,6 +332,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         "n_pairs": len(pairs),
         "batch_size": args.batch_size,
         "mean_tokens_per_pair": round(n_tokens / len(pairs), 1),
+        "distinct_conditions": len({c for c, _ in pairs}),
         "seconds": {name: [round(x, 3) for x in t] for name, t in seconds.items()},
         "pairs_per_s": {name: round(v, 1) for name, v in rate.items()},
         "int8_speedup": round(rate["int8"] / rate["float32"], 3),
@@ -264,6 +341,10 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
         "int8_vs_sentence_transformers": round(rate["int8"] / rate["sentence_transformers"], 3),
         "float32_vs_sentence_transformers": round(rate["float32"] / rate["sentence_transformers"], 3),
         "case_cosine_int8_float32": {"median": round(float(np.median(cos)), 4), "min": round(float(cos.min()), 4)},
+        "matmul_gops": {name: round(v / 1e9, 1) for name, v in matmul.items()},
+        "share_of_peak": share,
+        "share_of_peak_reference": f"the faster of torch's and onnxruntime's {args.peak_size}-square matmul at the "
+        "path's precision (int8: torch._int_mm, MatMulInteger); useful work = unpadded tokens x FLOPs per token",
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
@@ -273,15 +354,24 @@ def int8_table(r: dict[str, object]) -> str:
     rate = r["pairs_per_s"]
     assert isinstance(rate, dict)
     return (
-        f"{r['model']}, {r['n_pairs']} pairs ({r['mean_tokens_per_pair']} tokens/pair), batch {r['batch_size']}, "
+        f"{r['model']}, {r['n_pairs']} pairs ({r['mean_tokens_per_pair']} tokens/pair, "
+        f"{r.get('distinct_conditions', '?')} distinct conditions), batch {r['batch_size']}, "
         f"{r['threads']} threads, load {r['load_average_before']}\n\n"
-        "| encoder | pairs/s (median) | vs float32 (torch) | vs float32 (onnxruntime) |\n|---|---:|---:|---:|\n"
+        "| encoder | pairs/s (median) | vs float32 (torch) | vs float32 (onnxruntime) | share of peak |\n"
+        "|---|---:|---:|---:|---:|\n"
         + "".join(
             f"| {name} | {rate[name]:.3g} | {rate[name] / rate['float32']:.2f}× "
-            f"| {rate[name] / rate['onnxruntime_float32']:.2f}× |\n"
+            f"| {rate[name] / rate['onnxruntime_float32']:.2f}× | {_share(r, name)} |\n"
             for name in rate
         )
     )
+
+
+def _share(r: dict[str, object], name: str) -> str:
+    share = r.get("share_of_peak")  # absent from results measured before it was recorded
+    if not isinstance(share, dict) or name not in share:
+        return "—"
+    return f"{100 * share[name]:.0f}% of {PATH_PRECISION[name]}"
 
 
 def table(r: dict[str, object]) -> str:
@@ -311,6 +401,12 @@ def main(argv: list[str] | None = None) -> int:
         choices=QUANTIZE_CHOICES,
         default=CpuConfig.quantize,
         help="int8: int8 CASE beside float32 CASE (torch, onnxruntime) and sentence-transformers' encode() (CPU)",
+    )
+    p.add_argument(
+        "--one-condition",
+        action="store_true",
+        help="every pair under the CSV's first condition (as `condsearch index` runs) instead of the conditions "
+        "in turn: CASE's condition-only pass, f(c; I(empty)), is then paid once, not once a pair",
     )
     p.add_argument("--threads", type=int, default=CpuConfig.threads, help="intra-op threads [default: every core]")
     p.add_argument("--json-out", type=Path, default=None)
