@@ -98,6 +98,19 @@ def test_kgc_scores_a_runs_checkpoint_exactly_and_as_saved(tiny_bert_dir: Path, 
     assert load_script("kgc").main([*model, "--train", "--weights-from", ck]) == 1  # one line: train or score
 
 
+def test_kgc_link_graph_texts_are_recorded_and_read_back(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    model, ck, router = ["--smoke", "--model", str(tiny_bert_dir)], str(tmp_path / "ck"), str(tmp_path / "r")
+    trained = _run("kgc", [*model, "--train", "--link-graph", "--checkpoint-dir", ck], tmp_path / "a")
+    exact = _run("kgc", [*model, "--weights-from", ck], tmp_path / "b")  # the checkpoint says how it trained
+    assert trained["config"]["link_graph"] and exact["config"]["link_graph"]
+    assert exact["mrr"] == pytest.approx(trained["mrr"])
+    saved = _run("kgc", [*model, "--weights-from", ck, "--save", router], tmp_path / "c")
+    again = _run("kgc", [*model, "--router", router], tmp_path / "d")  # and so does the saved router
+    assert again["config"]["link_graph"] and again["mrr"] == pytest.approx(saved["mrr"])
+    assert not _run("kgc", [*model, "--router", router, "--no-link-graph"], tmp_path / "e")["config"]["link_graph"]
+    assert load_script("kgc").main([*model, "--train", "--frozen-lower", "--link-graph"]) == 1  # one line
+
+
 def test_kgc_profile_times_float32_and_bf16_steps_per_chunk_size(tiny_bert_dir: Path, tmp_path: Path) -> None:
     argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--profile-steps", "1", "--profile-chunks", "2,64"]
     prof = _run("kgc", argv, tmp_path / "out.json")["profile"]
