@@ -28,10 +28,11 @@ median pairs/s, ``int8_speedup`` (int8 / float32 run by torch: the reference, na
 are to float32's (cosine). CASE pays one more pass per distinct condition (the condition alone,
 ``f(c; I(∅))``), which sentence-transformers does not: with the conditions in turn (the
 default, about 850 distinct among 1,000 dev pairs) that is most of a second pass, short ones;
-``--one-condition`` puts every pair under one condition, as ``condsearch index`` does. ``share_of_peak`` gives each path's useful work (its unpadded tokens
-× the model's FLOPs per token) as a share of the dense matrix-multiply rate torch measures on
-this CPU, after the runs, at the path's precision: the faster of torch's and onnxruntime's
-(``matmul_gops``; int8: ``torch._int_mm`` and ``MatMulInteger``; bfloat16: torch's alone).
+``--one-condition`` puts every pair under one condition, as ``condsearch index`` does.
+``share_of_peak`` gives each path's useful work (its unpadded tokens × the model's FLOPs per
+token) as a share of the dense matrix-multiply rate measured on this CPU after the runs, at the
+path's precision: the faster of torch's and onnxruntime's (``matmul_gops``; int8:
+``torch._int_mm`` and ``MatMulInteger``; bfloat16: torch's alone).
 
     python -m benchmarks.systems.encode_throughput --csv $D/dev.csv -n 2000 --quantize int8
 """
@@ -164,10 +165,9 @@ def onnxruntime_matmul_peak(dtype: torch.dtype, size: int, threads: int, repeats
     else:
         kinds, op = (TensorProto.FLOAT, TensorProto.FLOAT, TensorProto.FLOAT), "MatMul"
         a, b = (rng.standard_normal((size, size), dtype=np.float32) for _ in range(2))
-    inputs = [helper.make_tensor_value_info(name, kind, [size, size]) for name, kind in zip("ab", kinds[:2])]
-    graph = helper.make_graph(
-        [helper.make_node(op, ["a", "b"], ["y"])], "matmul", inputs, [helper.make_tensor_value_info("y", kinds[2], None)]
-    )
+    inputs = [helper.make_tensor_value_info(name, kinds[i], [size, size]) for i, name in enumerate("ab")]
+    output = helper.make_tensor_value_info("y", kinds[2], None)
+    graph = helper.make_graph([helper.make_node(op, ["a", "b"], ["y"])], "matmul", inputs, [output])
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
