@@ -225,12 +225,13 @@ def _link_graph(args: argparse.Namespace, router: str) -> bool:
     router folder (its router.json) or the checkpoint (--weights-from, --resume) was trained."""
     from condsearch.artifacts.files import read_json
     from condsearch.artifacts.routers import read_router_config
+    from condsearch.train.checkpoint import STATE_FILE
 
     if args.link_graph is not None:
         return bool(args.link_graph)
     run = args.weights_from or (args.checkpoint_dir if args.resume else None)
-    if run is not None and (Path(run) / "checkpoint.json").is_file():
-        config = read_json(Path(run) / "checkpoint.json", "checkpoint").get("config") or {}
+    if run is not None and (Path(run) / STATE_FILE).is_file():
+        config = read_json(Path(run) / STATE_FILE, "checkpoint").get("config") or {}
         return bool(config.get("link_graph", False))
     if router != "none":
         return bool(read_router_config(Path(router)).get("link_graph", False))
