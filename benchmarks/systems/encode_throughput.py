@@ -312,6 +312,8 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     cos = pooled_cosines(np.asarray(outputs["int8"]), np.asarray(outputs["float32"]))
     # each path's useful work (unpadded tokens × the model's FLOPs per token) against the faster of
     # torch's and onnxruntime's dense matrix multiply at the path's precision, measured after the runs
+    # the tokens of repeat 0's texts (each condition with its " (0)" suffix) on both sides
+    case_tokens = count_tokens(float32, [(f"{c} (0)", s) for c, s in pairs])
     peer_tokens = sum(len(ids) for ids in float32.tokenizer([f"{s} {c} (0)" for c, s in pairs])["input_ids"])
     cpu, threads = torch.device("cpu"), torch.get_num_threads()
     matmul = {f"torch_{name}": matmul_peak(cpu, dtype, args.peak_size) for name, dtype in PEAK_DTYPES.items()}
@@ -320,7 +322,7 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     peak = {name: max(v for k, v in matmul.items() if k.endswith(f"_{name}")) for name in PEAK_DTYPES}
     share = {}
     for name, r in rate.items():
-        tokens = peer_tokens if name.startswith("sentence_transformers") else n_tokens
+        tokens = peer_tokens if name.startswith("sentence_transformers") else case_tokens
         flops, _ = model_flops_per_token(float32.model, tokens / len(pairs))
         share[name] = round(r * tokens / len(pairs) * flops / peak[PATH_PRECISION[name]], 4)
     return {
