@@ -45,7 +45,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, write_outputs  # noqa: E402
@@ -159,35 +158,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_synthetic_kg(folder: Path, n_entities: int = 60, seed: int = 0) -> Path:
-    """Write a tiny WN18RR-shaped graph: a colour taxonomy with three relations."""
-    rng = np.random.default_rng(seed)
-    folder.mkdir(parents=True, exist_ok=True)
-    words = ["red", "blue", "green", "orange", "black", "white", "pink", "brown", "gray", "yellow"]
-    things = ["dress", "shirt", "hat", "coat", "ball", "car", "bicycle", "dog", "cat", "horse"]
-    ids = [f"{i:08d}" for i in range(n_entities)]
-    lines = [
-        f"{e}\t{words[i % 10]} {things[(i // 10) % 10]}, a {things[(i // 10) % 10]} coloured {words[i % 10]}"
-        for i, e in enumerate(ids)
-    ]
-    (folder / "entity2text.txt").write_text("\n".join(lines) + "\n")
-    (folder / "entities.txt").write_text("\n".join(ids) + "\n")
-    rels = ["_hypernym", "_similar_to", "_has_part"]
-    (folder / "relations.txt").write_text("\n".join(rels) + "\n")
-    (folder / "relation2text.txt").write_text("\n".join(f"{r}\t{r.strip('_').replace('_', ' ')}" for r in rels) + "\n")
-    triples = set()
-    while len(triples) < 3 * n_entities:
-        h, t = rng.integers(0, n_entities, size=2)
-        if h != t:
-            triples.add((ids[h], rels[int(rng.integers(0, 3))], ids[t]))
-    rows = ["\t".join(x) for x in sorted(triples)]
-    rng.shuffle(rows)
-    n_eval = max(4, len(rows) // 10)
-    for name, part in (("train", rows[2 * n_eval :]), ("dev", rows[:n_eval]), ("test", rows[n_eval : 2 * n_eval])):
-        (folder / f"{name}.tsv").write_text("\n".join(part) + "\n")
-    return folder
-
-
 def _variant(args: argparse.Namespace) -> object:
     """Return the router config for an untrained start (None: the encoder's default)."""
     from dataclasses import replace
@@ -284,80 +254,8 @@ def _from_checkpoint(args: argparse.Namespace, encoder: Any, base: Any, data_dir
     return tail, info
 
 
-def _profile(
-    encoder: Any, entities: Any, data: Any, config: Any, tail: Any, steps: int, chunks: list[int]
-) -> dict[str, object]:
-    """Time training steps at float32 and under bfloat16 autocast, per chunk size; return medians.
-
-    Each setting (dtype × rows per length-sorted chunk) trains ``steps + 1`` steps in one run (the
-    first, which builds the optimiser's state and warms up the kernels, is not counted), twice,
-    the settings interleaved so that other load on the machine falls on all alike. Then one more
-    step of the last setting runs under torch's profiler, which gives the time of the work that is
-    not the model's: building a batch's inputs, its masks, tokenising the conditions.
-    """
-    import resource
-    from dataclasses import replace
-
-    from benchmarks._lib.kgclib.training import train_kgc
-
-    settings = [(bf16, chunk) for bf16 in (False, True) for chunk in chunks]
-    seconds: dict[tuple[bool, int], list[float]] = {k: [] for k in settings}
-    for rep in range(2):
-        for bf16, chunk in settings:
-            times: list[float] = []
-            last = [time.perf_counter()]
-
-            def tick(step: int, total: int, loss: float, times: list[float] = times, last: list[float] = last) -> None:
-                now = time.perf_counter()
-                times.append(now - last[0])
-                last[0] = now
-
-            one = replace(config, epochs=1, max_examples=(steps + 1) * config.batch_size, bf16=bf16)
-            train_kgc(encoder, entities, data, one, tail=tail, on_step=tick, chunk_rows=chunk)
-            seconds[(bf16, chunk)] += times[1:]
-            _log(f"profile round {rep}, bf16 {bf16}, chunk {chunk}: " + ", ".join(f"{t:.1f}s" for t in times))
-    n_train = 2 * data.splits["train"].shape[0]  # triples and their inverses
-    out: dict[str, object] = {
-        "steps_timed_per_setting": 2 * steps,
-        "batch_size": config.batch_size,
-        "threads": torch.get_num_threads(),
-        "settings": {},
-    }
-    for (bf16, chunk), times in seconds.items():
-        median = float(np.median(times))
-        out["settings"][f"{'bf16' if bf16 else 'float32'}, chunks of {chunk}"] = {  # type: ignore[index]
-            "bf16": bf16,
-            "chunk_rows": chunk,
-            "seconds_per_step_median": round(median, 2),
-            "examples_per_second": round(config.batch_size / median, 1),
-            "epoch_hours": round(n_train / (config.batch_size / median) / 3600, 2),
-        }
-    bf16, chunk = settings[-1]
-    one = replace(config, epochs=1, max_examples=2 * config.batch_size, bf16=bf16)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        started = time.perf_counter()
-        train_kgc(encoder, entities, data, one, tail=tail, chunk_rows=chunk)
-        wall = time.perf_counter() - started
-    spent = {e.key: e.cpu_time_total / 1e6 for e in prof.key_averages() if e.key.startswith("kgc.")}
-    out["profiled"] = {
-        "setting": f"{'bf16' if bf16 else 'float32'}, chunks of {chunk}",
-        "steps": 2,
-        "wall_seconds": round(wall, 2),
-        "seconds_outside_the_model": {k: round(v, 4) for k, v in sorted(spent.items())},
-        "share_outside_the_model": round(sum(spent.values()) / wall, 4),
-    }
-    out["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
-    lengths = entities.lengths()
-    out["entity_tokens"] = {
-        "mean": round(float(lengths.mean()), 1),
-        "p90": float(np.percentile(lengths, 90)),
-        "at_max_length": round(float((lengths >= encoder.max_length).mean()), 4),
-    }
-    return out
-
-
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
-    from benchmarks._lib.kgclib.data import known_answers, link_graph, linked_texts, read_kg
+    from benchmarks._lib.kgclib.data import known_answers, link_graph, linked_texts, read_kg, write_synthetic_kg
     from benchmarks._lib.kgclib.encoding import (
         entity_tokens,
         evaluate_link_prediction,
@@ -367,6 +265,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         save_towers,
         tail_tower,
     )
+    from benchmarks._lib.kgclib.step_profile import profile_steps
     from benchmarks._lib.kgclib.training import KgcTrainConfig, train_kgc
     from condsearch.csr import load_csr_encoder
     from condsearch.csr.context import ContextRouter
@@ -440,7 +339,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         if args.profile_steps:
             _log(f"profiling {args.profile_steps} steps ({args.towers} tower(s), {backbone}): {asdict(config)}")
             return {
-                "profile": _profile(
+                "profile": profile_steps(
                     encoder,
                     entities,
                     data,

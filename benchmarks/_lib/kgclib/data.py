@@ -1,4 +1,5 @@
-"""Knowledge-graph completion data in the SimKGC conventions (WN18RR-shaped folders).
+"""Knowledge-graph completion data in the SimKGC conventions (WN18RR-shaped folders), and a tiny
+synthetic one for smoke runs (:func:`write_synthetic_kg`).
 
 A folder holds ``entity2text.txt`` (``id \\t name, definition``), ``relation2text.txt``
 (``relation \\t text``), optional ``entities.txt``/``relations.txt`` id lists, and
@@ -202,3 +203,32 @@ def linked_texts(data: KgData) -> LinkedTexts:
     ids = data.entity_ids
     first = [np.array(sorted(g.tolist(), key=lambda r: ids[r])[:NEIGHBOUR_NAMES], dtype=np.int64) for g in graph]
     return LinkedTexts(list(data.entity_names), list(data.entity_descriptions), first)
+
+
+def write_synthetic_kg(folder: Path, n_entities: int = 60, seed: int = 0) -> Path:
+    """Write a tiny WN18RR-shaped graph: a colour taxonomy with three relations."""
+    rng = np.random.default_rng(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    words = ["red", "blue", "green", "orange", "black", "white", "pink", "brown", "gray", "yellow"]
+    things = ["dress", "shirt", "hat", "coat", "ball", "car", "bicycle", "dog", "cat", "horse"]
+    ids = [f"{i:08d}" for i in range(n_entities)]
+    lines = [
+        f"{e}\t{words[i % 10]} {things[(i // 10) % 10]}, a {things[(i // 10) % 10]} coloured {words[i % 10]}"
+        for i, e in enumerate(ids)
+    ]
+    (folder / "entity2text.txt").write_text("\n".join(lines) + "\n")
+    (folder / "entities.txt").write_text("\n".join(ids) + "\n")
+    rels = ["_hypernym", "_similar_to", "_has_part"]
+    (folder / "relations.txt").write_text("\n".join(rels) + "\n")
+    (folder / "relation2text.txt").write_text("\n".join(f"{r}\t{r.strip('_').replace('_', ' ')}" for r in rels) + "\n")
+    triples = set()
+    while len(triples) < 3 * n_entities:
+        h, t = rng.integers(0, n_entities, size=2)
+        if h != t:
+            triples.add((ids[h], rels[int(rng.integers(0, 3))], ids[t]))
+    rows = ["\t".join(x) for x in sorted(triples)]
+    rng.shuffle(rows)
+    n_eval = max(4, len(rows) // 10)
+    for name, part in (("train", rows[2 * n_eval :]), ("dev", rows[:n_eval]), ("test", rows[n_eval : 2 * n_eval])):
+        (folder / f"{name}.tsv").write_text("\n".join(part) + "\n")
+    return folder
