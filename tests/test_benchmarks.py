@@ -568,3 +568,19 @@ def test_heldout_precision_counts_same_valued_neighbours_and_leaves_the_query_ou
     row = heldout.column_metrics(values, scores, hits, [0])
     assert row["p10"] == pytest.approx(0.2) and row["chance"] == pytest.approx(2 / 14)
     assert heldout.split_of("some text") == heldout.split_of("some text") in heldout.SPLITS
+
+
+def test_kgc_projection_probe_reports_norms_and_stops(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    argv = ["--smoke", "--train", "--model", str(tiny_bert_dir), "--projection-probe", "2"]
+    result = _run("kgc", argv, tmp_path / "out.json")
+    probe = result["projection_probe"]
+    assert probe["steps"] == 2 and probe["norms"]["update"] > 0 and "mrr" not in result
+    assert set(probe["norms"]) == {
+        "update",
+        "token_table_update",
+        "token_table",
+        "rank_cut",
+        "rounding",
+        "other",
+        "lost",
+    }

@@ -551,3 +551,52 @@ def test_a_checkpoints_best_dev_weights_load_into_fresh_towers(context_csr, kg, 
         load_best_weights(tmp_path / "ck", router, None)  # a one-tower router cannot take a two-tower run
     with pytest.raises(ModelError, match="no training checkpoint"):
         load_best_weights(tmp_path, router, tail)
+
+
+class _Tower:
+    """A backbone with every parameter but the pooler trainable, as a whole-backbone context router names them."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+
+    def trainable_parameters(self) -> dict[str, torch.nn.Parameter]:
+        return {n: p for n, p in self.model.named_parameters() if not n.startswith("pooler.")}
+
+
+def test_projection_probe_splits_what_a_projection_loses(tiny_bert_dir: Path) -> None:
+    from transformers import AutoModel
+
+    from benchmarks._lib.kgclib.projection_probe import PARTS, tower_losses
+    from condsearch.csr.compact_delta import decode
+    from condsearch.csr.context_weights import backbone_delta
+
+    model = AutoModel.from_pretrained(str(tiny_bert_dir))
+    base = {n: p.detach().clone() for n, p in model.named_parameters()}
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if not name.startswith("pooler.") and (p.ndim == 2 or "LayerNorm" in name):
+                p.add_(0.01 * torch.randn(p.shape, generator=generator))
+    tower = _Tower(model)
+    before = {n: p.detach().clone() for n, p in tower.trainable_parameters().items()}
+    with torch.no_grad():
+        next(iter(tower.trainable_parameters().values())).add_(0.5)  # an update of the token table alone
+    budget = 20_000  # well under the whole change's float16 size: factors and sign-coded rows
+    delta, rank = backbone_delta(base, model, max_bytes=budget)
+    assert rank is not None and any(k.endswith(".sdelta_rows") for k in delta)
+    losses = tower_losses(tower, before, base, budget)
+    table = next(iter(tower.trainable_parameters().values()))
+    assert losses["update"] == pytest.approx(0.25 * table.numel(), rel=1e-4)
+    assert losses["token_table_update"] == pytest.approx(losses["update"])
+    assert all(losses[k] > 0 for k in ("token_table", "rank_cut", "rounding"))
+    # the parts add up to all that the artifact's form takes away from the weights
+    kept = decode(delta, {n: tuple(p.shape) for n, p in model.named_parameters()})
+    lost = 0.0
+    for name, p in tower.trainable_parameters().items():
+        change = p.detach() - base[name]
+        if f"{name}.delta_b" in kept:
+            change = change - kept[f"{name}.delta_b"] @ kept[f"{name}.delta_a"]
+        elif f"{name}.delta" in kept:
+            change = change - kept[f"{name}.delta"].float()
+        lost += float(change.pow(2).sum())
+    assert sum(losses[k] for k in PARTS) == pytest.approx(lost, rel=1e-3)

@@ -116,6 +116,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="time N training steps at float32 and bfloat16, interleaved; report examples/s and stop",
     )
     t.add_argument(
+        "--projection-probe",
+        type=int,
+        default=0,
+        help="train N steps from --router without projecting; report what one projection would take away "
+        "of the update (token table, rank cut, int8 rounding) and stop",
+    )
+    t.add_argument(
         "--profile-chunks",
         default="64",
         help="with --profile-steps: rows per length-sorted chunk of a batch to compare, e.g. 256,64",
@@ -265,6 +272,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         save_towers,
         tail_tower,
     )
+    from benchmarks._lib.kgclib.projection_probe import projection_probe
     from benchmarks._lib.kgclib.step_profile import profile_steps
     from benchmarks._lib.kgclib.training import KgcTrainConfig, train_kgc
     from condsearch.csr import load_csr_encoder
@@ -350,6 +358,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 ),
                 **run_info(str(encoder.device)),
             }
+        if args.projection_probe:
+            if base is None or not whole:
+                raise CondsearchError("--projection-probe reads a whole-backbone context router")
+            _log(f"training {args.projection_probe} steps without projecting: {asdict(config)}")
+            probe = projection_probe(encoder, entities, data, config, tail, base, args.projection_probe, linked)
+            return {"projection_probe": probe, **run_info(str(encoder.device))}
         _log(f"training ({args.towers} tower(s), {backbone}): {asdict(config)}; choosing on {len(dev)} dev triples")
         meta = _meta(encoder, data_dir, backbone, asdict(config), linked is not None)
 
@@ -492,6 +506,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         table = "| training step | s / step (median) | examples / s | hours / epoch |\n|---|---:|---:|---:|\n"
         write_outputs(result, table + "\n".join(rows) + "\n", args.json_out, args.md_out)
+        return 0
+    if "projection_probe" in result:  # --projection-probe: the norms alone
+        probe = result["projection_probe"]
+        assert isinstance(probe, dict)
+        parts = probe["norms"]
+        table = "| part | norm |\n|---|---:|\n" + "".join(f"| {k} | {v} |\n" for k, v in parts.items())
+        write_outputs(result, table + f"\nlost / update: {probe['lost_over_update']}\n", args.json_out, args.md_out)
         return 0
     write_outputs(result, markdown(result), args.json_out, args.md_out)
     return 0
