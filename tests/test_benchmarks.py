@@ -575,6 +575,10 @@ def test_kgc_projection_probe_reports_norms_and_stops(tiny_bert_dir: Path, tmp_p
     result = _run("kgc", argv, tmp_path / "out.json")
     probe = result["projection_probe"]
     assert probe["steps"] == 2 and probe["norms"]["update"] > 0 and "mrr" not in result
+    kgc = load_script("kgc")
+    for bad in (["--projection-probe", "2"], ["--profile-steps", "2"], ["--train", "--projection-probe", "-1"]):
+        with pytest.raises(SystemExit):  # a measurement of training, without --train, would score instead
+            kgc.parse_args(["--smoke", *bad])
     assert set(probe["norms"]) == {
         "update",
         "token_table_update",

@@ -162,6 +162,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.project_every < 0 or (args.project_every and (args.frozen_lower or not args.train)):
         p.error("--project-every takes a count of steps, with --train of the whole backbone (not --frozen-lower)")
+    if (args.profile_steps or args.projection_probe) and not args.train:
+        p.error("--profile-steps and --projection-probe measure training: add --train")
+    if args.profile_steps < 0 or args.projection_probe < 0:
+        p.error("--profile-steps and --projection-probe take a count of steps")
     return args
 
 
