@@ -80,13 +80,12 @@ def projection_probe(
     base: dict[str, torch.Tensor],
     steps: int,
     linked: Any = None,
-    max_bytes: int | None = None,
 ) -> dict[str, object]:
     """Train ``steps`` steps without projecting, then report what one projection would lose (norms)."""
     from condsearch.csr.context_weights import MAX_DELTA_BYTES
 
     towers = [encoder.router] if tail is None else [encoder.router, tail]
-    share = (max_bytes or MAX_DELTA_BYTES) // len(towers)  # as project_towers and save_towers split the budget
+    share = MAX_DELTA_BYTES // len(towers)  # as project_towers and save_towers split the budget
     before = [{n: p.detach().float().cpu().clone() for n, p in t.trainable_parameters().items()} for t in towers]
     one = replace(config, epochs=1, max_examples=steps * config.batch_size, project_every=0)
     train_kgc(encoder, entities, data, one, tail=tail, linked=linked)
