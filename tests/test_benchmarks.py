@@ -78,10 +78,16 @@ def test_kgc_smoke_trains_and_ranks(tiny_bert_dir: Path, tmp_path: Path) -> None
 
 def test_kgc_refuses_projection_where_nothing_is_saved_compactly() -> None:
     kgc = load_script("kgc")
-    for argv in (["--project-every", "5"], ["--train", "--frozen-lower", "--project-every", "5"]):
+    for argv in (
+        ["--project-every", "5"],
+        ["--train", "--frozen-lower", "--project-every", "5"],
+        ["--freeze-token-table"],
+        ["--train", "--frozen-lower", "--freeze-token-table"],
+    ):
         with pytest.raises(SystemExit):
             kgc.parse_args(["--smoke", *argv])
     assert kgc.parse_args(["--smoke", "--train", "--project-every", "5"]).project_every == 5
+    assert kgc.parse_args(["--smoke", "--train", "--freeze-token-table"]).freeze_token_table
 
 
 def test_kgc_scores_a_runs_checkpoint_exactly_and_as_saved(tiny_bert_dir: Path, tmp_path: Path) -> None:

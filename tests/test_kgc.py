@@ -444,6 +444,27 @@ def test_whole_backbone_training_moves_every_layer_of_both_towers(context_csr, k
         assert {"embeddings.word_embeddings", "encoder.layer"} <= moved  # the bottom moved as well as the top
 
 
+def test_a_frozen_token_table_stays_put_while_the_rest_trains(context_csr, kg) -> None:
+    from benchmarks._lib.kgclib.encoding import entity_tokens, load_entity_states, tail_tower
+
+    router = context_csr.router
+    tail = tail_tower(router)
+    table = "embeddings.word_embeddings.weight"
+    before = [{n: p.detach().clone() for n, p in t.model.named_parameters()} for t in (router, tail)]
+    config = KgcTrainConfig(epochs=1, batch_size=4, lr=1e-2, warmup_steps=1, freeze_token_table=True)
+    train_kgc(context_csr, entity_tokens(context_csr, kg.entity_texts), kg, config, tail=tail)
+    for t, start in zip((router, tail), before, strict=True):
+        params = dict(t.model.named_parameters())
+        assert torch.equal(params[table], start[table])
+        assert not torch.equal(
+            params["encoder.layer.0.attention.self.query.weight"], start["encoder.layer.0.attention.self.query.weight"]
+        )
+    # the cached-states form trains only the top layers, which hold no token table to freeze
+    context_csr.router.trainable = "top"
+    with pytest.raises(ValueError, match="token tables"):
+        train_kgc(context_csr, load_entity_states(context_csr, kg.entity_texts), kg, config)
+
+
 def test_a_two_tower_context_router_saves_within_budget_and_reloads(context_csr, kg, tmp_path: Path) -> None:
     from benchmarks._lib.kgclib.encoding import (
         entity_tokens,

@@ -154,6 +154,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="ours: every N steps and before each dev check, put the weights into the saved artifact's "
         "compact form, so that dev scores what --save keeps (context router, whole backbone; 0: never)",
     )
+    t.add_argument(
+        "--freeze-token-table",
+        action="store_true",
+        help="ours: the input token table does not train (projection loses most of an update there)",
+    )
     t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir")
     t.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path, default=None)
@@ -162,6 +167,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.project_every < 0 or (args.project_every and (args.frozen_lower or not args.train)):
         p.error("--project-every takes a count of steps, with --train of the whole backbone (not --frozen-lower)")
+    if args.freeze_token_table and (args.frozen_lower or not args.train):
+        p.error("--freeze-token-table needs --train of the whole backbone (not --frozen-lower)")
     if (args.profile_steps or args.projection_probe) and not args.train:
         p.error("--profile-steps and --projection-probe measure training: add --train")
     if args.profile_steps < 0 or args.projection_probe < 0:
@@ -342,6 +349,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             checkpoint_every=args.checkpoint_every,
             seed=args.seed,
             project_every=args.project_every,
+            freeze_token_table=args.freeze_token_table,
         )
         # the smoke chooses on training triples: a tiny random model learns those within a few steps
         dev = data.splits["train" if args.smoke else "dev"][: args.max_dev]

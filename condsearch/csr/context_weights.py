@@ -93,7 +93,7 @@ def fitting_rank(shapes: Iterable[tuple[int, ...]], max_bytes: int, bytes_per_va
     return lo
 
 
-def _token_table(model: torch.nn.Module) -> str | None:
+def token_table(model: torch.nn.Module) -> str | None:
     """Return the parameter name of model's input token table (None: it has none that we can find)."""
     get = getattr(model, "get_input_embeddings", None)
     table = get() if callable(get) else None
@@ -130,7 +130,7 @@ def backbone_delta(
     if sum(d.numel() * size + HEADER_BYTES_PER_TENSOR for d in changed.values()) <= max_bytes:
         return {f"{n}.delta": d.to(dtype).contiguous() for n, d in changed.items()}, None
     out: dict[str, torch.Tensor] = {}
-    table = _token_table(model)
+    table = token_table(model)
     if table in changed:
         out.update(encode_sign_rows(table, changed.pop(table)))
     keys = len(out) + sum(4 if d.ndim == 2 else 1 for d in changed.values())  # at most, with every matrix factored

@@ -72,6 +72,9 @@ class KgcTrainConfig:
     #: ours: every N optimiser steps (and before each dev check) put the weights back into the form
     #: the committed artifact stores (``project``), so that dev scores what would be saved; 0: never
     project_every: int = 0
+    #: ours: the input token table does not train (projection keeps its rows' signs and mean sizes,
+    #: so it loses an update there almost whole: benchmarks/paper/results/kgc_projection_probe.json)
+    freeze_token_table: bool = False
 
 
 def batch_masks(batch: np.ndarray, train_answers: Answers) -> tuple[np.ndarray, np.ndarray]:
@@ -205,6 +208,17 @@ def train_chunk_rows(device: torch.device) -> int:
 Evaluate = Callable[[], dict[str, float]]
 
 
+def _frozen_tables(router: nn.Module, tail: Tower | None, trainable: dict[str, nn.Parameter]) -> set[str]:
+    """Return the checkpoint keys of the towers' input token tables (``tail.`` for the tail tower's)."""
+    from condsearch.csr.context_weights import token_table
+
+    towers = [("", router)] if tail is None else [("", router), ("tail.", tail)]
+    names = {prefix + str(token_table(getattr(tower, "model", tower))) for prefix, tower in towers}
+    if not names <= set(trainable):
+        raise ValueError("freeze_token_table: the towers do not train their input token tables")
+    return names
+
+
 def train_kgc(
     encoder: CsrEncoder,
     states: EntitySource,
@@ -256,8 +270,11 @@ def train_kgc(
         requires_grad=config.learn_temperature,
     )
     trainable["log_inv_t"] = log_inv_t
+    frozen = _frozen_tables(router, tail, trainable) if config.freeze_token_table else set()
+    for name in frozen:  # still checkpointed, as every trainable parameter is, but not optimised
+        trainable[name].requires_grad_(False)
     gain = [p for n, p in trainable.items() if n == "router_log_gain"]
-    main = [p for n, p in trainable.items() if n not in ("router_log_gain", "log_inv_t")]
+    main = [p for n, p in trainable.items() if n not in ("router_log_gain", "log_inv_t", *frozen)]
     groups = [
         {"params": main},
         {"params": gain, "lr": config.gain_lr, "weight_decay": 0.0},
@@ -282,6 +299,8 @@ def train_kgc(
         if not whole:
             raise ValueError("link-graph texts train the whole backbone (cached states hold one text per entity)")
         run_config["link_graph"] = True
+    if not config.freeze_token_table:  # likewise recorded only when on
+        del run_config["freeze_token_table"]
     state = TrainingState(config=run_config)
     best_state: dict[str, torch.Tensor] | None = None
     if checkpoint_dir is not None and resume and has_checkpoint(checkpoint_dir):
