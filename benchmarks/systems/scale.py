@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +38,22 @@ def _corpus(path: Path, rows: int) -> Path:
     out = [f"{texts[i % len(texts)]} ({i // len(texts)})" for i in range(rows)]
     pq.write_table(pa.table({"id": [f"r{i}" for i in range(rows)], "text": out}), path)
     return path
+
+
+def _start_ray(ray: Any, cpus: int, tries: int = 3) -> None:
+    """Start a local Ray instance, again if its node misses Ray's fixed 30 s start-up wait.
+
+    That wait fails on a starved machine (CI beside a training job), not on a wrong setup.
+    """
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this one
+            if "timed out during startup" not in str(exc) or attempt == tries:
+                raise
+            ray.shutdown()
+            log("scale", f"ray: node start-up timed out (try {attempt} of {tries}); starting again")
 
 
 def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str) -> dict[str, object]:
@@ -59,7 +76,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     t2 = time.perf_counter()
     log("scale", f"local: {rows} pairs in {t2 - t1:.1f}s (+{t1 - t0:.1f}s model load)")
     del vec
-    ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
+    _start_ray(ray, cpus)
     t3 = time.perf_counter()
     [remote] = ray_index_conditions(
         corpus,
