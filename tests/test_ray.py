@@ -16,6 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 from condsearch.cli import main
+from condsearch.errors import CondsearchError
+from condsearch.scale.config import RayConfig
+from condsearch.scale.ray_encode import _connect
 from condsearch.store.folder import IndexStore
 from tests.conftest import assert_same_ranking
 
@@ -40,6 +43,51 @@ def _index(corpus: Path, where: Path, tiny_bert_dir: Path, mode: str, *flags: st
 def test_bad_address_is_one_line_usage_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["index", str(tmp_path / "x.parquet"), "-c", "c", "--ray", "nowhere"])
     assert result.exit_code == 2 and "Invalid value for '--ray'" in result.output
+
+
+class _FakeRay:
+    """ray's init/shutdown as seen by the driver: the first ``failures`` inits raise ``error``."""
+
+    def __init__(self, error: Exception, failures: int) -> None:
+        self.error, self.failures, self.inits, self.shutdowns = error, failures, 0, 0
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: object) -> None:
+        self.inits += 1
+        if self.inits <= self.failures:
+            raise self.error
+
+    def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+TIMED_OUT = Exception("The current node timed out during startup. This could happen because ...")
+
+
+def test_local_start_up_timeout_is_tried_again() -> None:
+    ray = _FakeRay(TIMED_OUT, failures=2)
+    assert _connect(ray, RayConfig()) is True
+    assert (ray.inits, ray.shutdowns) == (3, 2)
+
+
+@pytest.mark.parametrize(
+    ("error", "failures", "inits"),
+    [(TIMED_OUT, 3, 3), (Exception("Head node temp_dir not found in NodeInfo"), 1, 1), (RuntimeError("no GCS"), 1, 1)],
+)
+def test_start_up_failure_is_one_line_error(error: Exception, failures: int, inits: int) -> None:
+    ray = _FakeRay(error, failures)
+    with pytest.raises(CondsearchError, match=r"^--ray local: cannot start or connect \(") as info:
+        _connect(ray, RayConfig())
+    assert "\n" not in str(info.value) and ray.inits == inits  # only the start-up timeout is tried again
+
+
+def test_remote_address_is_not_tried_again() -> None:
+    ray = _FakeRay(TIMED_OUT, failures=1)
+    with pytest.raises(CondsearchError, match="--ray ray://head:10001: cannot start or connect"):
+        _connect(ray, RayConfig(address="ray://head:10001"))
+    assert ray.inits == 1
 
 
 @pytest.mark.ray

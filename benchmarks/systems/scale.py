@@ -20,7 +20,6 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -40,22 +39,6 @@ def _corpus(path: Path, rows: int) -> Path:
     return path
 
 
-def _start_ray(ray: Any, cpus: int, tries: int = 3) -> None:
-    """Start a local Ray instance, again if its node misses Ray's fixed 30 s start-up wait.
-
-    That wait fails on a starved machine (CI beside a training job), not on a wrong setup.
-    """
-    for attempt in range(1, tries + 1):
-        try:
-            ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
-            return
-        except Exception as exc:  # Ray raises a bare Exception for this one
-            if "timed out during startup" not in str(exc) or attempt == tries:
-                raise
-            ray.shutdown()
-            log("scale", f"ray: node start-up timed out (try {attempt} of {tries}); starting again")
-
-
 def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str) -> dict[str, object]:
     import ray
 
@@ -64,7 +47,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     from condsearch.model.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.config import RayConfig
-    from condsearch.scale.ray_encode import ray_index_conditions
+    from condsearch.scale.ray_encode import ray_index_conditions, start_ray
     from condsearch.store.folder import IndexStore
 
     corpus = scan_corpus(_corpus(work / "corpus.parquet", rows))
@@ -76,7 +59,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     t2 = time.perf_counter()
     log("scale", f"local: {rows} pairs in {t2 - t1:.1f}s (+{t1 - t0:.1f}s model load)")
     del vec
-    _start_ray(ray, cpus)
+    start_ray(ray, num_cpus=cpus, include_dashboard=False, log_to_driver=False)
     t3 = time.perf_counter()
     [remote] = ray_index_conditions(
         corpus,

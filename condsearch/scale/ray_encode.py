@@ -98,6 +98,27 @@ def _ray() -> Any:
     return ray
 
 
+#: Ray's message when a local node misses its fixed start-up wait (a bare ``Exception``)
+_STARTUP_TIMEOUT = "timed out during startup"
+
+
+def start_ray(ray: Any, tries: int = 3, **init: Any) -> None:
+    """``ray.init(**init)``, again when a local node misses Ray's fixed 30 s start-up wait.
+
+    That wait fails on a starved machine (two cores beside a training job), not on a wrong setup;
+    any other failure, or the last try's, is raised as it came.
+    """
+    for attempt in range(1, tries + 1):
+        try:
+            ray.init(**init)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for the start-up timeout
+            if _STARTUP_TIMEOUT not in str(exc) or attempt == tries:
+                raise
+            ray.shutdown()
+            log.warning("ray: the local node's start-up timed out (try %d of %d); starting again", attempt, tries)
+
+
 def _connect(ray: Any, config: RayConfig) -> bool:
     """Join the instance config names (or the one already running); return whether this call started it."""
     if ray.is_initialized():
@@ -105,11 +126,11 @@ def _connect(ray: Any, config: RayConfig) -> bool:
     try:
         if config.address == LOCAL:
             env = {k: os.environ[k] for k in _PASSED_ENV if k in os.environ}
-            ray.init(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
+            start_ray(ray, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env})
         else:
             ray.init(address=config.address, log_to_driver=False)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise CondsearchError(f"--ray {config.address}: cannot connect ({first_line(exc)})") from exc
+    except Exception as exc:  # Ray's start-up failures include bare Exceptions; each is one line to the user
+        raise CondsearchError(f"--ray {config.address}: cannot start or connect ({first_line(exc)})") from exc
     return True
 
 
