@@ -81,6 +81,7 @@ def test_start_up_failure_is_one_line_error(error: Exception, failures: int, ini
     with pytest.raises(CondsearchError, match=r"^--ray local: cannot start or connect \(") as info:
         _connect(ray, RayConfig())
     assert "\n" not in str(info.value) and ray.inits == inits  # only the start-up timeout is tried again
+    assert ray.shutdowns == inits  # after each failed try, and what the last one left
 
 
 def test_remote_address_is_not_tried_again() -> None:

@@ -130,6 +130,7 @@ def _connect(ray: Any, config: RayConfig) -> bool:
         else:
             ray.init(address=config.address, log_to_driver=False)
     except Exception as exc:  # Ray's start-up failures include bare Exceptions; each is one line to the user
+        ray.shutdown()  # what a failed start left running (a no-op when nothing is)
         raise CondsearchError(f"--ray {config.address}: cannot start or connect ({first_line(exc)})") from exc
     return True
 
