@@ -1,0 +1,53 @@
+"""tools/device_bundle.py: the GPU lease's packed model keeps every used weight to float16 and nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from tools import device_bundle as db
+
+
+def test_texts_in_reads_every_field_of_csv_tsv_and_txt(tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text('s1,"s2, with a comma",cond\n', encoding="utf-8")
+    (tmp_path / "b.tsv").write_text("h\trel\tt\n", encoding="utf-8")
+    (tmp_path / "c.txt").write_text("id\tname, gloss\n", encoding="utf-8")
+    (tmp_path / "d.json").write_text('{"skipped": "yes"}', encoding="utf-8")
+    assert list(db.texts_in(tmp_path)) == ["s1", "s2, with a comma", "cond", "h", "rel", "t", "id", "name, gloss"]
+
+
+def test_packed_weights_unpack_to_float16_rounding_with_unused_rows_zeroed(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    used = db.used_token_ids(tiny_bert_dir / "tokenizer.json", ["the red dress", "a blue hat"])
+    original = load_file(str(tiny_bert_dir / db.WEIGHTS))
+    table = next(k for k in original if k.endswith("word_embeddings.weight"))
+    assert 0 < len(used) < original[table].shape[0]
+
+    pkg = tmp_path / "stage" / db.MODEL_PACKAGE
+    (pkg / "model").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("", encoding="utf-8")
+    kept, rows = db.half_weights(tiny_bert_dir / db.WEIGHTS, used, tmp_path / "stage" / db.HALF)
+    assert (kept, rows) == (len(used), original[table].shape[0])
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    db._xz_tar(bundle / "model.tar.xz", {db.MODEL_PACKAGE: pkg, db.HALF: tmp_path / "stage" / db.HALF})
+    (tmp_path / "wn").mkdir()
+    (tmp_path / "wn" / "train.tsv").write_text("a\tb\tc\n", encoding="utf-8")
+    db._xz_tar(bundle / "data.tar.xz", {"wn": tmp_path / "wn"})
+
+    db.unpack(bundle, tmp_path / "site", tmp_path / "data")
+    back = load_file(str(tmp_path / "site" / db.MODEL_PACKAGE / "model" / db.WEIGHTS))
+    assert not (tmp_path / "site" / db.HALF).exists()
+    assert (tmp_path / "data" / "wn" / "train.tsv").read_text(encoding="utf-8") == "a\tb\tc\n"
+    assert set(back) == set(original)
+    rows_used = np.zeros(rows, dtype=bool)
+    rows_used[sorted(used)] = True
+    for name, value in original.items():
+        assert back[name].dtype == np.float32
+        expect = value.astype(np.float16).astype(np.float32)
+        if name == table:
+            np.testing.assert_array_equal(back[name][rows_used], expect[rows_used])
+            assert not back[name][~rows_used].any()
+        else:
+            np.testing.assert_array_equal(back[name], expect)
