@@ -93,8 +93,10 @@ def model_package() -> tuple[Path, Path]:
     if spec is None or not spec.submodule_search_locations:
         raise SystemExit(f"{MODEL_PACKAGE} is not installed here")
     folder = Path(next(iter(spec.submodule_search_locations)))
-    info = next(folder.parent.glob(f"{MODEL_PACKAGE}-*.dist-info"))
-    return folder, info
+    infos = sorted(folder.parent.glob(f"{MODEL_PACKAGE}-*.dist-info"))
+    if not infos:
+        raise SystemExit(f"{MODEL_PACKAGE} has no dist-info beside it in {folder.parent}")
+    return folder, infos[-1]
 
 
 def _xz_tar(out: Path, members: dict[str, Path]) -> None:

@@ -8,6 +8,8 @@
 # time, and ctx/ (the best dev weights so far, both towers, written each time dev improves).
 # Environment: END_AT (seconds after start when training must end, default 560), EPOCHS (6),
 # LR (5e-5), SEED (21), ROUTER (benchmarks/weights/wn18rr-minilm-context), SKIP_CHECKS.
+# Written after the third H200 lease from the commands that ran in it (benchmarks/systems/README.md,
+# "GPU runner"); this script itself first runs in the next lease.
 set -u
 B=$1
 OUT=$2
