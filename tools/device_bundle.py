@@ -112,11 +112,6 @@ def largest_tracked(repo: Path) -> list[tuple[int, str]]:
     return sorted(sizes, reverse=True)
 
 
-def tracked_bytes(repo: Path) -> int:
-    """Bytes of the tracked files present in the work tree (what a device call sends, beside its carry)."""
-    return sum(size for size, _ in largest_tracked(repo))
-
-
 def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     folder, info = model_package()
@@ -135,7 +130,8 @@ def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
             whl.extractall(tmp)
             _xz_tar(out / "faiss.tar.xz", {p.name: p for p in Path(tmp).iterdir()})
     carried = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
-    total = tracked_bytes(Path.cwd()) + carried
+    tracked = largest_tracked(Path.cwd())  # what a device call sends beside its carry
+    total = sum(size for size, _ in tracked) + carried
     print(f"{out}: {carried / 1e6:.1f} MB; with the tracked files present {total / 1e6:.1f} MB of {LIMIT / 1e6:.1f}")
     if total > LIMIT:
         print(
@@ -143,7 +139,7 @@ def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
             "the router it trains from stays);"
         )
         print("the largest tracked files:")
-        for size, name in largest_tracked(Path.cwd())[:10]:
+        for size, name in tracked[:10]:
             print(f"  {size / 1e6:6.1f} MB  {name}")
 
 
