@@ -181,6 +181,7 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
+    from condsearch.model.policy import load_bulk_vectorizer
     from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import load_vectorizer
 
@@ -193,7 +194,9 @@ def load_model(
         raise ModelError("router= applies to mode='csr'")
     runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
     spec = EncoderSpec(model=model, mode=mode, profile=profile, router=router, quantize=quantize, runtime=runtime)
-    vec = load_vectorizer(spec)
+    # the router's passes as `index` runs them on this CPU (its float32 export, or bfloat16 where measured
+    # faster); CASE as torch loads it, in --dtype auto's choice for the CPU
+    vec = load_bulk_vectorizer(spec) if mode == MODE_CSR else load_vectorizer(spec)
     if quantize != CpuConfig.quantize and vec.encoder.describe().get("quantize") != quantize:
         # an encoder that cannot run so loads as float32: refused, never indexed as if quantised
         raise ModelError(f"quantize={quantize!r} does not apply to mode={mode!r} here: its model runs in float32")

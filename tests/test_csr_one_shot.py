@@ -153,6 +153,22 @@ def test_the_one_shot_path_is_taken_and_agrees_with_torch_and_the_server(index_d
         assert_rows_close(got, heavy.encode([query], CONDITION), STORED_SCORE_TOL)
 
 
+def test_an_index_built_in_bfloat16_is_answered_one_shot_in_float32(
+    tmp_path: Path, corpus_file: Path, tiny_bert_dir: Path, router: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CPU kind that routes bulk work in bfloat16 still leaves the float32 export for one-shot queries."""
+    from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
+
+    monkeypatch.setenv(CPU_KIND_ENV, "avx512")
+    index_dir = _index(corpus_file, tiny_bert_dir, router, tmp_path / "idx")
+    manifest = _manifest(index_dir)
+    context = manifest.encoder["router_variant"] == "context"  # the variant measured in bfloat16
+    assert manifest.encoder.get(AUTO_DTYPE_KEY) == ("bfloat16" if context else None)
+    light = _light(index_dir)
+    assert isinstance(light.encoder, OneShotRouterEncoder) and light.encoder.precision == "float32"
+    assert AUTO_DTYPE_KEY not in light.encoder.describe()
+
+
 def test_one_shot_arithmetic_equals_torch_on_the_same_states(index_dir: Path, tmp_path: Path) -> None:
     """Without the state cache's rounding (float32 states), the one-shot vectors are torch's up to float32 rounding."""
     manifest = _manifest(index_dir)

@@ -221,7 +221,8 @@ def test_bulk_routes_on_onnx_only_where_it_measured_faster(tiny_bert_dir: Path, 
 
 def test_csr_paths_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out.json"
-    argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--n-texts", "8", "--threads", "1"]
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--variant", "context", "--n-texts", "8"]
+    argv += ["--threads", "1"]  # the context variant: the one with a bfloat16 path
     assert load_script("csr_paths").main([*argv, "--json-out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert list(result["paths"]) == list(load_script("csr_paths").PATHS)

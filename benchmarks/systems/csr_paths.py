@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 r"""What runs the router fastest on this CPU, and what each path costs in accuracy (issues 39 and 41).
 
-Three paths run the router tri-encoder's two passes (condsearch.csr.onnx): torch float32,
-onnxruntime float32 (its checked export) and onnxruntime int8 (dynamic quantisation, as CASE's
-``--quantize int8``). Each has its own fresh cache folder. Per path:
+Four paths run the router tri-encoder's two passes: torch float32, onnxruntime float32 (its
+checked export, condsearch.csr.onnx), onnxruntime int8 (dynamic quantisation, as CASE's
+``--quantize int8``) and torch under bfloat16 autocast (condsearch.csr.bfloat16; the context router
+only, and worth timing only on a CPU with bf16 products). Each has its own fresh cache folder. Per path:
 
 - ``new_sentence_pairs_per_s``: texts never seen, under a condition whose code is cached: the lower
   layers, the state cache's write and read, and the routed layers (``encode`` on a fresh state cache);
@@ -40,7 +41,7 @@ from condsearch.csr.cache import StateCache  # noqa: E402
 from condsearch.csr.encoder import CsrEncoder  # noqa: E402
 from condsearch.metrics import correlations, cosine_rows  # noqa: E402
 
-PATHS = ("torch-float32", "onnxruntime-float32", "onnxruntime-int8")
+PATHS = ("torch-float32", "onnxruntime-float32", "onnxruntime-int8", "torch-bfloat16")
 
 
 def load_path(name: str, args: argparse.Namespace, cache: Path, threads: int) -> CsrEncoder:
@@ -56,6 +57,8 @@ def load_path(name: str, args: argparse.Namespace, cache: Path, threads: int) ->
     )
     if name == "onnxruntime-float32" and not encoder.use_onnx("float32", threads=threads):
         raise SystemExit("csr_paths: the float32 export was refused")
+    if name == "torch-bfloat16" and not encoder.use_bfloat16():
+        raise SystemExit(f"csr_paths: the {encoder.variant} router has no bfloat16 path (the context router has)")
     return encoder
 
 

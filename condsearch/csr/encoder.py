@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
+from condsearch.csr.bfloat16 import BFLOAT16_VARIANTS, Bfloat16Router
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
@@ -24,6 +25,7 @@ from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.cpu import check_quantize
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import ModelError
 from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.model.sources import ModelSource, resolve_model
@@ -47,8 +49,9 @@ def weights_digest(module: torch.nn.Module) -> str:
 class CsrEncoder:
     """Encode sentences under a condition with the router tri-encoder (SPEC §2.2).
 
-    What runs its two per-sentence passes (:attr:`runner`): the torch router, or its onnxruntime
-    export (:meth:`use_onnx`; ``quantize="int8"`` always). A condition's code is torch float32 either way.
+    What runs its two per-sentence passes (:attr:`runner`): the torch router, its onnxruntime
+    export (:meth:`use_onnx`; ``quantize="int8"`` always), or the torch router under bfloat16 autocast
+    (:meth:`use_bfloat16`). A condition's code is torch float32 in every case.
     """
 
     pooling = "mean"
@@ -104,8 +107,9 @@ class CsrEncoder:
         self._root = cache_dir or default_cache_dir()
         self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
         self._queries = EmbeddingCache(self._root / QUERIES_SUBDIR)
-        #: what runs the lower layers and the routed layers: the torch router, or its onnxruntime export
-        self.runner: Router | ContextRouter | OnnxRouter = self.router
+        #: what runs the lower layers and the routed layers: the torch router, its onnxruntime export, or the
+        #: torch router in bfloat16
+        self.runner: Router | ContextRouter | OnnxRouter | Bfloat16Router = self.router
         self.refresh_identity()
         self._truncations = EncodeStats()  # counted per thread, like every encoder's
         if quantize == "int8":
@@ -114,11 +118,11 @@ class CsrEncoder:
     @property
     def backend(self) -> str:
         """Return what runs the router's passes: torch or onnxruntime."""
-        return "torch" if self.runner is self.router else "onnxruntime"
+        return "onnxruntime" if isinstance(self.runner, OnnxRouter) else "torch"
 
     @property
     def precision(self) -> str:
-        """Return the precision of the router's passes: float32, or int8 (onnxruntime's dynamic int8)."""
+        """Return the precision of the router's passes: float32, bfloat16 (torch autocast) or int8 (onnxruntime)."""
         return str(getattr(self.runner, "precision", "float32"))
 
     @property
@@ -147,6 +151,23 @@ class CsrEncoder:
             return False
         self.runner = runner
         self.refresh_identity()
+        return True
+
+    def use_bfloat16(self) -> bool:
+        """Run the router's two passes in torch under bfloat16 autocast, on the CPU; return whether it does.
+
+        Only the variants measured so (:data:`~condsearch.csr.bfloat16.BFLOAT16_VARIANTS`) and only from
+        float32: another variant, or an int8 export, keeps what it has. The cached states are shared with the
+        float32 paths, as onnxruntime's are: they are stored at the state cache's precision either way, and
+        bfloat16's vectors differ from float32's within the bound measured (docs/indexing.md).
+        """
+        if self.device.type != "cpu":
+            raise ModelError("the router runs in bfloat16 on the CPU only")
+        if self.precision == "int8" or self.variant not in BFLOAT16_VARIANTS:
+            return False
+        if not isinstance(self.router, ContextRouter):
+            return False
+        self.runner = Bfloat16Router(self.router)
         return True
 
     def refresh_identity(self) -> None:
@@ -201,6 +222,8 @@ class CsrEncoder:
         }
         if self.precision == "int8":  # never mixed with float32 vectors
             described |= {"quantize": "int8", "quantize_runtime": str(getattr(self.runner, "runtime", ""))}
+        if self.precision == "bfloat16":  # what the CPU kind chose, as a CASE encoder records it; not fingerprinted
+            described[AUTO_DTYPE_KEY] = "bfloat16"
         return described
 
     @property
@@ -311,7 +334,7 @@ class CsrEncoder:
         runner = self.runner
         if code is None or isinstance(runner, Router | ContextRouter):  # the plain forward pass is torch's alone
             return self.router.route(states, code)  # type: ignore[arg-type]  # each router makes its own codes
-        return runner.route(states, code)
+        return runner.route(states, code)  # type: ignore[arg-type]  # bfloat16 runs a context router: its codes
 
     def _encode_rows(
         self, texts: Sequence[str], conditions: Sequence[str], *, batch_size: int, progress: bool

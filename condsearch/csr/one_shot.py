@@ -27,6 +27,7 @@ from condsearch.csr.keys import CONTEXT, CSR_FILES, KIND, QUERIES_SUBDIR, Router
 from condsearch.csr.onnx_run import RouterSessions, read_export_tokenizer, read_router_sessions
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.encoders.onnx_files import USABLE_KEY, BackendTokenizer, Precision, checked_meta
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
@@ -166,8 +167,9 @@ class OneShotRouterEncoder:
         self._stats = EncodeStats()
 
     def describe(self) -> dict[str, object]:
-        """Return what the torch encoder's describe() gives for this router (int8: its runtime too)."""
-        described = {k: v for k, v in self.record.described.items() if k not in ("quantize", "quantize_runtime")}
+        """Return what the torch encoder's describe() gives for this router at float32 (int8: its runtime too)."""
+        skip = ("quantize", "quantize_runtime", AUTO_DTYPE_KEY)  # a bfloat16 build's record: this runs float32
+        described = {k: v for k, v in self.record.described.items() if k not in skip}
         described["dim"] = self.dim
         if self.precision == "int8":
             described |= {"quantize": "int8", "quantize_runtime": self.sessions.runtime}
@@ -250,6 +252,6 @@ def load_one_shot_router(
         encoder.remember(condition, flat)  # its size fits this router
     except (CondsearchError, OSError):
         return None
-    if encoder.describe() != described:
+    if encoder.describe() != {k: v for k, v in described.items() if k != AUTO_DTYPE_KEY}:  # bfloat16-built: float32
         return None
     return encoder

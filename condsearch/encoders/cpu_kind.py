@@ -45,7 +45,9 @@ class CpuPath:
     #: what runs CASE for a long-running reader (`serve`, the Python API) under --backend auto: small
     #: batches, where latency counts (a one-shot `query` takes onnxruntime wherever it can, on every kind)
     serve_runner: Runner
-    #: the dtype of the router's torch passes (its float32 export runs where FASTER_ON_ONNX says)
+    #: how the context router's two passes run for bulk work (`index`, builds on demand) under --backend auto:
+    #: bfloat16 is torch under autocast; float32 is its checked export where FASTER_ON_ONNX says. A
+    #: long-running reader (`serve`, the Python API) routes its queries on the float32 export on every kind
     router_dtype: Dtype
     #: where the figures come from: machine, date, command, pairs/s, cosine to float32
     provenance: str
@@ -57,7 +59,7 @@ PATHS: dict[CpuKind, CpuPath] = {
         case_runner="torch",
         case_dtype="bfloat16",
         serve_runner="torch",
-        router_dtype="float32",
+        router_dtype="bfloat16",
         provenance=(
             "measured 2026-11-27 on the Intel Xeon with AMX (amx_tile, amx_bf16, amx_int8, avx512_bf16) that hosts "
             "a lent H200, on 2 of its 16 cores (taskset, 2 threads; torch 2.11, onnxruntime 1.30): python -m "
@@ -67,15 +69,17 @@ PATHS: dict[CpuKind, CpuPath] = {
             "accuracy run beside GPU work (cpu_paths_amx.json): bfloat16 351, float32 214, onnxruntime 177, "
             "cosine to float32 >= 0.9997 (median 0.99992), C-STS dev Spearman 66.69 against 66.67. Issue 42's "
             "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes "
-            "were not measured in bfloat16: they stay float32, where onnxruntime float32 ran 1.12x torch "
-            "(csr_paths_amx.json). Serving was not measured there: the server keeps torch bfloat16."
+            "were not measured in bfloat16 there (onnxruntime float32 ran 1.12x torch float32: csr_paths_amx.json); "
+            "they take bfloat16 on this kind by inference from CASE's bfloat16 here and the router's bfloat16 on the "
+            "avx512 kind (same layers, same bf16 products), not by a measurement of their own. Serving was not "
+            "measured there: the server keeps torch bfloat16 for CASE."
         ),
     ),
     "avx512": CpuPath(
         case_runner="torch",
         case_dtype="bfloat16",
         serve_runner="onnxruntime",
-        router_dtype="float32",
+        router_dtype="bfloat16",
         provenance=(
             "measured here, 2026-11-27, on a 2-core AMD EPYC (avx512f, avx512_bf16, no AMX) with nothing else "
             "running (load 1.5-1.9): python -m benchmarks.systems.cpu_paths --csv dev.csv -n 400 --repeats 5 "
@@ -86,7 +90,11 @@ PATHS: dict[CpuKind, CpuPath] = {
             "the paths. Serving stays on onnxruntime float32: benchmarks/systems/serve.py at 100,000 rows gave "
             "p50 16.2 and 16.7 ms at 1 client, 199 and 231 queries/s at 32 clients, against 20.3 ms and 224 "
             "queries/s with torch bfloat16 (CONDSEARCH_CPU_KIND=amx). bfloat16's cosine to float32 >= 0.99967 "
-            "(median 0.99992) over C-STS dev, Spearman 66.69 against 66.67 (cpu_paths_amd.json)"
+            "(median 0.99992) over C-STS dev, Spearman 66.69 against 66.67 (cpu_paths_amd.json). The context router, "
+            "2026-11-28, same machine: python -m benchmarks.systems.csr_paths --dev dev.csv --threads 2 "
+            "(benchmarks/systems/results/csr_paths_bf16_amd.json, load 1.9-2.1), medians of 5 interleaved rounds: "
+            "torch bfloat16 856 new sentences/s and 2,956 new-condition pairs/s against onnxruntime float32's 630 "
+            "and 1,899 (1.36x, 1.56x), cosine to float32 >= 0.99987 over C-STS dev, Spearman 64.01 against 64.00"
         ),
     ),
     "other": CpuPath(
@@ -148,6 +156,11 @@ def cpu_path(kind: CpuKind | None = None) -> CpuPath:
 def auto_case_dtype() -> Dtype:
     """Return what ``--dtype auto`` means for a BERT-style CASE encoder run by torch on this CPU."""
     return cpu_path().case_dtype
+
+
+def auto_router_dtype() -> Dtype:
+    """Return how ``--backend auto`` runs the context router's passes for bulk work on this CPU."""
+    return cpu_path().router_dtype
 
 
 def auto_case_runner(*, serving: bool = False) -> Runner:

@@ -6,7 +6,8 @@ its checked float32 ONNX export wherever a one-shot query of the index runs it (
 every core, except on a CPU kind where torch measured faster, for bulk work or for serving (in the
 bfloat16 that ``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
 passes on its checked float32 export where that measured faster than torch
-(:data:`condsearch.csr.onnx.FASTER_ON_ONNX`). Otherwise (``torch``, CUDA, another kind of model or
+(:data:`condsearch.csr.onnx.FASTER_ON_ONNX`), but in torch bfloat16 for bulk work on a CPU kind
+where that measured faster still. Otherwise (``torch``, CUDA, another kind of model or
 pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
 encoder is its int8 export either way.
 """
@@ -68,16 +69,27 @@ def backend_of(vec: Vectorizer) -> str:
     return "onnxruntime" if getattr(vec.encoder, "backend", "torch") == "onnxruntime" else "torch"  # the router's
 
 
-def _router_on_onnx(vec: Vectorizer, backend: Backend, device: str | None, threads: int | None) -> Vectorizer:
-    """Run a float32 torch router's passes on its checked float32 export where ``auto`` allows it and that is faster."""
+def _router_path(
+    vec: Vectorizer, backend: Backend, device: str | None, threads: int | None, *, serving: bool = False
+) -> Vectorizer:
+    """Run a float32 torch router's passes as ``auto`` measured fastest on this CPU, where ``backend`` allows it.
+
+    Its checked float32 export where that is faster than torch (the export is written even where bulk
+    work then runs in bfloat16, so that one-shot queries find it); for bulk work, on a CPU kind whose
+    measured router path is bfloat16, torch under bfloat16 autocast
+    (:data:`condsearch.encoders.cpu_kind.PATHS`). A long-running reader (``serving``) keeps the export.
+    """
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.csr.onnx import FASTER_ON_ONNX
+    from condsearch.encoders.cpu_kind import auto_router_dtype
 
     encoder = vec.encoder
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or not onnx_allowed(backend, device):
         return vec
     if encoder.variant in FASTER_ON_ONNX and encoder.use_onnx("float32", threads=threads or available_cores()):
         log.info("routing on onnxruntime, from the router's checked float32 export")
+    if not serving and auto_router_dtype() == "bfloat16" and encoder.use_bfloat16():
+        log.info("routing in torch bfloat16, this CPU kind's measured path")
     return vec
 
 
@@ -92,14 +104,14 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     in ``--dtype auto``'s bfloat16, which the encoder record names as ``auto_dtype``); the index
     records the same manifest either way, so the result is the same index up to float32 rounding.
     The router (CSR) runs on its float32 export likewise where that is faster
-    (:func:`_router_on_onnx`). Anything else keeps torch.
+    (:func:`_router_path`), or in bfloat16 where the CPU kind's measured path says so. Anything else keeps torch.
     """
     from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
     from condsearch.model.vectorizer import load_vectorizer
 
     vec = load_vectorizer(spec)
     if vec.mode == MODE_CSR:
-        return _router_on_onnx(vec, backend, spec.runtime.device, spec.runtime.threads)
+        return _router_path(vec, backend, spec.runtime.device, spec.runtime.threads)
     if vec.mode != MODE_CASE or backend_of(vec) == "onnxruntime" or not case_onnx_allowed(backend, spec.runtime.device):
         return vec
     from condsearch.model.identity import ModelIdentity
@@ -138,7 +150,7 @@ def load_index_model(
     from condsearch.artifacts.profiles import MODE_CSR
 
     if vec.mode == MODE_CSR:
-        return _router_on_onnx(vec, backend, runtime.device, runtime.threads).serving()
+        return _router_path(vec, backend, runtime.device, runtime.threads, serving=True).serving()
     if case_onnx and vec.backend == "torch":
         from condsearch.model.one_shot import load_onnx_twin
 
