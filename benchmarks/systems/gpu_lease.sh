@@ -2,7 +2,7 @@
 # Issue 38's GPU lease as one command: the GPU checks first, then WN18RR training until a deadline.
 # Usage, on the device machine, from the repository root (its Python is python3):
 #   benchmarks/systems/gpu_lease.sh BUNDLE OUT
-# BUNDLE is what `python tools/device_bundle.py pack BUNDLE --data $W --data $C --faiss-wheel …`
+# BUNDLE is what `python tools/device_bundle.py pack BUNDLE --data $W --data $C --wheel …`
 # wrote here (carried by the call); OUT the folder that comes back. Everything under OUT is at most
 # 8 files: checks.tar.gz (the checks' JSONs and log), train.log, kgc_dev.json if the run ended in
 # time, and ctx/ (the best dev weights so far, both towers, written each time dev improves).
