@@ -356,3 +356,13 @@ def test_the_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -
     equal = result["equal_to_index"]
     assert equal["cli_answers_equal"] and equal["api_ids_equal"]
     assert all(v["vectors_equal"] for v in equal["vectors"].values())
+
+
+def test_the_benchmark_reads_c_sts_beside_the_repository_and_names_a_missing_folder(tmp_path: Path) -> None:
+    import importlib
+
+    module = importlib.import_module("benchmarks.systems.on_demand")
+    repo = Path(__file__).resolve().parents[1]
+    assert module.CSTS == repo.parent / "shared" / "data" / "csts-reannotated"  # ../shared/data, as documented
+    with pytest.raises(SystemExit, match=r"^no C-STS file .*train\.csv \(give --csts the folder"):
+        module.corpus_texts(10, False, tmp_path / "absent")

@@ -45,7 +45,8 @@ import pyarrow.parquet as pq
 
 from benchmarks._lib.common import log, read_texts, run_info, write_json
 
-CSTS = Path(__file__).resolve().parents[2] / "shared" / "data" / "csts-reannotated"
+#: the C-STS folder beside the repository (../shared/data), as every benchmark reads it
+CSTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "csts-reannotated"
 QUERY = "Two dogs are running through the snow."
 #: the condition indexed first, then one never indexed before per measurement
 FIRST = "the main activity"
@@ -78,6 +79,7 @@ def api_search(store: str, query: str, condition: str, *, start: float | None = 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=10_000, help="Corpus rows (distinct C-STS sentences).")
+    p.add_argument("--csts", type=Path, default=CSTS, help="C-STS folder (train.csv, dev.csv) [default: %(default)s].")
     p.add_argument("--model", default=None, help="Model [default: the embedded MiniLM].")
     p.add_argument("--router", default="default", help="Router: default, none or a folder.")
     p.add_argument("--smoke", action="store_true", help="Tiny run: 40 synthetic rows (give --model a tiny BERT).")
@@ -86,12 +88,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def corpus_texts(rows: int, smoke: bool) -> list[str]:
-    """Return rows distinct texts: C-STS sentences, or for --smoke made-up captions."""
+def corpus_texts(rows: int, smoke: bool, csts: Path = CSTS) -> list[str]:
+    """Return rows distinct texts: C-STS sentences from the folder csts, or for --smoke made-up captions."""
     if smoke:
         words = "girl dress red blue tennis court dog beach man park golf ball shirt horse".split()
         return [" ".join(words[(i * k) % len(words)] for k in range(1, 3 + i % 5)) + f" {i}" for i in range(rows)]
-    texts = read_texts([CSTS / "train.csv", CSTS / "dev.csv"])
+    files = [csts / "train.csv", csts / "dev.csv"]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise SystemExit(f"no C-STS file {missing[0]} (give --csts the folder holding train.csv and dev.csv)")
+    texts = read_texts(files)
     if len(texts) < rows:
         raise SystemExit(f"only {len(texts)} distinct C-STS sentences, fewer than --rows {rows}")
     return texts[:rows]
@@ -172,7 +178,7 @@ def vectors_of(store: Path, condition: str) -> np.ndarray:
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
-    texts = corpus_texts(40 if args.smoke else args.rows, args.smoke)
+    texts = corpus_texts(40 if args.smoke else args.rows, args.smoke, args.csts)
     corpus = work / "corpus.parquet"
     pq.write_table(pa.table({"id": list(range(len(texts))), "text": texts}), corpus)
     model = ["--model", args.model] if args.model else []

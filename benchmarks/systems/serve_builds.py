@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._lib.common import log, run_info, write_json
-from benchmarks.systems.on_demand import FIRST, QUERY, corpus_texts
+from benchmarks.systems.on_demand import CSTS, FIRST, QUERY, corpus_texts
 
 NEW = "the number of people"
 INLINE_NEW = "the location"
@@ -43,6 +43,7 @@ BACKGROUND = "a WN18RR training job ran in the background on this 2-core machine
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", type=int, default=10_000, help="Rows of the corpus built while queries are asked.")
+    p.add_argument("--csts", type=Path, default=CSTS, help="C-STS folder (train.csv, dev.csv) [default: %(default)s].")
     p.add_argument("--inline-sizes", default="250,500,1000,2000", help="Corpus rows whose inline build is timed.")
     p.add_argument("--before-s", type=float, default=10.0, help="Seconds of queries before the build starts.")
     p.add_argument(
@@ -196,7 +197,7 @@ def inline_builds(work: Path, sizes: list[int], args: argparse.Namespace) -> lis
 
     out = []
     for rows in sizes:
-        corpus = write_corpus(corpus_texts(rows, args.smoke), work / f"inline-{rows}.parquet")
+        corpus = write_corpus(corpus_texts(rows, args.smoke, args.csts), work / f"inline-{rows}.parquet")
         store = work / f"inline-{rows}"
         index(corpus, store, FIRST, args)
         config = ServeConfig(index_dir=store, build_inline_rows=rows, reload_interval_s=0.2)
@@ -223,7 +224,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, object]:
     rows = 40 if args.smoke else args.rows
     sizes = [20] if args.smoke else [int(s) for s in args.inline_sizes.split(",") if s]
     load = {"before": os.getloadavg(), "uptime_before": uptime()}
-    corpus = write_corpus(corpus_texts(rows, args.smoke), work / "corpus.parquet")
+    corpus = write_corpus(corpus_texts(rows, args.smoke, args.csts), work / "corpus.parquet")
     store = work / "indexes"
     log("serve_builds", f"{rows} rows: indexing {FIRST!r} (states cached)")
     index_first = index(corpus, store, FIRST, args)
