@@ -1,7 +1,7 @@
 """Time one-shot `condsearch query` on the demo corpus: a router index on torch, without torch, and a CASE index.
 
 Builds (once, into ``--index-dir``) the demo corpus's index under one condition twice: ``--mode csr``
-(the default router, built on onnxruntime, which caches the router's export and the condition's code)
+(the default router: `index` on the CPU caches the router's float32 export and the condition's code)
 and ``--mode case``. Then runs, interleaved, ``--repeats`` rounds of three one-shot queries, each a
 fresh process, and reports each one's median wall time:
 
@@ -78,11 +78,8 @@ def main() -> None:
             seconds[name].append(round(took, 3))
             answers[name] = [json.dumps([r["id"] for r in json.loads(line)["results"]]) for line in out.splitlines()]
     load_after = _loadavg()
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's benchmarks package
-    try:
-        from benchmarks._lib.common import run_info
-    except ImportError:
-        from benchmarks.common import run_info  # type: ignore[no-redef]
+    from benchmarks._lib.common import run_info
+
     result = {
         "config": {"query": QUERY, "condition": CONDITION, "k": 3, "repeats": args.repeats, "corpus": str(args.corpus)},
         "median_seconds": {name: statistics.median(s) for name, s in seconds.items()},
