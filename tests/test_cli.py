@@ -138,9 +138,10 @@ def test_index_json_output(tiny_bert_dir: Path, corpus_file: Path, index_dir: Pa
     [row] = json_lines(result.stdout)
     assert set(row) == {
         *("index", "condition", "rows", "dim", "model", "mode", "head", "path"),
-        *("factory", "search_params", "encoded", "reused", "backend"),
+        *("factory", "search_params", "encoded", "reused", "backend", "precision"),
     }
     assert row["backend"] == ("onnxruntime" if not torch.cuda.is_available() else "torch")
+    assert row["precision"] == "float32"  # the tests pin the CPU kind with no bfloat16 products
     assert (row["factory"], row["search_params"], row["encoded"], row["reused"]) == ("Flat", "", len(SENTENCES), 0)
     assert row["condition"] == COLOUR and row["rows"] == len(SENTENCES) and row["dim"] == 32
     assert Path(row["path"]) == index_dir / row["index"]

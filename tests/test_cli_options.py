@@ -290,6 +290,7 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
         factory="Flat",
         search_params="",
         spec={},
+        precision="float32",
     )
     store = SimpleNamespace(root=tmp_path, read_manifest=lambda name: manifest, manifests=lambda: [])
 

@@ -101,9 +101,9 @@ def test_an_index_built_in_bfloat16_is_served_and_reindexed_in_float32(
 ) -> None:
     monkeypatch.setenv(CPU_KIND_ENV, "avx512")
     built = _csr_index(tiny_bert_dir, corpus_file, tmp_path / "ix")
-    assert built["backend"] == "torch"
+    assert (built["backend"], built["precision"]) == ("torch", "bfloat16")
     manifest = _manifest(tmp_path / "ix")
-    assert manifest.encoder[AUTO_DTYPE_KEY] == "bfloat16"
+    assert manifest.encoder[AUTO_DTYPE_KEY] == "bfloat16" and manifest.precision == "bfloat16"
     # the server routes queries on the float32 export, and answers the index as built
     served = load_index_model(manifest, runtime=Runtime(device="cpu", threads=1))
     assert backend_of(served) == "onnxruntime" and served.encoder.precision == "float32"  # type: ignore[attr-defined]
@@ -114,6 +114,7 @@ def test_an_index_built_in_bfloat16_is_served_and_reindexed_in_float32(
     monkeypatch.setenv(CPU_KIND_ENV, "other")
     again = _csr_index(tiny_bert_dir, corpus_file, tmp_path / "ix")
     assert (again["backend"], again["encoded"], again["reused"]) == ("onnxruntime", 0, len(CORPUS))
+    assert again["precision"] == "float32"  # what this run's encoder records
 
 
 def test_the_python_api_routes_as_index_does(

@@ -171,6 +171,7 @@ def test_csr_index_on_each_path_and_its_queries(tiny_bert_dir: Path, corpus_file
     heavy = _csr_index(tiny_bert_dir, corpus_file, tmp_path / "torch", "--backend", "torch")
     small = _csr_index(tiny_bert_dir, corpus_file, tmp_path / "int8", "--quantize", "int8")
     assert (light["backend"], heavy["backend"], small["backend"]) == ("onnxruntime", "torch", "onnxruntime")
+    assert (light["precision"], heavy["precision"], small["precision"]) == ("float32", "float32", "int8")
     manifests = {
         n: json.loads(next((tmp_path / n).glob("*/manifest.json")).read_text()) for n in ("auto", "torch", "int8")
     }

@@ -328,6 +328,7 @@ def _print_reports(
                         "encoded": report.n_encoded,
                         "reused": report.n_reused,
                         "backend": backend,
+                        "precision": m.precision,
                         "path": str(store.root / name),
                     },
                     ensure_ascii=False,
@@ -336,10 +337,11 @@ def _print_reports(
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
     total = n_rows * len(names)
+    ran = f"{backend} {store.read_manifest(names[0]).precision}" if names else backend  # one encoder for all
     kept = sum(r.n_reused for r in reports)
     if kept:  # say what was encoded, not that every pair was
         encoded = sum(r.n_encoded for r in reports)
-        summary = f"{encoded} encoded on {backend}, {kept} kept from the last index"
+        summary = f"{encoded} encoded on {ran}, {kept} kept from the last index"
         click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s): {summary}", err=True)
     else:
-        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {backend})", err=True)
+        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {ran})", err=True)

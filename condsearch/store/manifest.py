@@ -15,6 +15,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import StoreError
 from condsearch.store.vectors import VECTORS_FILE
 
@@ -63,6 +64,13 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
     created_at: str = ""
+
+    @property
+    def precision(self) -> str:
+        """Return what the vectors were encoded in: int8, a dtype asked for or chosen by auto, else float32."""
+        if self.encoder.get("quantize") == "int8":
+            return "int8"
+        return str(self.encoder.get("dtype") or self.encoder.get(AUTO_DTYPE_KEY) or "float32")
 
 
 def manifest_from_dict(raw: object, where: Path | str) -> Manifest:
