@@ -310,8 +310,10 @@ def _print_reports(
                 err=True,
             )
     rate = n_rows * len(names) / elapsed if elapsed > 0 else float("inf")
+    ran = backend  # and the precision, as the manifests record it (one encoder for all)
     for name, report in zip(names, reports, strict=True):
         m = store.read_manifest(name)
+        ran = f"{backend} {m.precision}"
         if as_json:
             click.echo(
                 json.dumps(
@@ -337,7 +339,6 @@ def _print_reports(
         else:
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
     total = n_rows * len(names)
-    ran = f"{backend} {store.read_manifest(names[0]).precision}" if names else backend  # one encoder for all
     kept = sum(r.n_reused for r in reports)
     if kept:  # say what was encoded, not that every pair was
         encoded = sum(r.n_encoded for r in reports)

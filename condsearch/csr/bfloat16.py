@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from condsearch.csr.variants import CONTEXT
-
 if TYPE_CHECKING:
     from condsearch.csr.context import ContextCode, ContextRouter
     from condsearch.csr.router import SentenceStates
-
-#: the router variants measured in bfloat16 (the shipped context router: benchmarks/systems/README.md)
-BFLOAT16_VARIANTS = frozenset({CONTEXT})
 
 
 def _float(t: torch.Tensor | None) -> torch.Tensor | None:
@@ -30,9 +25,11 @@ def _float(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class Bfloat16Router:
-    """A context router's sentence pass and routed pass under bfloat16 autocast, with its own interface."""
+    """A context router's sentence pass and routed pass under bfloat16 autocast, with its own interface.
 
-    backend = "torch"
+    The context router alone: the variant measured in bfloat16 (benchmarks/systems/README.md).
+    """
+
     precision = "bfloat16"
 
     def __init__(self, router: ContextRouter) -> None:

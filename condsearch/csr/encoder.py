@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
-from condsearch.csr.bfloat16 import BFLOAT16_VARIANTS, Bfloat16Router
+from condsearch.csr.bfloat16 import Bfloat16Router
 from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
@@ -156,16 +156,14 @@ class CsrEncoder:
     def use_bfloat16(self) -> bool:
         """Run the router's two passes in torch under bfloat16 autocast, on the CPU; return whether it does.
 
-        Only the variants measured so (:data:`~condsearch.csr.bfloat16.BFLOAT16_VARIANTS`) and only from
-        float32: another variant, or an int8 export, keeps what it has. The cached states are shared with the
+        Only the context router, the variant measured so, and only from float32: another variant, or an
+        int8 export, keeps what it has. The cached states are shared with the
         float32 paths, as onnxruntime's are: they are stored at the state cache's precision either way, and
         bfloat16's vectors differ from float32's within the bound measured (docs/indexing.md).
         """
         if self.device.type != "cpu":
             raise ModelError("the router runs in bfloat16 on the CPU only")
-        if self.precision == "int8" or self.variant not in BFLOAT16_VARIANTS:
-            return False
-        if not isinstance(self.router, ContextRouter):
+        if self.precision == "int8" or not isinstance(self.router, ContextRouter):
             return False
         self.runner = Bfloat16Router(self.router)
         return True

@@ -86,10 +86,11 @@ def _router_path(
     encoder = vec.encoder
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or not onnx_allowed(backend, device):
         return vec
-    if encoder.variant in FASTER_ON_ONNX and encoder.use_onnx("float32", threads=threads or available_cores()):
-        log.info("routing on onnxruntime, from the router's checked float32 export")
+    exported = encoder.variant in FASTER_ON_ONNX and encoder.use_onnx("float32", threads=threads or available_cores())
     if not serving and auto_router_dtype() == "bfloat16" and encoder.use_bfloat16():
         log.info("routing in torch bfloat16, this CPU kind's measured path")
+    elif exported:
+        log.info("routing on onnxruntime, from the router's checked float32 export")
     return vec
 
 
