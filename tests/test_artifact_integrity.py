@@ -392,8 +392,8 @@ def test_every_shipped_router_records_and_matches_its_checksum(folder: Path) -> 
 
 
 def test_the_shipped_default_routers_weights_fit_its_recorded_shape() -> None:
+    from condsearch.artifacts.router_delta import check_delta_record
     from condsearch.artifacts.routers import read_router_config
-    from condsearch.csr.context_weights import check_delta_record
 
     state = load_file(str(DEFAULT_ROUTER_DIR / ROUTER_WEIGHTS))
     check_delta_record(read_router_config(DEFAULT_ROUTER_DIR), state, DEFAULT_ROUTER_DIR)

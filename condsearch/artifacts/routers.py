@@ -2,9 +2,11 @@
 
 ``router.json`` records the size and sha256 of ``router.safetensors`` (:data:`WEIGHTS_RECORD`),
 and no router loads weights that do not match them: another router's weights copied in, or a
-damaged file, is a one-line ModelError, not a router that answers differently. A folder written
-before the record existed loads with its shapes checked and a one-line warning naming the command
-that records it (``python tools/record_router_checksum.py FOLDER``).
+damaged file, is a one-line ModelError, not a router that answers differently; so is a router.json
+whose recorded backbone change (rank, encoding, tensor count, bytes) is not what the weights hold
+(:mod:`condsearch.artifacts.router_delta`). A folder written before the record existed loads with
+its shapes checked and a one-line warning naming the command that records it
+(``python tools/record_router_checksum.py FOLDER``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from condsearch.artifacts.files import (
     file_checksum,
     read_json,
 )
+from condsearch.artifacts.router_delta import check_delta_record, weights_shapes
 from condsearch.errors import ModelError
 from condsearch.model.sources import DEFAULT_MODEL
 
@@ -49,10 +52,13 @@ def checked_router_checksum(folder: Path, meta: dict[str, object] | None = None)
 
     A mismatch is a one-line ModelError; a router.json without the record (written before it
     existed) gives a one-line warning, and the loader's shape checks alone stand between it and
-    another router's weights of the same shapes.
+    another router's weights of the same shapes. Either way, what router.json records of a backbone
+    change must be what the weights hold (:func:`check_delta_record`).
     """
     folder = Path(folder)
     meta = read_router_config(folder) if meta is None else meta
+    if meta.get("backbone_delta") is not None:
+        check_delta_record(meta, weights_shapes(folder / ROUTER_WEIGHTS), folder)
     record = meta.get(WEIGHTS_RECORD)
     if record is None:
         log.warning(

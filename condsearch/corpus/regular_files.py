@@ -1,13 +1,18 @@
 """Refusing a path that is not a regular file before reading it, naming what it is.
 
 A FIFO blocks its reader until a writer comes, ``/dev/zero`` never ends and a folder is no file:
-a corpus or a query file is read only when it is a regular file (or a link to one).
+every file condsearch is given to read (a corpus, a query file, training and dev CSVs, a pairs
+table, a router's, head's, adapter's or profile's files) is read only when it is a regular file
+(or a link to one). :func:`check_regular_file` says so by the path (for readers that take a path,
+such as pyarrow's); :func:`open_regular_file` opens without blocking and checks what it opened.
 """
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
+from typing import IO
 
 from condsearch.errors import CondsearchError, os_reason
 
@@ -37,3 +42,30 @@ def check_regular_file(path: Path, error: type[CondsearchError]) -> None:
         raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
     if not stat.S_ISREG(mode):
         raise error(f"{path}: {file_kind(mode)}, not a regular file; refusing to read it")
+
+
+def open_regular_file(path: Path | str, error: type[CondsearchError]) -> IO[bytes]:
+    """Open a regular file (or a link to one) to read in binary; raise ``error`` in one line for anything else.
+
+    Opened without blocking (a FIFO's open waits for a writer), then checked by what was opened, so
+    that the file cannot change between the check and the read. The caller closes what is returned.
+    """
+
+    def opener(name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+
+    try:
+        fh = open(path, "rb", opener=opener)  # noqa: SIM115 - returned to the caller, who closes it
+    except FileNotFoundError:
+        raise error(f"{path}: no such file") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
+    try:
+        mode = os.fstat(fh.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise error(f"{path}: {file_kind(mode)}, not a regular file; refusing to read it")
+        os.set_blocking(fh.fileno(), True)
+    except BaseException:
+        fh.close()
+        raise
+    return fh

@@ -15,8 +15,8 @@ WN18RR artifact). The budget counts the weights file's header. ``router.json`` r
 The weights file's sha256 is the router's checksum: it reaches the index manifest, the incremental
 re-index fingerprint and, for this variant, the sentence-cache key, since the cached states
 depend on the backbone's lower layers. ``router.json`` records it with the file's size, and a
-load checks both, then the recorded shape of the change (:func:`check_delta_record`: rank,
-encoding, tensor count and bytes) against the tensors themselves.
+load checks both, then the recorded shape of the change (rank, encoding, tensor count and bytes)
+against the tensors themselves (:mod:`condsearch.artifacts.router_delta`).
 """
 
 from __future__ import annotations
@@ -190,84 +190,18 @@ def saved_context_config(directory: Path) -> ContextConfig | None:
     return ContextConfig.from_dict(raw)
 
 
-#: backbone_delta.encoding: how save_context_router stored the change (whole or compact), or benchmarks/studies/wise.py
-#: (decoded: float factors and whole tensors, no int8 parts)
-_ENCODINGS = ("whole", "compact", "decoded")
-
-
-def _is_count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def check_delta_record(meta: Mapping[str, object], state: Mapping[str, torch.Tensor], where: object) -> None:
-    """Raise a one-line ModelError unless a backbone change's tensors have the shape router.json records.
-
-    ``backbone_delta`` records the rank of its int8 factors (None: none), the encoding, how many
-    backbone tensors changed and the bytes they take; each field present is checked.
-    """
-    record = meta.get("backbone_delta")
-    if record is None:
-        return
-    if not isinstance(record, dict):
-        raise ModelError(f"{where}: {ROUTER_CONFIG}'s backbone_delta is not an object")
-    quantized = {k for k in state if k.endswith((".qdelta_b", ".qdelta_a", ".sdelta_rows", ".sdelta_signs"))}
-    rank = record.get("rank")
-    if rank is None and any(k.endswith(".qdelta_b") for k in quantized):
-        raise ModelError(
-            f"{where}: the weights hold int8 factors where {ROUTER_CONFIG} records none (backbone_delta.rank)"
-        )
-    if rank is not None:
-        if not _is_count(rank) or rank < 1:
-            raise ModelError(f"{where}: {ROUTER_CONFIG}'s backbone_delta.rank {rank!r} is not a rank")
-        for key in sorted(k for k in state if k.endswith(".qdelta_b")):
-            name = key.removesuffix(".qdelta_b")
-            b, a = state[key], state.get(f"{name}.qdelta_a")
-            if a is None or b.ndim != 2 or a.ndim != 2 or b.shape[1] != a.shape[0]:
-                raise ModelError(f"{where}: {name}'s int8 factors do not fit together")
-            if b.shape[1] != min(rank, b.shape[0], a.shape[1]):
-                raise ModelError(
-                    f"{where}: {name} is stored at rank {b.shape[1]}, where {ROUTER_CONFIG} records "
-                    f"backbone_delta.rank {rank}: not this router's weights"
-                )
-    encoding = record.get("encoding")
-    if encoding is not None:
-        if encoding not in _ENCODINGS:
-            raise ModelError(f"{where}: {ROUTER_CONFIG}'s backbone_delta.encoding {encoding!r} is unknown")
-        whole = all(k.endswith(".delta") for k in state)
-        if (
-            (encoding == "whole" and not whole)
-            or (encoding == "compact" and rank is None)
-            or (encoding == "decoded" and quantized)
-        ):
-            raise ModelError(
-                f"{where}: the weights are not stored as {ROUTER_CONFIG}'s backbone_delta.encoding {encoding!r} says"
-            )
-    checks = (
-        ("tensors", len({k.rsplit(".", 1)[0] for k in state}), "changed backbone tensors"),
-        ("bytes", sum(t.numel() * t.element_size() for t in state.values()), "bytes of tensors"),
-    )
-    for field, actual, what in checks:
-        recorded = record.get(field)
-        if recorded is not None and recorded != actual:
-            raise ModelError(
-                f"{where}: the weights hold {actual} {what} where {ROUTER_CONFIG} records {recorded!r} "
-                f"(backbone_delta.{field}): not this router's weights"
-            )
-
-
 def load_context_weights(router: ContextRouter, directory: Path) -> str:
     """Add a saved backbone change to a context router built on the base model, in place; return its checksum.
 
     The weights must match router.json's recorded size and sha256 and recorded shape
-    (:func:`check_delta_record`): a one-line ModelError if not.
+    (:func:`condsearch.artifacts.router_delta.check_delta_record`): a one-line ModelError if not.
     """
     meta = read_router_config(directory)
     if meta.get("layer") != router.layer:
         raise ModelError(
             f"{directory}: context router saved with first routed layer {meta.get('layer')}, not {router.layer}"
         )
-    checksum = checked_router_checksum(directory, meta)
+    checksum = checked_router_checksum(directory, meta)  # and the recorded shape of the change
     state = load_weights(Path(directory) / ROUTER_WEIGHTS, "router weights")
-    check_delta_record(meta, state, directory)
     apply_backbone_delta(router, state, directory)
     return checksum
