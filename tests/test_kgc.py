@@ -29,7 +29,7 @@ from benchmarks._lib.kgclib.ranking import (
     query_filters,
     rank_metrics,
 )
-from benchmarks._lib.kgclib.training import KgcTrainConfig, batch_masks, simkgc_loss, train_kgc
+from benchmarks._lib.kgclib.training import KgcTrainConfig, PreBatch, batch_masks, simkgc_loss, train_kgc
 from condsearch.build.faiss_indexes import build_index
 from condsearch.errors import CorpusError
 from tests.tolerance import assert_rows_close, mean_pooled, routed_tolerance, text_tolerance, unit_tolerance
@@ -210,6 +210,76 @@ def test_simkgc_loss_matches_hand_computation() -> None:
     eye = torch.eye(3, 4)
     low = simkgc_loss(eye, eye, -eye, log_inv_t, margin=0.0, mask=torch.ones(3, 3, dtype=torch.bool))
     assert low.item() < 1e-6
+
+
+def test_pre_batch_tails_that_are_known_answers_are_masked() -> None:
+    batch = np.array([[0, 0, 2], [1, 0, 3], [2, 2, 0]])
+    answers = {(0, 0): {2}, (1, 0): {3}, (2, 2): {0, 1, 4}}
+    mask, _ = batch_masks(batch, answers, np.array([2, 4, 5, 1]))  # the stored tails' entity ids
+    assert mask.shape == (3, 3 + 4)
+    np.testing.assert_array_equal(mask[:, :3], batch_masks(batch, answers)[0])  # in-batch columns unchanged
+    assert mask[0, 3:].tolist() == [False, True, True, True]  # stored 2 is query 0's own tail
+    assert mask[1, 3:].tolist() == [True, True, True, True]
+    assert mask[2, 3:].tolist() == [True, False, True, False]  # 4 and 1 answer (2, 2) too: not negatives
+
+
+def test_a_stored_tail_that_answers_the_query_is_no_negative() -> None:
+    """In the loss, a stored tail masked as a known answer counts for nothing: as if never stored."""
+    batch = np.array([[0, 0, 2], [1, 0, 3]])
+    answers = {(0, 0): {2, 4}, (1, 0): {3, 4}}  # entity 4 answers both queries
+    torch.manual_seed(0)
+    hr, tails, heads = (torch.nn.functional.normalize(torch.randn(2, 4), dim=1) for _ in range(3))
+    answer = torch.nn.functional.normalize(hr.sum(0, keepdim=True), dim=1)  # scores high against both
+    other = torch.nn.functional.normalize(torch.randn(1, 4), dim=1)
+    log_inv_t = torch.tensor(math.log(20.0))
+
+    def loss(pre: torch.Tensor, pre_ids: np.ndarray, use_mask: bool = True) -> torch.Tensor:
+        mask = torch.from_numpy(batch_masks(batch, answers, pre_ids)[0])
+        pre_mask = mask[:, 2:] if use_mask else torch.ones(2, len(pre_ids), dtype=torch.bool)
+        return simkgc_loss(hr, tails, heads, log_inv_t, margin=0.02, mask=mask[:, :2], pre=pre, pre_mask=pre_mask)
+
+    with_answer = loss(torch.cat([answer, other]), np.array([4, 5]))
+    torch.testing.assert_close(with_answer, loss(other, np.array([5])))
+    assert loss(torch.cat([answer, other]), np.array([4, 5]), use_mask=False) > with_answer + 0.1
+    # SimKGC's form: the stored logits scaled by the pre-batch weight (0.5), no margin on them
+    in_logits = (hr @ tails.T - 0.02 * torch.eye(2)) * 20.0
+    full = torch.cat([in_logits, hr @ other.T * 20.0 * 0.5, ((hr * heads).sum(1) * 20.0)[:, None]], 1)
+    expected = -torch.log_softmax(full, 1).diagonal().mean() - torch.log_softmax(in_logits.T, 1).diagonal().mean()
+    torch.testing.assert_close(loss(other, np.array([5])), expected)
+
+
+def test_pre_batch_keeps_a_bounded_ring_of_detached_tails() -> None:
+    ring = PreBatch(2)
+    assert ring.stored() is None and len(ring) == 0
+    for k in range(4):
+        ring.push(torch.full((3, 2), float(k), requires_grad=True), np.arange(3) + 10 * k)
+    stored = ring.stored()
+    assert stored is not None and len(ring) == 6
+    vectors, ids = stored
+    assert not vectors.requires_grad and vectors[:, 0].tolist() == [2.0] * 3 + [3.0] * 3  # the last two, oldest first
+    assert ids.tolist() == [20, 21, 22, 30, 31, 32]
+
+
+def test_pre_batch_zero_gives_the_old_loss_exactly() -> None:
+    """Pre-batch off (no stored tails) computes bit for bit what the loss computed before it existed."""
+    torch.manual_seed(1)
+    hr, tails, heads = (torch.nn.functional.normalize(torch.randn(5, 8), dim=1) for _ in range(3))
+    log_inv_t = torch.tensor(math.log(20.0))
+    batch = np.array([[0, 0, 2], [1, 0, 2], [3, 0, 5], [2, 2, 0], [4, 1, 3]])
+    answers = {(0, 0): {2}, (1, 0): {2}, (3, 0): {5}, (2, 2): {0, 1, 2}, (4, 1): {3, 4}}
+    mask_np, self_np = batch_masks(batch, answers)
+    mask, self_mask = torch.from_numpy(mask_np), torch.from_numpy(self_np)
+    # the loss as written before pre-batch negatives
+    scale = log_inv_t.exp()
+    logits = ((hr @ tails.T - 0.02 * torch.eye(5)) * scale).masked_fill(~mask, -1e4)
+    self_logits = ((hr * heads).sum(dim=1) * scale).masked_fill(~self_mask, -1e4)
+    labels = torch.arange(5)
+    old = torch.nn.functional.cross_entropy(
+        torch.cat([logits, self_logits[:, None]], dim=1), labels
+    ) + torch.nn.functional.cross_entropy(logits.T, labels)
+    new = simkgc_loss(hr, tails, heads, log_inv_t, margin=0.02, mask=mask, self_mask=self_mask)
+    assert torch.equal(new, old)
+    assert KgcTrainConfig().pre_batch == 0
 
 
 # -- encoding and training on a tiny backbone ------------------------------------------------------
@@ -396,6 +466,32 @@ def test_a_training_batchs_loss_does_not_depend_on_its_chunks(context_csr, kg) -
             for c in (2, 3, 256)
         ]
     assert losses[0] == pytest.approx(losses[2], rel=1e-4) and losses[1] == pytest.approx(losses[2], rel=1e-4)
+
+
+def test_a_batchs_loss_takes_the_stored_tails_of_earlier_batches(context_csr, kg) -> None:
+    """An empty buffer gives the loss without pre-batch negatives, bit for bit; each batch then
+    stores its tails (ids and detached vectors), which the next batch's loss takes as negatives."""
+    from benchmarks._lib.kgclib.encoding import entity_tokens
+    from benchmarks._lib.kgclib.training import batch_loss
+
+    train = kg.splits["train"]
+    examples = with_inverse(train, kg.n_relations)
+    answers = known_answers([train], kg.n_relations)
+    log_inv_t = torch.tensor(math.log(20.0))
+    tokens, config = entity_tokens(context_csr, kg.entity_texts), KgcTrainConfig(pre_batch=1)
+    context_csr.router.eval()
+    ring = PreBatch(config.pre_batch)
+
+    def loss(batch: np.ndarray, pre: PreBatch | None) -> torch.Tensor:
+        return batch_loss(context_csr, tokens, batch, kg.conditions, answers, log_inv_t, config, pre_batch=pre)
+
+    first, second = examples[:4], examples[4:8]
+    assert torch.equal(loss(first, ring), loss(first, None))
+    stored = ring.stored()
+    assert stored is not None and stored[1].tolist() == first[:, 2].tolist() and not stored[0].requires_grad
+    assert not torch.equal(loss(second, ring), loss(second, None))
+    stored = ring.stored()
+    assert stored is not None and stored[1].tolist() == second[:, 2].tolist()  # one batch kept
 
 
 @pytest.mark.numerics

@@ -13,7 +13,8 @@ a triple leaves the other out); a router trained so records it, and is then scor
 
 The router evaluated by default is the one trained here on WN18RR (benchmarks/weights/);
 ``--router none`` gives the zero-shot (untrained) router. ``--train`` first trains with SimKGC's
-objective (in-batch and self-negatives, additive margin, learnable temperature), choosing on dev:
+objective (in-batch and self-negatives, with ``--pre-batch N`` the tails of the N previous batches
+too, additive margin, learnable temperature), choosing on dev:
 
 - by default the context router (ours, SPEC §2.2) with its **whole backbone** training, as
   SimKGC trains every layer: each batch runs every layer from the entities' token ids, and
@@ -159,6 +160,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="ours: the input token table does not train (projection loses most of an update there)",
     )
+    t.add_argument(
+        "--pre-batch",
+        type=int,
+        default=0,
+        help="SimKGC's pre-batch negatives: previous batches whose tails join each batch's negatives "
+        "(SimKGC: 2 on FB15k-237; 0: off, as SimKGC on WN18RR)",
+    )
     t.add_argument("--resume", action="store_true", help="continue the run in --checkpoint-dir")
     t.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path, default=None)
@@ -169,6 +177,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--project-every takes a count of steps, with --train of the whole backbone (not --frozen-lower)")
     if args.freeze_token_table and (args.frozen_lower or not args.train):
         p.error("--freeze-token-table needs --train of the whole backbone (not --frozen-lower)")
+    if args.pre_batch < 0 or (args.pre_batch and not args.train):
+        p.error("--pre-batch takes a count of batches, with --train")
     if (args.profile_steps or args.projection_probe) and not args.train:
         p.error("--profile-steps and --projection-probe measure training: add --train")
     if args.profile_steps < 0 or args.projection_probe < 0:
@@ -350,6 +360,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             seed=args.seed,
             project_every=args.project_every,
             freeze_token_table=args.freeze_token_table,
+            pre_batch=args.pre_batch,
         )
         # the smoke chooses on training triples: a tiny random model learns those within a few steps
         dev = data.splits["train" if args.smoke else "dev"][: args.max_dev]

@@ -7,7 +7,8 @@
 # 8 files: checks.tar.gz (the checks' JSONs and log), train.log, kgc_dev.json if the run ended in
 # time, and ctx/ (the best dev weights so far, both towers, written each time dev improves).
 # Environment: END_AT (seconds after start when training must end, default 560), EPOCHS (6),
-# LR (5e-5), SEED (21), ROUTER (benchmarks/weights/wn18rr-minilm-context), SKIP_CHECKS.
+# LR (5e-5), SEED (21), ROUTER (benchmarks/weights/wn18rr-minilm-context), PRE_BATCH (2: SimKGC's
+# pre-batch negatives, previous batches kept; 0: off), SKIP_CHECKS.
 # Written after the third H200 lease from the commands that ran in it (benchmarks/systems/README.md,
 # "GPU runner"); this script itself first runs in the next lease.
 set -u
@@ -33,7 +34,7 @@ left=$((${END_AT:-560} - $(el)))
 echo "[lease] training for at most ${left}s"
 timeout "$left" python3 -m benchmarks.paper.kgc --data-dir "$D/wn18rr" --router "${ROUTER:-benchmarks/weights/wn18rr-minilm-context}" \
     --link-graph --device cuda --train --bf16 --batch-size 1024 --lr "${LR:-5e-5}" --epochs "${EPOCHS:-6}" \
-    --seed "${SEED:-21}" --max-dev 1000 --checkpoint-dir /tmp/lease-ck --checkpoint-every 1000000 --project-every 85 \
+    --seed "${SEED:-21}" --pre-batch "${PRE_BATCH:-2}" --max-dev 1000 --checkpoint-dir /tmp/lease-ck --checkpoint-every 1000000 --project-every 85 \
     --save "$OUT/ctx" --split dev --max-test 1000 --json-out "$OUT/kgc_dev.json" >"$OUT/train.log" 2>&1
 echo "[lease] training rc=$? at $(el)s (124: the deadline; ctx/ holds the best dev weights so far)"
 grep -v "step .*loss" "$OUT/train.log" | tail -20

@@ -3,7 +3,8 @@
 Each example (h, r, t) — training triples and their inverses — scores the routed query of
 (h, r) against the plain vectors of every tail in the batch (in-batch negatives), minus an
 additive margin on the positive, times a learnable inverse temperature; the head's own plain
-vector is one more negative (self-negative). Negatives that are known answers are masked.
+vector is one more negative (self-negative); optionally the tails of the last few batches too
+(pre-batch negatives, :class:`PreBatch`). Negatives that are known answers are masked.
 Tails and heads-as-negatives are plain passes through the candidate tower (the router
 itself, or a separate tail tower).
 
@@ -20,6 +21,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -65,6 +67,10 @@ class KgcTrainConfig:
     temperature: float = 0.05
     learn_temperature: bool = True
     self_negatives: bool = True
+    #: SimKGC's --pre-batch: previous batches whose tail vectors (detached) join each batch's
+    #: negatives, masked where they are known answers (0: off, SimKGC's WN18RR setting)
+    pre_batch: int = 0
+    pre_batch_weight: float = 0.5  # SimKGC's --pre-batch-weight: scales the pre-batch logits
     max_examples: int | None = None  # examples drawn per epoch (forward + inverse), None: all
     bf16: bool = False  # autocast the encoder passes to bfloat16 (fast on CPUs with AVX512-BF16)
     checkpoint_every: int = 20  # optimiser steps between checkpoints (with a checkpoint folder)
@@ -77,23 +83,51 @@ class KgcTrainConfig:
     freeze_token_table: bool = False
 
 
-def batch_masks(batch: np.ndarray, train_answers: Answers) -> tuple[np.ndarray, np.ndarray]:
+def batch_masks(
+    batch: np.ndarray, train_answers: Answers, pre_tails: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Return which logits count as negatives for a batch of (h, r, t) rows.
 
     mask (B, B): row i, column j is False when tail j is tail i (j != i) or a known training
     answer of (h_i, r_i); the diagonal (the positive) stays True. self_mask (B,): False when
-    the head is itself a known answer of (h_i, r_i).
+    the head is itself a known answer of (h_i, r_i). With ``pre_tails`` (K,), the entity ids of
+    stored pre-batch tails, mask is (B, B + K): its last K columns are masked the same way.
     """
     heads, rels, tails = batch[:, 0], batch[:, 1], batch[:, 2]
-    mask = tails[:, None] != tails[None, :]
+    columns = tails if pre_tails is None else np.concatenate([tails, pre_tails])
+    mask = tails[:, None] != columns[None, :]
     self_mask = np.ones(len(batch), dtype=bool)
     for i, (h, r) in enumerate(zip(heads.tolist(), rels.tolist(), strict=True)):
         known = train_answers.get((h, r), ())
         if len(known) > 1:
-            mask[i] &= ~np.isin(tails, np.fromiter(known, dtype=np.int64))
+            mask[i] &= ~np.isin(columns, np.fromiter(known, dtype=np.int64))
         self_mask[i] = h not in known
-    np.fill_diagonal(mask, True)
+    np.fill_diagonal(mask, True)  # (B, B + K): the in-batch diagonal only
     return mask, self_mask
+
+
+class PreBatch:
+    """SimKGC's pre-batch negatives: a ring buffer of the last ``batches`` batches' tail vectors
+    (detached, so no gradient reaches back) and their entity ids; memory is at most ``batches``
+    batches of (B, d) vectors. Not checkpointed: a resumed run starts with it empty."""
+
+    def __init__(self, batches: int) -> None:
+        if batches < 1:
+            raise ValueError("PreBatch keeps at least one batch")
+        self._kept: deque[tuple[torch.Tensor, np.ndarray]] = deque(maxlen=batches)
+
+    def __len__(self) -> int:
+        return sum(len(ids) for _, ids in self._kept)
+
+    def stored(self) -> tuple[torch.Tensor, np.ndarray] | None:
+        """Return the stored tail vectors (K, d) and entity ids (K,), oldest first; None when empty."""
+        if not self._kept:
+            return None
+        return torch.cat([v for v, _ in self._kept]), np.concatenate([ids for _, ids in self._kept])
+
+    def push(self, vectors: torch.Tensor, ids: np.ndarray) -> None:
+        """Keep a batch's tail vectors and entity ids, dropping the oldest batch when full."""
+        self._kept.append((vectors.detach(), np.asarray(ids, dtype=np.int64).copy()))
 
 
 def simkgc_loss(
@@ -105,23 +139,33 @@ def simkgc_loss(
     margin: float,
     mask: torch.Tensor,
     self_mask: torch.Tensor | None = None,
+    pre: torch.Tensor | None = None,
+    pre_mask: torch.Tensor | None = None,
+    pre_weight: float = 0.5,
 ) -> torch.Tensor:
     """SimKGC's loss for unit vectors hr, tails, heads: (B, d); mask (B, B), self_mask (B,).
 
-    Cross-entropy of each query over [in-batch tails; its own head] plus the reverse
-    direction (each tail over the in-batch queries); the margin is subtracted from the
-    positive logit only, before scaling by exp(log_inv_t).
+    Cross-entropy of each query over [in-batch tails; pre-batch tails; its own head] plus the
+    reverse direction (each tail over the in-batch queries); the margin is subtracted from the
+    positive logit only, before scaling by exp(log_inv_t). ``pre`` (K, d) are stored tails of
+    earlier batches, their logits also scaled by ``pre_weight`` and masked where ``pre_mask``
+    (B, K) is False, as SimKGC does.
     """
     b = hr.shape[0]
     scale = log_inv_t.exp()
     logits = hr @ tails.T - margin * torch.eye(b, device=hr.device, dtype=hr.dtype)
     logits = (logits * scale).masked_fill(~mask, MASKED)
     full = logits
+    if pre is not None:
+        pre_logits = hr @ pre.to(hr.dtype).T * (scale * pre_weight)
+        if pre_mask is not None:
+            pre_logits = pre_logits.masked_fill(~pre_mask, MASKED)
+        full = torch.cat([full, pre_logits], dim=1)
     if heads is not None:
         self_logits = (hr * heads).sum(dim=1) * scale
         if self_mask is not None:
             self_logits = self_logits.masked_fill(~self_mask, MASKED)
-        full = torch.cat([logits, self_logits[:, None]], dim=1)
+        full = torch.cat([full, self_logits[:, None]], dim=1)
     labels = torch.arange(b, device=hr.device)
     return nn.functional.cross_entropy(full, labels) + nn.functional.cross_entropy(logits.T, labels)
 
@@ -141,13 +185,15 @@ def batch_loss(
     tail: Tower | None = None,
     chunk_rows: int | None = None,
     linked: LinkedTexts | None = None,
+    pre_batch: PreBatch | None = None,
 ) -> torch.Tensor:
     """Return the loss of one batch of (h, r, t) rows, with gradients.
 
     The batch's texts run in length-sorted chunks of ``chunk_rows`` (default: :func:`train_chunk_rows`),
     each padded to its own longest text; the loss does not depend on the chunking. With
     ``linked`` (SimKGC's link-graph texts), each head is read without its tail among its
-    neighbours and each tail without its head.
+    neighbours and each tail without its head. With ``pre_batch``, its stored tails join the
+    negatives (masked by entity id as in-batch tails are) and this batch's tails are then stored.
     """
     device = encoder.device
     router = encoder.router
@@ -166,17 +212,26 @@ def batch_loss(
         plain = _unit(encode_states(tail or router, source, entities, device=device, chunk=chunk))
     where_t = torch.from_numpy(where).to(device)
     tail_v, head_v = plain[where_t[: len(batch)]], plain[where_t[len(batch) :]]
+    stored = pre_batch.stored() if pre_batch is not None else None
     with torch.profiler.record_function("kgc.batch_masks"):
-        mask, self_mask = batch_masks(batch, train_answers)
-    return simkgc_loss(
+        mask, self_mask = batch_masks(batch, train_answers, None if stored is None else stored[1])
+    mask_t = torch.from_numpy(mask).to(device)
+    b = len(batch)
+    loss = simkgc_loss(
         hr,
         tail_v,
         head_v if config.self_negatives else None,
         log_inv_t,
         margin=config.margin,
-        mask=torch.from_numpy(mask).to(device),
+        mask=mask_t[:, :b],
         self_mask=torch.from_numpy(self_mask).to(device),
+        pre=None if stored is None else stored[0],
+        pre_mask=None if stored is None else mask_t[:, b:],
+        pre_weight=config.pre_batch_weight,
     )
+    if pre_batch is not None:
+        pre_batch.push(tail_v, tails)
+    return loss
 
 
 def _linked_batch(
@@ -301,6 +356,8 @@ def train_kgc(
         run_config["link_graph"] = True
     if not config.freeze_token_table:  # likewise recorded only when on
         del run_config["freeze_token_table"]
+    if not config.pre_batch:  # likewise
+        del run_config["pre_batch"], run_config["pre_batch_weight"]
     state = TrainingState(config=run_config)
     best_state: dict[str, torch.Tensor] | None = None
     if checkpoint_dir is not None and resume and has_checkpoint(checkpoint_dir):
@@ -343,6 +400,9 @@ def train_kgc(
         keep(0, float("nan"))
         save(0)
     step, running = state.step, []
+    # pre-batch negatives are not checkpointed: after a resume the buffer starts empty (the first
+    # config.pre_batch batches see fewer negatives than an uninterrupted run's would)
+    pre_batch = PreBatch(config.pre_batch) if config.pre_batch else None
     for epoch in range(state.step // steps_per_epoch, config.epochs):
         # one permutation per epoch from (seed, epoch): a resumed run draws the same batches
         order = np.random.default_rng(config.seed + epoch).permutation(len(examples))[:n_epoch]
@@ -354,7 +414,17 @@ def train_kgc(
                 tail.train()
             if len(batch) >= 2:
                 loss = batch_loss(
-                    encoder, states, batch, data.conditions, answers, log_inv_t, config, tail, chunk_rows, linked
+                    encoder,
+                    states,
+                    batch,
+                    data.conditions,
+                    answers,
+                    log_inv_t,
+                    config,
+                    tail,
+                    chunk_rows,
+                    linked,
+                    pre_batch,
                 )
                 optim.zero_grad()
                 loss.backward()
