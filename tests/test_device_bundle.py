@@ -81,3 +81,50 @@ def _tiny_half(stage: Path) -> Path:
     (stage / db.MODEL_PACKAGE / "model").mkdir(parents=True)
     save_file({"w": np.ones((2, 2), dtype=np.float16)}, str(stage / db.HALF))
     return stage / db.HALF
+
+
+def test_a_bundle_split_into_parts_joins_back_whole(tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    payload = {"model.tar.xz": np.random.default_rng(0).bytes(10_001), "data.tar.xz": b"data" * 333}
+    for name, data in payload.items():
+        (bundle / name).write_bytes(data)
+    db.split_parts(bundle, 3)
+    assert sorted(p.name for p in bundle.iterdir()) == ["part1", "part2", "part3"]
+    db.join_parts(bundle)  # on the device, with every part carried
+    for name, data in payload.items():
+        assert (bundle / name).read_bytes() == data
+
+
+def test_joining_with_a_part_missing_says_which_count(tmp_path: Path) -> None:
+    import pytest
+
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "data.tar.xz").write_bytes(b"x" * 100)
+    db.split_parts(bundle, 2)
+    (bundle / "part2" / "bundle.tar.2of2").unlink()
+    with pytest.raises(SystemExit, match="1 of 2 parts"):
+        db.join_parts(bundle)
+
+
+def test_the_cublas_shim_defines_faiss_calls_under_cuda_12s_version(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("gcc") is None or shutil.which("nm") is None:
+        pytest.skip("needs gcc and nm")
+    wheel = tmp_path / "nvidia_cuda_runtime_cu12-0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as whl:
+        whl.writestr("nvidia/cuda_runtime/lib/libcudart.so.12", b"not a real library")
+    db.pack_cuda12_libs(tmp_path / "cuda12-libs.tar.xz", wheel)
+    db.unpack(tmp_path, tmp_path / "site", tmp_path / "data")
+    libs = tmp_path / "site" / db.CUDA12_LIBS
+    assert sorted(p.name for p in libs.iterdir()) == ["libcublas.so.12", "libcublasLt.so.12", "libcudart.so.12"]
+    symbols = subprocess.run(
+        ["nm", "-D", "--defined-only", str(libs / "libcublas.so.12")], capture_output=True, text=True
+    )
+    for name in ("cublasCreate_v2", "cublasSgemmEx", "cublasGemmEx", "cublasGemmStridedBatchedEx"):
+        assert f"{name}@@libcublas.so.12" in symbols.stdout

@@ -96,3 +96,43 @@ def test_gpu_search_benchmark_agrees_with_the_cpu() -> None:
     cell = measure(rows=5000, dim=32, queries=5, batch=16, repeats=1, seed=0)
     assert cell["top10_agree"] == 1.0
     assert cell["gpu_batch1_p50_ms"] > 0 and cell["cpu_batch1_p50_ms"] > 0
+
+
+faiss_gpu = pytest.mark.skipif(
+    not __import__("condsearch.build.faiss_indexes", fromlist=["gpu_available"]).gpu_available(),
+    reason="needs FAISS's GPU build",
+)
+
+
+def _clustered(rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    from benchmarks.systems.gpu_search import clustered
+
+    return clustered(rows, dim, clusters=64, n_queries=32, seed=0)
+
+
+@faiss_gpu
+def test_faiss_gpu_flat_and_ivf_through_the_store_path_agree_with_the_cpu() -> None:
+    from benchmarks._lib.common import rankings_agree
+    from condsearch.build.faiss_indexes import build_index, on_gpu, search, to_search_device
+
+    corpus, queries = _clustered(20_000, 64)
+    for factory, params in (("Flat", ""), ("IVF64,Flat", "nprobe=8")):
+        cpu = build_index(corpus, factory, search_params=params)
+        gpu = to_search_device(cpu)
+        assert on_gpu(gpu), (factory, type(gpu).__name__)
+        a, b = search(cpu, queries, 10), search(gpu, queries, 10)
+        agree = rankings_agree(a.scores, a.ids, b.scores, b.ids, tol=1e-4)
+        assert agree.mean() >= 0.95, (factory, agree.mean())  # the same lists probed: the same rows
+
+
+@faiss_gpu
+def test_a_k_beyond_the_gpus_selection_searches_the_cpu_copy() -> None:
+    from condsearch.build.faiss_indexes import GPU_MAX_K, build_index, to_search_device
+    from condsearch.store.searchable import FaissIndex, StoredIndex
+
+    corpus, queries = _clustered(3000, 32)
+    cpu = build_index(corpus, "Flat")
+    stored = StoredIndex("t", None, cpu, list(range(3000)), [str(i) for i in range(3000)])  # type: ignore[arg-type]
+    found = FaissIndex(stored, to_search_device(cpu)).search(queries[:2], GPU_MAX_K + 1)
+    assert found.result.ids.shape == (2, GPU_MAX_K + 1)
+    assert (found.result.ids >= 0).all()

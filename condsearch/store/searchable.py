@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from condsearch.build.faiss_indexes import SearchResult, search, to_search_device
+from condsearch.build.faiss_indexes import GPU_MAX_K, SearchResult, on_gpu, search, to_search_device
 from condsearch.errors import StoreError, first_line
 from condsearch.store.manifest import Manifest
 
@@ -100,8 +100,10 @@ class FaissIndex:
         return self.stored.manifest
 
     def search(self, vectors: np.ndarray, k: int) -> Found:
+        # FAISS's GPU indexes select at most GPU_MAX_K rows; a larger k searches the CPU copy, as exact
+        searcher = self.stored.index if k > GPU_MAX_K and on_gpu(self.searcher) else self.searcher
         try:
-            result = search(self.searcher, vectors, k)
+            result = search(searcher, vectors, k)
         except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
             raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
         return Found(result, self.stored.ids, self.stored.texts)
