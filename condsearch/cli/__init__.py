@@ -24,7 +24,7 @@ from condsearch.cli.pairs import pairs_cmd
 from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli.serve import serve_cmd
 from condsearch.cli.train import train_cmd
-from condsearch.errors import os_reason
+from condsearch.errors import CondsearchError, first_line, os_reason
 from condsearch.progress import set_quiet
 from condsearch.version import __version__
 
@@ -92,6 +92,8 @@ def demo_corpus_cmd(out: Path) -> None:
 
     try:
         n = write_demo_corpus(out)
+    except CondsearchError as exc:
+        raise click.ClickException(first_line(exc)) from exc
     except OSError as exc:
         raise click.ClickException(f"{out}: cannot write ({os_reason(exc)})") from exc
     click.echo(f"wrote {n} rows to {out}")

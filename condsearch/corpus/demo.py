@@ -8,6 +8,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from condsearch.store.atomic import replacing_file
+
 DEMO_TSV = Path(__file__).parent.parent / "data" / "demo_corpus.tsv"
 
 
@@ -19,8 +21,12 @@ def read_demo_rows() -> tuple[list[str], list[str]]:
 
 
 def write_demo_corpus(path: Path) -> int:
-    """Write the demo corpus as parquet with columns id, text; return the row count."""
+    """Write the demo corpus as parquet with columns id, text; return the row count.
+
+    Written whole under a temporary name; a device or a FIFO at path is refused (OutputFileError).
+    """
     ids, texts = read_demo_rows()
     path.parent.mkdir(parents=True, exist_ok=True)
-    pq.write_table(pa.table({"id": ids, "text": texts}), path)
+    with replacing_file(path) as tmp:
+        pq.write_table(pa.table({"id": ids, "text": texts}), tmp)
     return len(ids)

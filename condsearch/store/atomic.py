@@ -3,9 +3,11 @@
 A folder is replaced by a freshly written one, a file by a freshly written file.
 
 Only a condsearch artifact (or an empty folder) is ever replaced: ``--out ~/projects`` must not
-delete someone's projects after a long training run. Files that condsearch reads back from its
-own folders are opened by :func:`open_regular`, which refuses a FIFO or a device instead of
-blocking on it or reading it without end.
+delete someone's projects after a long training run. Nor is a file replaced unless it is a regular
+file or a link: a rename over ``/dev/null`` (as root) replaces the device for everyone, a write to
+``/dev/full`` only fails, and a FIFO is someone's pipe (:func:`check_replaceable_file`). Files that
+condsearch reads back from its own folders are opened by :func:`open_regular`, which refuses a FIFO
+or a device instead of blocking on it or reading it without end.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ from pathlib import Path
 from typing import IO
 
 from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind, check_own_artifact
+from condsearch.corpus.regular_files import file_kind
 from condsearch.errors import CondsearchError, StoreError, os_reason
 
 
 class OutputDirError(CondsearchError):
     """A folder that condsearch was asked to write into is not its to replace, or cannot be written."""
+
+
+class OutputFileError(CondsearchError):
+    """A file that condsearch was asked to write is something a rename must not replace (a device, a FIFO)."""
 
 
 def _previous(directory: Path) -> Path:
@@ -129,16 +136,34 @@ def temporary_name(path: Path, tag: str = "tmp") -> Path:
     return path.with_name(f".{tag}-{path.name}-{os.getpid()}-{os.urandom(4).hex()}")
 
 
+def check_replaceable_file(path: Path | str) -> None:
+    """Raise OutputFileError unless path is absent, a regular file or a symlink (the link is replaced, not its target).
+
+    A device, a FIFO, a socket or a folder is refused in one line, naming what it is.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a folder on the way is a file, or is not searchable
+        raise OutputFileError(f"{path}: cannot write it ({os_reason(exc)})") from None
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OutputFileError(f"{path}: {file_kind(mode)}, not a regular file; refusing to replace it")
+
+
 @contextmanager
 def replacing_file(path: Path) -> Iterator[Path]:
     """Yield a temporary name beside path to write (a file or a symlink); when the block succeeds it becomes path.
 
-    The rename replaces whatever file or link is at path in one step. A block that raises leaves path
-    untouched and the temporary removed.
+    The rename replaces the regular file or link at path in one step. Anything else there (a device, a
+    FIFO, a folder) is refused with OutputFileError before the block runs, and again before the rename.
+    A block that raises leaves path untouched and the temporary removed.
     """
+    check_replaceable_file(path)
     tmp = temporary_name(path)
     try:
         yield tmp
+        check_replaceable_file(path)  # again: the block may have run for long
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 from condsearch.corpus.csts import COLUMNS, CstsData
 from condsearch.corpus.formats import EXTENSIONS, CorpusConfig, CorpusFormat, format_of, read_table
 from condsearch.errors import CorpusError
-from condsearch.store.atomic import replacing_file
+from condsearch.store.atomic import check_replaceable_file, replacing_file
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,10 @@ def output_format(out: Path) -> CorpusFormat:
 
 
 def check_output(out: Path, inputs: Sequence[Path] = ()) -> None:
-    """Refuse, before any work, an output that is a folder, lies in no folder, or is one of the inputs."""
+    """Refuse, before any work, an output that is a folder, a device or a FIFO, lies in no folder, or is an input."""
     if out.is_dir():
         raise CorpusError(f"{out}: is a folder; name a file to write the pairs into")
+    check_replaceable_file(out)
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.is_dir():
         raise CorpusError(f"{out}: no folder {parent} to write it into")
