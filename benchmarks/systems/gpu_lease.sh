@@ -24,7 +24,13 @@ export PYTHONPATH=$PWD:$S PYTHONUNBUFFERED=1
 if [ -d "$S/cuda12-libs" ]; then  # faiss-gpu-cu12 on a CUDA 13 image: CUDA 12's runtime and the cuBLAS shim
     CUBLAS13=$(find /opt /usr/local /usr/lib -name libcublas.so.13 2>/dev/null | head -n 1)
     export LD_LIBRARY_PATH=$S/cuda12-libs:$(dirname "${CUBLAS13:-/nonexistent/x}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export _FAISS_WHEEL_DISABLE_CUDA_PRELOAD=1  # the wheel's loader looks for CUDA 12's pip packages otherwise
+    export _FAISS_WHEEL_DISABLE_CUDA_PRELOAD=1  # faiss-gpu-cu12's loader looks for CUDA 12's pip packages otherwise
+    # faiss-gpu's own loader opens them from CUDA 12's pip layout (nvidia/<part>/lib): that layout, pointing here
+    # (cuRAND, which FAISS loads but never calls, is the image's: its soname is .10 in CUDA 12 and 13 alike)
+    mkdir -p "$S/nvidia/cuda_runtime/lib" "$S/nvidia/cublas/lib" "$S/nvidia/curand/lib"
+    ln -sf "$S/cuda12-libs/libcudart.so.12" "$S/nvidia/cuda_runtime/lib/"
+    ln -sf "$S/cuda12-libs/libcublas.so.12" "$S/cuda12-libs/libcublasLt.so.12" "$S/nvidia/cublas/lib/"
+    ln -sf "$(dirname "${CUBLAS13:-/nonexistent/x}")/libcurand.so.10" "$S/nvidia/curand/lib/"
     echo "[lease] cuBLAS 13 at ${CUBLAS13:-nowhere}"
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
