@@ -35,3 +35,38 @@ def condition_sensitivity(a: np.ndarray, b: np.ndarray) -> float:
         return float("nan")
     # float32 rounding can put 1 − cos of identical directions a hair below 0
     return float(np.mean(np.clip(1.0 - cosine_rows(np.asarray(a, np.float64), np.asarray(b, np.float64)), 0, 2)))
+
+
+def best_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Return (scores, columns) of each row's k best columns, best first: two (n_rows, k) arrays."""
+    rows = (
+        np.argpartition(-scores, k, axis=1)[:, :k]
+        if k < scores.shape[1]
+        else np.tile(np.arange(scores.shape[1]), (scores.shape[0], 1))
+    )
+    part = np.take_along_axis(scores, rows, axis=1)
+    order = np.argsort(-part, axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1), np.take_along_axis(rows, order, axis=1)
+
+
+def label_hits(values: list[str], hits: np.ndarray, queries: list[int]) -> np.ndarray:
+    """Return each query's share of its found rows that hold its value: (n_queries,) float.
+
+    hits: (n_queries, k) corpus positions found for each query (its own row left out).
+    """
+    return np.array([np.mean([values[h] == values[q] for h in hit]) for q, hit in zip(queries, hits, strict=True)])
+
+
+def label_precision(vectors: np.ndarray, values: list[str], queries: list[int], k: int = 10) -> float:
+    """Return label precision@k: the mean share of each query's k nearest rows (itself left out) with its value.
+
+    vectors: (n, d) unit rows, one per corpus row; values: (n,) each row's label; queries:
+    positions in the corpus. k shrinks to n - 1 on a corpus too small for it.
+    """
+    k = min(k, len(values) - 1)
+    if not queries or k < 1:
+        return float("nan")
+    scores = vectors[queries] @ vectors.T
+    scores[np.arange(len(queries)), queries] = -np.inf
+    _, hits = best_k(scores, k)
+    return float(label_hits(values, hits, queries).mean())

@@ -40,6 +40,7 @@ import numpy as np
 from benchmarks._lib.common import compare_systems, exit_code, log, quiet_transformers, write_outputs  # noqa: E402
 from benchmarks.studies.ood import K, add_system_options, best_k, load_system  # noqa: E402
 from condsearch.errors import CorpusError
+from condsearch.metrics import label_hits
 
 SPLITS = ("dev", "report")
 
@@ -121,7 +122,7 @@ def column_metrics(values: list[str], scores: np.ndarray, hits: np.ndarray, quer
     counts: dict[str, int] = {}
     for v in values:
         counts[v] = counts.get(v, 0) + 1
-    p10 = [sum(values[h] == values[q] for h in hit) / K for q, hit in zip(queries, hits, strict=True)]
+    p10 = label_hits(values, hits[:, :K], queries)
     chance = [(counts[values[q]] - 1) / (n - 1) for q in queries]
     return {
         "queries": len(queries),

@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from benchmarks._lib.common import compare_systems, log, quiet_transformers, write_outputs  # noqa: E402
+from condsearch.metrics import best_k  # noqa: E402  (re-exported: heldout.py imports it from here)
 
 #: condition -> root synsets (WN18RR ids with their names, for the reader)
 CONDITIONS: dict[str, dict[str, dict[str, str]]] = {
@@ -232,14 +233,6 @@ def top_k(corpus: np.ndarray, queries: np.ndarray, exclude: np.ndarray, k: int) 
     scores = queries @ corpus.T
     scores[np.arange(len(queries)), exclude] = -np.inf
     return best_k(scores, k)
-
-
-def best_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Return (scores, columns) of each row's k best columns, best first."""
-    rows = np.argpartition(-scores, k, axis=1)[:, :k]
-    part = np.take_along_axis(scores, rows, axis=1)
-    order = np.argsort(-part, axis=1, kind="stable")
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(rows, order, axis=1)
 
 
 def query_sample(

@@ -41,6 +41,8 @@ NATIVE_ADAPTER_CONFIG = "adapter.json"
 
 ROUTER_FORMAT_VERSION = 2
 ROUTER_WEIGHTS = "router.safetensors"
+#: what ``condsearch adapt`` measured of the router it wrote (held-row precision@10), beside its weights
+ADAPT_REPORT = "report.json"
 ROUTER_CONFIG = "router.json"
 #: a two-tower router (benchmarks/paper/kgc.py) keeps its candidate tower, itself a router folder, here
 ROUTER_TAIL = "tail"
@@ -72,7 +74,7 @@ _HEAD_FILES = (HEAD_CONFIG, HEAD_WEIGHTS)
 #: artifact only if it holds nothing else: a file of someone else's beside ours is never deleted.
 ARTIFACT_FILES: dict[str, tuple[str, ...]] = {
     "checkpoint": (CHECKPOINT_STATE, CHECKPOINT_TRAINABLE, CHECKPOINT_BEST, CHECKPOINT_OPTIMIZER, CHECKPOINT_EPOCHS),
-    "router": (ROUTER_CONFIG, ROUTER_WEIGHTS),
+    "router": (ROUTER_CONFIG, ROUTER_WEIGHTS, ADAPT_REPORT),
     # transformers' save_pretrained (weights, config, the tokenizer's files) + ours
     "model": (
         MODEL_SUMMARY,

@@ -18,6 +18,7 @@ from typing import Any
 import click
 
 from condsearch.cli.common import CONTEXT, check_utf8
+from condsearch.cli.adapt import adapt_cmd
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
 from condsearch.cli.pairs import pairs_cmd
@@ -99,5 +100,5 @@ def demo_corpus_cmd(out: Path) -> None:
     click.echo(f"wrote {n} rows to {out}")
 
 
-for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd, pairs_cmd):
+for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd, pairs_cmd, adapt_cmd):
     main.add_command(command)

@@ -14,7 +14,7 @@ finds by joining the high rows' texts per condition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -57,6 +57,30 @@ def agreement_mask(
     for i in range(n):
         for j in range(n):
             mask[i, j] = bool(high[i] and high[j] and roots[i] == roots[j])
+    return mask
+
+
+def label_agreement(
+    sentence1: Sequence[str],
+    sentence2: Sequence[str],
+    conditions: Sequence[str],
+    values: Mapping[tuple[str, str], str],
+) -> torch.Tensor:
+    """Return (n, n) bool: row i's s1 and row j's s2 share a known value under one condition.
+
+    values: ``(condition, text) -> value``, from the table the rows were drawn from (``adapt``
+    knows every text's labels; C-STS rows do not, and use :func:`agreement_mask`). The
+    diagonal marks the rows whose two texts share their condition's value.
+    """
+    n = len(conditions)
+    left = [values.get((c, s)) for c, s in zip(conditions, sentence1, strict=True)]
+    right = [values.get((c, s)) for c, s in zip(conditions, sentence2, strict=True)]
+    mask = torch.zeros((n, n), dtype=torch.bool)
+    for i in range(n):
+        if left[i] is None:
+            continue
+        for j in range(n):
+            mask[i, j] = conditions[i] == conditions[j] and left[i] == right[j]
     return mask
 
 

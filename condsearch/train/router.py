@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -36,7 +36,13 @@ from condsearch.metrics import condition_sensitivity, correlations
 from condsearch.progress import progress_bar
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
-from condsearch.train.contrast import HIGH_LABEL, agreement_mask, condition_batches, in_condition_loss
+from condsearch.train.contrast import (
+    HIGH_LABEL,
+    agreement_mask,
+    condition_batches,
+    in_condition_loss,
+    label_agreement,
+)
 from condsearch.train.finite import check_finite_fields, finite_record
 from condsearch.train.losses import group_positions, pair_groups, wacl_loss
 from condsearch.train.mixture import TrainData, describe_sources
@@ -45,8 +51,11 @@ from condsearch.train.schedule import linear_schedule
 log = logging.getLogger(__name__)
 
 LOSSES = ("mse", "wacl", "mse+wacl")
-#: where the context router's backbone starts: the base model, or the shipped full CASE profile merged in
-INITS = ("base", "full")
+#: where the context router's backbone starts: the base model, the shipped full CASE profile merged in,
+#: or the shipped router itself (issue 57: adapting it, as ``condsearch adapt`` does)
+INITS = ("base", "full", "router")
+#: the router folder init "router" starts from
+INIT_ROUTER = "default"
 #: the learning rate each variant trains at unless told: only the top layer trains for paper/extended
 #: (ours: the paper's 1e-5–5e-5 barely moves it); the context router's 1e-4 is the issue-22 prototype's
 DEFAULT_LR = {"paper": 3e-4, "extended": 3e-4, CONTEXT: 1e-4}
@@ -80,11 +89,14 @@ class RouterTrainConfig:
     #: ours (issue 39): weight of the in-condition contrastive term (:mod:`condsearch.train.contrast`)
     #: beside the loss above; above 0, batches gather rows that share their high condition
     contrast_weight: float = 0.0
+    #: ours (issue 57): weight of a term that keeps each batch text's plain vector (no condition) where the
+    #: router put it before training, w · mean(1 − cos); an anchor on what the start router knows
+    distill_weight: float = 0.0
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        if self.contrast_weight < 0:
-            raise ValueError("contrast_weight must be 0 or more")
+        if self.contrast_weight < 0 or self.distill_weight < 0:
+            raise ValueError("contrast_weight and distill_weight must be 0 or more")
 
     def resolved(self, variant: str) -> RouterTrainConfig:
         """Return the config with lr and train_backbone filled in for variant; ValueError when it does not apply."""
@@ -129,6 +141,10 @@ class _Featurizer:
         if self.cached:
             return collate([self.states[t] for t in texts], device=enc.device)
         return enc.router.sentence_states(enc._tokenize(texts))
+
+    def plain(self, texts: list[str]) -> torch.Tensor:
+        """Return the texts' routed vectors without a condition (the plain forward pass): (n, hidden)."""
+        return self.encoder.route(self._sentences(texts), None)
 
     def rows(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         d, enc = self.data, self.encoder
@@ -194,6 +210,7 @@ def fit_router(
     resume: bool = False,
     checkpoint_every: int = 0,
     progress: bool = False,
+    values: Mapping[tuple[str, str], str] | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tune the router in place; with dev, keep the epoch with the best dev Spearman
     (the untrained start included, so training never returns weights that score below it).
@@ -203,7 +220,11 @@ def fit_router(
     whole backbone of MiniLM takes about 7 minutes on a quiet 2-core CPU, several times that on a
     shared one); resume continues from the last one (same settings, model and data required),
     mid-epoch included. A context router with init full first gets the full profile merged into
-    its backbone.
+    its backbone (init router: the encoder already holds the router it starts from).
+
+    values: ``(condition, text) -> label value`` for the rows' texts, when they were drawn from a
+    labelled table (``adapt``): the in-condition term then leaves out every candidate known to share
+    the anchor's value, not only those the rows themselves connect.
     """
     config = config.resolved(encoder.variant)
     assert config.lr is not None
@@ -244,6 +265,7 @@ def fit_router(
         log.info("resuming after epoch %d of %d from %s", state.epoch, config.epochs, checkpoint_dir)
     sched = linear_schedule(optim, config.epochs * steps_per_epoch, config.warmup, done_steps=state.step)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
+    start_plain = _start_plain(train_f, train) if config.distill_weight > 0 else {}
     best = BestEpoch(state.best_epoch, state.best_score, kept, state.history)
 
     def evaluate(epoch: int, loss: float | None) -> dict[str, float] | None:
@@ -307,13 +329,17 @@ def fit_router(
                     loss = loss + config.wacl_weight * wacl_loss(cos[hi], cos[lo], y[hi], y[lo])
             if config.contrast_weight > 0:
                 conds = [train.condition[r] for r in idx]
-                agree = agreement_mask(
-                    [train.sentence1[r] for r in idx],
-                    [train.sentence2[r] for r in idx],
-                    conds,
-                    [bool(train.labels[r] >= HIGH_LABEL) for r in idx],
-                )
+                s1, s2 = [train.sentence1[r] for r in idx], [train.sentence2[r] for r in idx]
+                if values is not None:
+                    agree = label_agreement(s1, s2, conds, values)
+                else:
+                    agree = agreement_mask(s1, s2, conds, [bool(train.labels[r] >= HIGH_LABEL) for r in idx])
                 loss = loss + config.contrast_weight * in_condition_loss(a, b, conds, agree)
+            if config.distill_weight > 0:
+                texts = list(dict.fromkeys([train.sentence1[r] for r in idx] + [train.sentence2[r] for r in idx]))
+                now = nn.functional.normalize(train_f.plain(texts).float(), dim=-1)
+                start = torch.stack([start_plain[t] for t in texts]).to(now.device)
+                loss = loss + config.distill_weight * (1.0 - (now * start).sum(dim=1)).mean()
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -334,6 +360,20 @@ def fit_router(
     router.eval()
     encoder.refresh_identity()  # the caches now key on the trained weights
     return best.history
+
+
+@torch.no_grad()
+def _start_plain(feats: _Featurizer, data: CstsData, batch_size: int = 64) -> dict[str, torch.Tensor]:
+    """Return every training text's unit plain vector as the router gives it before training (CPU)."""
+    was_training = feats.encoder.router.training
+    feats.encoder.router.eval()
+    texts = sorted(dict.fromkeys(data.sentence1 + data.sentence2), key=len)
+    out: dict[str, torch.Tensor] = {}
+    for start in range(0, len(texts), batch_size):
+        chunk = texts[start : start + batch_size]
+        out.update(zip(chunk, nn.functional.normalize(feats.plain(chunk).float(), dim=-1).cpu(), strict=True))
+    feats.encoder.router.train(was_training)
+    return out
 
 
 def fit_and_save_router(
@@ -369,10 +409,13 @@ def fit_and_save_router(
     check_checkpoint_dir(out, checkpoint_dir)
     train = read_training(train_csv, config.seed)
     dev = read_csts(dev_csv) if dev_csv is not None else None
+    from_router = config.init == "router"
+    if from_router and not isinstance(router_config, ContextConfig):
+        raise ModelError("init router starts from the shipped context router: use the context variant")
     encoder = load_csr_encoder(
         model,
-        router="none",
-        variant=router_config,
+        router=INIT_ROUTER if from_router else "none",
+        variant=None if from_router else router_config,
         device=device,
         max_length=max_length,
         trust_remote_code=trust_remote_code,

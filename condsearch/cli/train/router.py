@@ -81,7 +81,8 @@ _CONTEXT_FLAGS = ("k", "init")
     "init",
     "--init",
     type=click.Choice(INITS),
-    help="context: start from the base model, or from the shipped full CASE profile's weights.",
+    help="context: start from the base model, from the shipped full CASE profile's weights, or from the shipped "
+    "router itself (router: its variant and k; what `condsearch adapt` trains).",
 )
 @click.option(
     "--checkpoint-dir",
@@ -122,6 +123,12 @@ def router_cmd(
     from condsearch.train.router import fit_and_save_router
 
     variant = params["variant"]
+    if params["init"] == "router":
+        if given(ctx, "variant") and variant != CONTEXT:
+            raise click.UsageError("--init router starts from the shipped router, a context router: --variant context")
+        if flags := given(ctx, "k", "layer"):
+            raise click.UsageError(f"{flags[0]} does not apply with --init router (the shipped router's own)")
+        variant = CONTEXT
     if variant == CONTEXT:
         if flags := given(ctx, "layer"):
             raise click.UsageError(f"{flags[0]} applies to --variant paper/extended (the context router takes --k)")
