@@ -285,15 +285,17 @@ def test_the_query_cache_finds_one_code_without_reading_every_shard(tmp_path: Pa
     writer = EmbeddingCache(tmp_path)
     keys = [f"{i:064x}" for i in range(4)]
     writer.put_many(keys[:1], np.ones((1, 3), dtype=np.float32))  # a code is put alone
-    writer.put_many(keys[1:3], np.full((2, 3), 2.0, dtype=np.float32))  # several at once: found by the scan
+    writer.put_many(keys[1:3], np.full((2, 3), 2.0, dtype=np.float32))  # several at once: found by get_many
     read: list[Path] = []
     real = cache_module._read_shard
     monkeypatch.setattr(cache_module, "_read_shard", lambda shard: read.append(shard) or real(shard))
     found = EmbeddingCache(tmp_path).get(keys[0])
     assert found is not None and found.tolist() == [1.0, 1.0, 1.0] and len(read) == 1
-    other = EmbeddingCache(tmp_path).get(keys[2])
-    assert other is not None and other.tolist() == [2.0, 2.0, 2.0]
-    assert EmbeddingCache(tmp_path).get(keys[3]) is None
+    read.clear()
+    assert EmbeddingCache(tmp_path).get(keys[3]) is None and len(read) == 1  # a miss reads one shard, not every one
+    assert EmbeddingCache(tmp_path).get(keys[2]) is None  # not put alone: get does not scan (issue 58)
+    other = EmbeddingCache(tmp_path).get_many([keys[2]])[keys[2]]
+    assert other.tolist() == [2.0, 2.0, 2.0]
     (alone,) = [p for p in tmp_path.glob("shard-*.npz") if p == EmbeddingCache(tmp_path)._shard(keys[:1])[0]]
     _damage(alone)
     assert EmbeddingCache(tmp_path).get(keys[0]) is None  # a damaged shard is a miss

@@ -234,6 +234,42 @@ class StateCache:
         return sum(s.stat().st_size for s in shards) / n if n else 0.0
 
 
+def as_stored(tensors: Tensors, dtype: torch.dtype) -> Tensors:
+    """Return one sentence's states rounded as a state cache of dtype gives them back (float16, or int8 per token)."""
+    if dtype == torch.int8:
+        return tuple(dequantize(*quantize(t)) for t in tensors)
+    return tuple(t.to(dtype) for t in tensors)
+
+
+class RequestStates:
+    """A state cache read, never written: the states of sentences it lacks are held here, for one request.
+
+    What a server encodes for a query text stays in memory and goes with the request (issue 58: every
+    text a client sent stayed on disk). The states are rounded as the cache would store them, so that
+    a query's vector is the one a one-shot query (:mod:`condsearch.csr.one_shot`) gives.
+    """
+
+    def __init__(self, cache: StateCache) -> None:
+        self.cache = cache
+        self._held: dict[str, Tensors] = {}
+
+    def missing(self, keys: Sequence[str]) -> list[int]:
+        return [i for i in self.cache.missing(keys) if keys[i] not in self._held]
+
+    def put(self, keys: Sequence[str], states: Sequence[Tensors]) -> None:
+        for key, tensors in zip(keys, states, strict=True):
+            self._held[key] = as_stored(tensors, self.cache.dtype)
+
+    def lengths(self, keys: Sequence[str]) -> list[int]:
+        on_disk = dict(zip(cached := [k for k in keys if k not in self._held], self.cache.lengths(cached), strict=True))
+        return [self._held[k][0].shape[0] if k in self._held else on_disk[k] for k in keys]
+
+    def get(self, keys: Sequence[str]) -> list[Tensors]:
+        cached = list(dict.fromkeys(k for k in keys if k not in self._held))
+        on_disk = dict(zip(cached, self.cache.get(cached), strict=True))
+        return [self._held[k] if k in self._held else on_disk[k] for k in keys]
+
+
 def collate(
     states: Sequence[Tensors], dtype: torch.dtype = torch.float32, device: torch.device | None = None
 ) -> SentenceStates:

@@ -13,10 +13,10 @@ import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
 from condsearch.csr.bfloat16 import Bfloat16Router
-from condsearch.csr.cache import StateCache, collate, default_state_dtype, split, text_key
+from condsearch.csr.cache import RequestStates, StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
 from condsearch.csr.context_weights import load_context_weights, saved_context_config
-from condsearch.csr.keys import QUERIES_SUBDIR, RouterIdentity
+from condsearch.csr.keys import CODE_MEMORY_BYTES, QUERIES_SUBDIR, RouterIdentity
 from condsearch.csr.onnx import OnnxRouter, load_onnx_router
 from condsearch.csr.router import PRESETS, ConditionCode, Router, RouterConfig, SentenceStates
 from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
@@ -106,7 +106,9 @@ class CsrEncoder:
         self.max_length = max_length or min(int(self.tokenizer.model_max_length), 512)
         self._root = cache_dir or default_cache_dir()
         self._state_dtype = state_dtype or default_state_dtype(self.router.config.variant)
-        self._queries = EmbeddingCache(self._root / QUERIES_SUBDIR)
+        self._queries = EmbeddingCache(self._root / QUERIES_SUBDIR, max_bytes=CODE_MEMORY_BYTES)
+        #: a server's encoder (:meth:`serve`) writes nothing a request makes: see :meth:`serve`
+        self.transient = False
         #: what runs the lower layers and the routed layers: the torch router, its onnxruntime export, or the
         #: torch router in bfloat16
         self.runner: Router | ContextRouter | OnnxRouter | Bfloat16Router = self.router
@@ -114,6 +116,16 @@ class CsrEncoder:
         self._truncations = EncodeStats()  # counted per thread, like every encoder's
         if quantize == "int8":
             self.use_onnx("int8", threads=threads or torch.get_num_threads())
+
+    def serve(self) -> None:
+        """Keep what requests make in memory only: a server's or a Python API store's encoder, whose weights are fixed.
+
+        A query text's sentence states live for its request (:class:`~condsearch.csr.cache.RequestStates`), and a
+        condition's code that the query cache lacks is held among the last codes used (at most
+        :data:`~condsearch.csr.keys.CODE_MEMORY_BYTES`), not written: what a client sends leaves nothing on disk
+        (issue 58). Both caches are still read: an indexed condition's code, a corpus row's states.
+        """
+        self.transient = True
 
     @property
     def backend(self) -> str:
@@ -238,10 +250,19 @@ class CsrEncoder:
         return {k: v.to(self.device) for k, v in enc.items()}
 
     @torch.inference_mode()
-    def cache_sentences(self, texts: Sequence[str], *, batch_size: int = 64, progress: bool = False) -> list[str]:
-        """Compute and store the states of every sentence not yet cached; return all keys."""
+    def cache_sentences(
+        self,
+        texts: Sequence[str],
+        *,
+        batch_size: int = 64,
+        progress: bool = False,
+        into: StateCache | RequestStates | None = None,
+    ) -> list[str]:
+        """Compute and store the states of every sentence not yet cached (in the state cache, or ``into``); return all
+        keys."""
+        states_of = self.states if into is None else into
         keys = [text_key(self._state_ident, t) for t in texts]
-        todo = sorted(dict.fromkeys(keys[i] for i in self.states.missing(keys)))
+        todo = sorted(dict.fromkeys(keys[i] for i in states_of.missing(keys)))
         text_of = dict(zip(keys, texts, strict=True))
         todo.sort(key=lambda k: -len(text_of[k]))
         bar = progress_bar(total=len(todo), desc="caching sentences", unit="sent", enabled=progress and bool(todo))
@@ -253,10 +274,10 @@ class CsrEncoder:
             shard_keys += chunk
             shard_states += split(states)
             if len(shard_keys) >= 4096:
-                self.states.put(shard_keys, shard_states)
+                states_of.put(shard_keys, shard_states)
                 shard_keys, shard_states = [], []
             bar.update(len(chunk))
-        self.states.put(shard_keys, shard_states)
+        states_of.put(shard_keys, shard_states)
         bar.close()
         return keys
 
@@ -295,7 +316,10 @@ class CsrEncoder:
         found = self._queries.get(key)
         if found is None:
             found = self.router.condition_codes(self._tokenize([condition])).flat()[0].float().cpu().numpy()
-            self._queries.put_many([key], found[None])
+            if self.transient:
+                self._queries.keep(key, found)
+            else:
+                self._queries.put_many([key], found[None])
         flat = torch.from_numpy(np.asarray(found, dtype=np.float32)).to(self.device)[None]
         return self.router.code_from_flat(flat)
 
@@ -310,22 +334,27 @@ class CsrEncoder:
 
     def _encode_under(self, texts: Sequence[str], condition: str, *, batch_size: int, progress: bool) -> np.ndarray:
         # one condition code; each distinct text routed once
-        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
+        held = self._states_of_request()
+        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress, into=held)
         q = self.condition_code(condition)
         distinct = list(dict.fromkeys(keys))
         # length-sorted batches keep padding (and so the per-pair work) small
-        length = dict(zip(distinct, self.states.lengths(distinct), strict=True))
+        length = dict(zip(distinct, held.lengths(distinct), strict=True))
         distinct.sort(key=lambda k: -length[k])
         out = np.empty((len(distinct), self.dim), dtype=np.float32)
         bar = progress_bar(total=len(distinct), desc="routing", unit="sent", enabled=progress)
         for start in range(0, len(distinct), batch_size):
             chunk = distinct[start : start + batch_size]
-            states = collate(self.states.get(chunk), device=self.device)
+            states = collate(held.get(chunk), device=self.device)
             out[start : start + len(chunk)] = self.route(states, q).float().cpu().numpy()
             bar.update(len(chunk))
         bar.close()
         row = {k: i for i, k in enumerate(distinct)}
         return out[[row[k] for k in keys]]
+
+    def _states_of_request(self) -> StateCache | RequestStates:
+        """Return where an encode call finds and puts sentence states: the cache, or (serving) memory over it."""
+        return RequestStates(self.states) if self.transient else self.states
 
     def route(self, states: SentenceStates, code: AnyCode | None) -> torch.Tensor:
         """Finish the forward pass of cached sentence states under condition codes: (b, hidden)."""
@@ -340,14 +369,15 @@ class CsrEncoder:
         # one condition code per distinct condition; each row routed under its own
         if len(texts) != len(conditions):
             raise ValueError("texts and conditions differ in length")
-        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress)
+        held = self._states_of_request()
+        keys = self.cache_sentences(texts, batch_size=batch_size, progress=progress, into=held)
         codes = {c: self.condition_code(c) for c in dict.fromkeys(conditions)}
-        length = self.states.lengths(keys)
+        length = held.lengths(keys)
         order = sorted(range(len(keys)), key=lambda i: -length[i])
         out = np.empty((len(keys), self.dim), dtype=np.float32)
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            states = collate(self.states.get([keys[i] for i in rows]), device=self.device)
+            states = collate(held.get([keys[i] for i in rows]), device=self.device)
             batch = [codes[conditions[i]] for i in rows]
             code = type(batch[0]).cat(batch)  # type: ignore[arg-type]  # one router: one code type
             out[rows] = self.route(states, code).float().cpu().numpy()

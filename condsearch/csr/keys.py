@@ -29,6 +29,9 @@ ROUTE_FILE = "route.onnx"
 CSR_FILES = (LOWER_FILE, LOWER_FILE + ".data", ROUTE_FILE, ROUTE_FILE + ".data", TOKENIZER_FILE)
 #: the query cache's folder under the cache root (condition codes, one row each)
 QUERIES_SUBDIR = "csr-queries"
+#: bytes of condition codes a router encoder keeps in memory at most (a short condition's code is about 28 KB
+#: for MiniLM's context router: some 1,200 codes); older ones are read again from the query cache, or computed
+CODE_MEMORY_BYTES = 32 << 20
 
 
 def state_dtype_name(variant: str) -> str:

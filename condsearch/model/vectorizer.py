@@ -56,12 +56,16 @@ class Vectorizer:
         return EncoderSpec.recorded(self.encoder.describe(), self.mode, self.profile_name)
 
     def serving(self) -> Vectorizer:
-        """Return this vectorizer, its encoder now keeping recent conditions' own vectors (CASE's second pass).
+        """Return this vectorizer, its encoder now keeping recent conditions' own vectors (CASE's second pass),
+        or (a router) keeping what requests make in memory only (:meth:`condsearch.csr.encoder.CsrEncoder.serve`).
 
         For a model that answers queries with fixed weights (the server, a Python API store).
         """
         if isinstance(self.encoder, Encoder):
             self.encoder.remember_conditions()
+        serve = getattr(self.encoder, "serve", None)
+        if callable(serve):
+            serve()
         return self
 
     def encode(
