@@ -78,7 +78,12 @@ class Model:
         """Return the vectors of texts under condition: (n, dim) float32, unit length."""
         if isinstance(texts, str):
             raise CondsearchError("encode takes a list of texts; wrap one text in a list")
-        return self.vectorizer.encode(_strings(texts, "texts", "text"), _condition(condition))
+        from condsearch.store.listing import condition_key
+
+        # in the form that names an index of this model, as the server's /v1/embeddings encodes it
+        return self.vectorizer.encode(
+            _strings(texts, "texts", "text"), condition_key(_condition(condition), self.model_id)
+        )
 
 
 def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
@@ -96,7 +101,10 @@ def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
 
 
 def _condition(condition: object, what: str = "the condition must be a string") -> str:
-    """Return a condition stripped, refusing one that is not a string, is blank or is not valid UTF-8."""
+    """Return a condition stripped, refusing one that is not a string, is blank or invisible or is not valid UTF-8.
+
+    Not yet normalised: finding an index normalises it, and building one checks it as given first.
+    """
     from condsearch.store.listing import check_condition
 
     if not isinstance(condition, str):
@@ -105,7 +113,8 @@ def _condition(condition: object, what: str = "the condition must be a string") 
         condition.encode("utf-8")
     except UnicodeEncodeError:
         raise CorpusError(f"the condition {ascii(condition[:60])} is not valid UTF-8") from None
-    return check_condition(condition)
+    check_condition(condition)
+    return condition.strip()
 
 
 def _conditions(conditions: object) -> list[str]:

@@ -43,7 +43,7 @@ from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
 from condsearch.store.atomic import open_regular, read_capped, replacing_file
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
-from condsearch.store.listing import check_condition
+from condsearch.store.listing import check_condition, condition_key
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
 
 if TYPE_CHECKING:
@@ -163,8 +163,13 @@ def build_condition_index(
     chunk_rows: int = CHUNK_ROWS,
     progress: bool = False,
 ) -> BuildReport:
-    """Index corpus under one condition, encoding only rows the published index does not hold (all with full)."""
+    """Index corpus under one condition, encoding only rows the published index does not hold (all with full).
+
+    The index is written under the condition's normal form for the model
+    (:func:`condsearch.store.listing.condition_key`).
+    """
     n, info = len(corpus), ModelIdentity.of_vectorizer(vectorizer)
+    condition = condition_key(check_condition(condition), info.model_id)
     factory, search_params = plan_index(n, info.dim, factory, search_params, max_index_memory)
     with store.writing(corpus_name, condition) as draft:
         kept = None if full else _usable(store.kept_vectors(draft.name), info.fingerprint)
@@ -187,7 +192,8 @@ def index_conditions(
     ``build`` takes :func:`build_condition_index`'s options (corpus_name, factory, search_params,
     max_index_memory, full, batch_size, chunk_rows, progress).
     """
-    conditions = list(dict.fromkeys(check_condition(c) for c in conditions))
+    model_id = vectorizer.encoder.model_id
+    conditions = list(dict.fromkeys(condition_key(check_condition(c), model_id) for c in conditions))
     factory = build.get("factory", IndexConfig.factory)
     if factory != AUTO:  # before FAISS sees it: some factory strings end the process inside FAISS
         try:

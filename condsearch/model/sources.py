@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -132,3 +133,59 @@ def read_config(source: ModelSource) -> dict[str, object]:
         return json.loads((Path(source.location) / "config.json").read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ModelError(f"{source.location}: unreadable config.json ({exc})") from exc
+
+
+@functools.lru_cache(maxsize=64)
+def model_lowercases(model_id: str) -> bool:
+    """Return whether a model's tokenizer lower-cases what it reads (an uncased model: "Color" reads as "color").
+
+    Read from its tokenizer files where they are on this machine, without loading anything: ``do_lower_case``
+    in ``tokenizer_config.json`` (which transformers' BERT tokenizers apply over their normalizer), else the
+    normalizer of ``tokenizer.json``. False where neither says so or the files are not here: only an uncased
+    model's conditions are lower-cased (:func:`condsearch.query.conditions.normalize_condition`).
+    """
+    config = _tokenizer_file(model_id, "tokenizer_config.json")
+    flag = _read_json(config).get("do_lower_case") if config is not None else None
+    if isinstance(flag, bool):
+        return flag
+    described = _tokenizer_file(model_id, "tokenizer.json")
+    normalizer = _read_json(described).get("normalizer") if described is not None else None
+    return isinstance(normalizer, dict) and _lowercases(normalizer)
+
+
+def _lowercases(normalizer: dict[str, object]) -> bool:
+    """Return whether a tokenizers normalizer (``tokenizer.json``'s) lower-cases: Lowercase, BertNormalizer's flag."""
+    kind = normalizer.get("type")
+    if kind == "Lowercase":
+        return True
+    if kind == "BertNormalizer":
+        return normalizer.get("lowercase") is True
+    if kind == "Sequence":
+        steps = normalizer.get("normalizers")
+        return isinstance(steps, list) and any(isinstance(n, dict) and _lowercases(n) for n in steps)
+    return False
+
+
+def _tokenizer_file(model_id: str, name: str) -> Path | None:
+    """Return a model's tokenizer file on this machine (its folder, the bundled default, the hub cache), or None."""
+    path = Path(model_id).expanduser()
+    folder = path if path.is_absolute() or model_id.startswith((".", "~")) else None
+    if folder is None and model_id in _BUNDLED:
+        folder = _bundled_folder(_BUNDLED[model_id])
+    if folder is not None:
+        return folder / name if (folder / name).is_file() else None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(model_id, name)
+    except Exception:  # noqa: BLE001 - no huggingface_hub, an id it refuses: nothing known here
+        return None
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def _read_json(path: Path) -> dict[str, object]:
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return raw if isinstance(raw, dict) else {}

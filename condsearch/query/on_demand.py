@@ -37,7 +37,7 @@ from condsearch.errors import (
 from condsearch.model.spec import Runtime
 from condsearch.query.conditions import check_new_condition
 from condsearch.query.search import vectorizer_key
-from condsearch.store.listing import Listing
+from condsearch.store.listing import MAX_LISTED, Listing, condition_key, known_note
 from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def build_on_demand(
     try:  # every refusal comes before anything is written
         if (found := _published(store, condition, corpus_name)) is not None:
             return found
-        indexed = ", ".join(repr(c) for c in plan.indexed)
+        indexed = known_note(plan.indexed)
         announce(
             f"{condition!r} is not indexed for corpus {corpus_name!r} (indexed: {indexed}); indexing it now, on "
             "demand, from the router's cached sentence states"
@@ -187,17 +187,20 @@ def plan_on_demand(
     corpus_option: str = "--corpus",
     unknown: UnknownCondition | None = None,
     name_paths: bool = True,
+    listing: Listing | None = None,
 ) -> Plan:
     """Return what building condition on demand would index, reading only manifests; refuse as build_on_demand does.
 
     Refuses, in one line: a bad condition, no index of the corpus, several corpora and none named, a
     corpus indexed with --mode case or with several models. A router that changed since is found only
-    when the model loads (:func:`build_on_demand`).
+    when the model loads (:func:`build_on_demand`). ``listing``: the store's, where the caller has it read.
     """
     try:
         condition = check_new_condition(condition)
-        corpus_name, siblings = _siblings(store, store.manifests(), condition, corpus, corpus_option, name_paths)
+        listing = store.manifests() if listing is None else listing
+        corpus_name, siblings = _siblings(store, listing, condition, corpus, corpus_option, name_paths)
         source_name, source = _one_model(corpus_name, siblings, condition, name_paths)
+        condition = condition_key(condition, source.model_id)  # lower-cased for an uncased model
     except CondsearchError as exc:
         if unknown is None:
             raise
@@ -244,7 +247,7 @@ def _siblings(
         raise UnknownCondition(
             f"no index of {scope}{where} to build condition {condition!r} from; index the corpus first: "
             f"condsearch index CORPUS --mode csr -c {shlex.quote(condition)}",
-            sorted({m.condition for _, m in readable}),
+            sorted({m.condition for _, m in readable})[:MAX_LISTED],
         )
     return chosen, siblings
 
@@ -258,7 +261,7 @@ def _one_model(
         models.setdefault(vectorizer_key(m), []).append((name, m))
     if len(models) > 1:
         built = "; ".join(
-            f"{_model_of(group[0][1], name_paths)}: {', '.join(repr(m.condition) for _, m in group)}"
+            f"{_model_of(group[0][1], name_paths)}: {known_note(sorted(m.condition for _, m in group), 3)}"
             for group in models.values()
         )
         raise StoreError(

@@ -58,7 +58,7 @@ from condsearch.defaults import default_index_dir  # re-exported: the store's de
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.query.calibration import score_background
 from condsearch.store.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
-from condsearch.store.listing import check_condition, damaged_note, find_index
+from condsearch.store.listing import check_condition, damaged_note, find_index, same_condition
 from condsearch.store.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
     INDEX_FILE,
@@ -149,6 +149,7 @@ class IndexStore:
 
     def __init__(self, root: Path | str | None = None) -> None:
         self.root = Path(root) if root is not None else default_index_dir()
+        self._read: dict[str, tuple[tuple[int, ...], Manifest]] = {}  # name -> (its manifest's stamp, manifest)
 
     # ------------------------------------------------------------------ writing
 
@@ -163,7 +164,6 @@ class IndexStore:
         """Write one index (and the (n, d) float32 vectors it holds, if given); replace any earlier one."""
         if index.ntotal != len(ids) or len(ids) != len(texts):
             raise ValueError("index, ids and texts differ in length")
-        name = index_name(manifest.corpus_name, manifest.condition)
 
         def place(version: Path) -> None:
             write_rows(version / ROWS_FILE, ids, texts)
@@ -173,17 +173,21 @@ class IndexStore:
                 np.save(version / VECTORS_FILE, np.ascontiguousarray(vectors, dtype="<f4"), allow_pickle=False)
 
         with self.writing(manifest.corpus_name, manifest.condition) as draft:
-            draft.publish(manifest, index, place)
-        return name
+            return draft.publish(manifest, index, place)
 
     @contextmanager
     def writing(self, corpus_name: str, condition: str) -> Iterator[Draft]:
-        """Hold the write lock of one index and yield a :class:`Draft` to publish its next version through."""
-        name = index_name(corpus_name, condition)
+        """Hold the write lock of one index and yield a :class:`Draft` to publish its next version through.
+
+        condition is written as given (the caller normalises it:
+        :func:`condsearch.query.conditions.normalize_condition`), into the index of the same condition that an
+        older condsearch named after another spelling, if there is one.
+        """
+        name = self.name_for(corpus_name, condition)
         try:
             (self.root / VERSIONS / name).mkdir(parents=True, exist_ok=True)
             with FileLock(self.root / VERSIONS / f"{name}.lock"):
-                yield Draft(self, name, condition, self.root / VERSIONS / f"{name}{PARTIAL}")
+                yield Draft(self, name, corpus_name, condition, self.root / VERSIONS / f"{name}{PARTIAL}")
         except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
             raise StoreError(f"{self.root}: cannot write the index of {condition!r} ({os_reason(exc)})") from exc
 
@@ -357,18 +361,60 @@ class IndexStore:
         return manifest_from_dict(raw, path)
 
     def manifests(self) -> list[tuple[str, Manifest | StoreError]]:
-        """Return every index's manifest, or the error that stops it from loading."""
+        """Return every index's manifest, or the error that stops it from loading.
+
+        A manifest read before is read again only when its file changed (its inode, size or modification time):
+        a store of thousands of indexes is listed with one stat each (issue 58).
+        """
         out: list[tuple[str, Manifest | StoreError]] = []
+        seen: dict[str, tuple[tuple[int, ...], Manifest]] = {}
         for name in self.names():
+            stamp = self._manifest_stamp(name)
+            known = self._read.get(name)
+            if stamp is not None and known is not None and known[0] == stamp:
+                out.append((name, known[1]))
+                seen[name] = known
+                continue
             try:
-                out.append((name, self.read_manifest(name)))
+                manifest = self.read_manifest(name)
             except StoreError as exc:
                 out.append((name, exc))
+                continue
+            out.append((name, manifest))
+            if stamp is not None:
+                seen[name] = (stamp, manifest)
+        self._read = seen
         return out
+
+    def _manifest_stamp(self, name: str) -> tuple[int, ...] | None:
+        """Return what identifies the manifest an index's name leads to now, or None where it cannot be told."""
+        try:
+            st = os.stat(self.root / name / MANIFEST)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+    def stamp(self) -> int | None:
+        """Return the store folder's modification time: it changes when an index is added, replaced or removed."""
+        try:
+            return os.stat(self.root).st_mtime_ns
+        except OSError:
+            return None
 
     def damaged_note(self, listing: Sequence[tuple[str, Manifest | StoreError]]) -> str:
         """Return "; 1 index is damaged: …" naming the indexes of a listing that failed to load, or ""."""
         return damaged_note(listing, str(self.root))
+
+    def name_for(self, corpus_name: str, condition: str) -> str:
+        """Return the name an index of (corpus, condition) has or gets: the one stored under another spelling of
+        the condition (written before conditions were normalised, issue 58), else :func:`index_name`'s."""
+        name = index_name(corpus_name, condition)
+        if self._folder(name) is not None:
+            return name
+        for stored, m in self.manifests():
+            if isinstance(m, Manifest) and m.corpus_name == corpus_name and same_condition(m, condition):
+                return stored
+        return name
 
     def find(self, condition: str, corpus_name: str | None = None) -> str:
         """Return the index name for a condition (and corpus when several share it).
@@ -569,12 +615,18 @@ class Draft:
     replaced.
     """
 
-    def __init__(self, store: IndexStore, name: str, condition: str, staging: Path) -> None:
-        self.store, self.name, self.condition, self.staging = store, name, condition, staging
+    def __init__(self, store: IndexStore, name: str, corpus_name: str, condition: str, staging: Path) -> None:
+        self.store, self.name, self.corpus_name, self.condition, self.staging = (
+            store,
+            name,
+            corpus_name,
+            condition,
+            staging,
+        )
 
     def publish(self, manifest: Manifest, index: faiss.Index, place: Callable[[Path], None] | None = None) -> str:
         """Publish index with manifest; place(version) writes the rows (and vectors), else they come from staging."""
-        if index_name(manifest.corpus_name, manifest.condition) != self.name:
+        if (manifest.corpus_name, manifest.condition) != (self.corpus_name, self.condition):
             raise ValueError("the manifest names another index than this draft's")
 
         def link(version: Path) -> None:

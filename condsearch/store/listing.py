@@ -12,19 +12,36 @@ import os
 from collections.abc import Sequence
 
 from condsearch.artifacts.profiles import MODES, Mode
-from condsearch.errors import AmbiguousCondition, CondsearchError, UnknownCondition, first_line
+from condsearch.errors import AmbiguousCondition, UnknownCondition, first_line
+from condsearch.model.sources import model_lowercases
+from condsearch.query.conditions import check_condition, normalize_condition
 from condsearch.store.manifest import Manifest
 
 #: a store's indexes: (name, manifest, or the error that stops it from loading)
 Listing = Sequence[tuple[str, Manifest | Exception]]
+#: conditions a refusal names at most (of the corpus asked for): a store of thousands is not listed whole
+MAX_LISTED = 10
+
+__all__ = ["Listing", "check_condition", "condition_key", "find_index", "known_note", "same_condition"]
 
 
-def check_condition(condition: str) -> str:
-    """Return a condition stripped of surrounding space, refusing empty ones."""
-    text = condition.strip()
-    if not text:
-        raise CondsearchError("the condition is empty")
-    return text
+def condition_key(condition: str, model_id: str) -> str:
+    """Return the form of condition that names and finds an index built with model_id: normalised, and lower-cased
+    where the model is uncased."""
+    return normalize_condition(condition, lowercase=model_lowercases(model_id))
+
+
+def same_condition(manifest: Manifest, condition: str) -> bool:
+    """Return whether an index's condition and condition are one, once both are normalised for its model."""
+    return condition_key(manifest.condition, manifest.model_id) == condition_key(condition, manifest.model_id)
+
+
+def known_note(conditions: Sequence[str], limit: int = MAX_LISTED) -> str:
+    """Return "'a'; 'b'" naming at most limit of conditions (sorted), "and N more" past them; "none" for none."""
+    if not conditions:
+        return "none"
+    listed = "; ".join(repr(c) for c in conditions[:limit])
+    return listed + (f"; and {len(conditions) - limit:,} more" if len(conditions) > limit else "")
 
 
 def find_index(
@@ -45,21 +62,37 @@ def find_index(
     """
     condition = check_condition(condition)
     manifests = [(name, m) for name, m in listing if isinstance(m, Manifest)]
-    matches = [(n, m) for n, m in manifests if m.condition == condition and corpus in (None, m.corpus_name)]
-    if len(matches) == 1:
-        return matches[0]
-    if matches:
-        corpora = sorted(m.corpus_name for _, m in matches)
+    keys: dict[bool, str] = {}  # the asked condition's key, lower-cased or not
+    by_corpus: dict[str, list[tuple[str, Manifest]]] = {}
+    for n, m in manifests:
+        if corpus not in (None, m.corpus_name):
+            continue
+        lower = model_lowercases(m.model_id)
+        key = keys.setdefault(lower, normalize_condition(condition, lowercase=lower))
+        if normalize_condition(m.condition, lowercase=lower) == key:
+            by_corpus.setdefault(m.corpus_name, []).append((n, m))
+    if len(by_corpus) == 1:
+        return _closest(next(iter(by_corpus.values())), condition)
+    if by_corpus:
+        corpora = sorted(by_corpus)
         raise AmbiguousCondition(
             f"condition {condition!r} is indexed for several corpora ({', '.join(corpora)}); "
             f"choose one with {corpus_option}",
             corpora,
         )
-    known = sorted({m.condition for _, m in manifests})
-    listed = "; ".join(repr(c) for c in known) if known else "none"
+    known = sorted({m.condition for _, m in manifests if corpus in (None, m.corpus_name)})
     scope = (f" for corpus {corpus!r}" if corpus is not None else "") + (f" in {where}" if where else "")
-    message = f"no index for condition {condition!r}{scope}; indexed: {listed}{damaged_note(listing, root)}"
-    raise UnknownCondition(message, known)
+    message = f"no index for condition {condition!r}{scope}; indexed: {known_note(known)}{damaged_note(listing, root)}"
+    raise UnknownCondition(message, known[:MAX_LISTED])
+
+
+def _closest(matches: list[tuple[str, Manifest]], condition: str) -> tuple[str, Manifest]:
+    """Return the one of a corpus's indexes of one condition that an older condsearch may have written twice
+    (under two spellings, before conditions were normalised): the one spelt as asked, else the newest."""
+    if len(matches) == 1:
+        return matches[0]
+    exact = [e for e in matches if e[1].condition == condition]
+    return max(exact or matches, key=lambda e: e[1].created_at)
 
 
 def kept_mode(listing: Listing, corpus: str, conditions: Sequence[str]) -> Mode | None:
@@ -68,8 +101,11 @@ def kept_mode(listing: Listing, corpus: str, conditions: Sequence[str]) -> Mode 
     What ``--mode auto`` keeps when re-indexing: an index built in one mode stays in it (and
     incremental), whatever the default is now. None when there are none, or they differ.
     """
-    pairs = {(corpus, c.strip()) for c in conditions}
-    modes = {m.mode for _, m in listing if isinstance(m, Manifest) and (m.corpus_name, m.condition) in pairs}
+    modes = {
+        m.mode
+        for _, m in listing
+        if isinstance(m, Manifest) and m.corpus_name == corpus and any(same_condition(m, c) for c in conditions)
+    }
     return modes.pop() if len(modes) == 1 and modes <= set(MODES) else None  # type: ignore[return-value]
 
 
