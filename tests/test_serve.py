@@ -6,6 +6,7 @@ The tiny BERT stands in for the default model; indexes are built and replaced by
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -137,6 +138,10 @@ def test_k_larger_than_the_index_returns_every_row(client: httpx.Client) -> None
 
 def test_indexes_health_and_docs(index_dir: Path, client: httpx.Client) -> None:
     listed = [json.loads(line) for line in run("list", "--json", "--index-dir", index_dir).stdout.splitlines()]
+    # as `list --json`, but a local model's folder by its last part: the server names no path (issue 58)
+    assert any(os.path.isabs(i["model"]) for i in listed)
+    for i in listed:
+        i["model"] = os.path.basename(i["model"])
     assert client.get("/indexes").json() == {"indexes": listed}
     health = client.get("/health").json()
     assert health["status"] == "ok" and health["indexes_loaded"] == 0  # loaded lazily, on first use

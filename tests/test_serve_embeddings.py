@@ -20,6 +20,7 @@ import condsearch
 from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.conditions import MAX_CONDITION_CHARS
 from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
@@ -120,7 +121,8 @@ def test_bad_requests_are_one_line_4xx_and_the_server_keeps_answering(store: Ind
         ({**ok, "encoding_format": "hex"}, 422, "encoding_format"),
         ({**ok, "input": ["q"] * 5}, 422, "at most 4 inputs"),
         ({**ok, "input": ["x" * 101]}, 422, "longer than 100"),
-        ({**ok, "condition": "c" * 101}, 422, "condition: longer than 100"),
+        ({**ok, "condition": "c" * (MAX_CONDITION_CHARS + 1)}, 422, f"at most {MAX_CONDITION_CHARS} are allowed"),
+        ({**ok, "condition": "\u200b\ufeff"}, 422, "only invisible characters"),
         ({**ok, "conditon": SPORT}, 422, "conditon"),
         ({**ok, "model": 3}, 422, "model"),
     ]

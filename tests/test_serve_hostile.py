@@ -254,8 +254,9 @@ def test_a_client_that_stalls_is_disconnected(store: IndexStore) -> None:
     with BackgroundServer(make_app(store, head_timeout_s=0.3, body_timeout_s=0.3)) as server:
         started = time.monotonic()
         with _raw(server.url) as silent, _raw(server.url) as half_head, _raw(server.url) as half_body:
-            half_head.sendall(b"POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
-            half_body.sendall(b'POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"query": ')
+            host = server.url.removeprefix("http://").encode()  # a keyless loopback server checks it (issue 58)
+            half_head.sendall(b"POST /query HTTP/1.1\r\nHost: " + host + b"\r\nContent-Type: application/json\r\n")
+            half_body.sendall(b"POST /query HTTP/1.1\r\nHost: " + host + b'\r\nContent-Length: 100\r\n\r\n{"query": ')
             assert _read_until_closed(silent) == b""  # nothing asked, nothing answered: just closed
             assert _read_until_closed(half_head) == b""
             answer = _read_until_closed(half_body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -20,6 +21,17 @@ from condsearch.cli.options import (
 )
 from condsearch.errors import CondsearchError
 from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+
+
+def _memory(value: str) -> str:
+    """Return a memory size as given, once it parses (a usage error otherwise)."""
+    from condsearch.build.ann import parse_memory
+
+    try:
+        parse_memory(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
 
 
 @click.command("serve", context_settings=CONTEXT)
@@ -87,6 +99,41 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
     help="Builds running or waiting at most; past it a query under a new condition gets a 503.",
 )
 @click.option(
+    "--max-pending-builds-per-client",
+    default=ServeConfig.max_pending_builds_per_client,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Builds running or waiting at most that one client address asked for; past it a 429.",
+)
+@click.option(
+    "--max-on-demand-indexes",
+    default=ServeConfig.max_on_demand_indexes,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Indexes built on demand that the store may hold (counted across restarts); past it a new condition "
+    "gets a 507. Delete some (rm -r INDEX_DIR/NAME) or index conditions with condsearch index.",
+)
+@click.option(
+    "--max-on-demand-bytes",
+    default=ServeConfig.max_on_demand_bytes,
+    show_default=True,
+    callback=lambda _ctx, _param, value: _memory(value),
+    help="Bytes on disk that the indexes built on demand may take (e.g. 512M, 4G); past it a 507.",
+)
+@click.option(
+    "--open-builds/--no-open-builds",
+    default=ServeConfig.open_builds,
+    help="Whether a server without an API key builds conditions on demand "
+    "[default: on a loopback --host, off beyond it].",
+)
+@click.option(
+    "--max-resident-indexes",
+    default=ServeConfig.max_resident_indexes,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Indexes kept loaded at most; past it the least recently used is unloaded (and loaded again when asked for).",
+)
+@click.option(
     "--build-inline-rows",
     default=ServeConfig.build_inline_rows,
     show_default=True,
@@ -124,6 +171,11 @@ def serve_cmd(
     build: bool,
     max_builds: int,
     max_pending_builds: int,
+    max_pending_builds_per_client: int,
+    max_on_demand_indexes: int,
+    max_on_demand_bytes: str,
+    open_builds: bool | None,
+    max_resident_indexes: int,
     build_inline_rows: int,
     preload: bool,
     backend: str,
@@ -143,16 +195,20 @@ def serve_cmd(
     a large corpus answers 202 and a job to poll at GET /builds/ID.
     """
     refuse_index_dir_beside_store(store_spec, "serve from")
+    if api_key is None and os.environ.get(API_KEY_ENV) is not None:
+        api_key = os.environ[API_KEY_ENV]  # click reads a variable set empty as unset: it must be refused
+    if api_key is not None and not api_key.strip():
+        raise click.UsageError(f"the API key is empty: give a key, or unset {API_KEY_ENV} and leave out --api-key")
+    try:
+        from condsearch.environment import check_environment
+
+        check_environment()  # a bad setting fails now, not as a 500 on every query
+    except CondsearchError as exc:
+        raise fail(exc) from exc
     try:
         from condsearch.serve.server import run_server
     except ImportError as exc:
         raise click.ClickException(f"serve needs {exc.name}: pip install 'condsearch[serve]'") from exc
-    if not is_loopback(host):
-        click.echo(
-            f"condsearch: warning: listening on {host}: other machines can query this server"
-            + ("" if api_key else f"; set --api-key or {API_KEY_ENV}"),
-            err=True,
-        )
     config = ServeConfig(
         index_dir=index_dir,
         store=store_spec,
@@ -168,6 +224,11 @@ def serve_cmd(
         build=build,
         max_builds=max_builds,
         max_pending_builds=max_pending_builds,
+        max_pending_builds_per_client=max_pending_builds_per_client,
+        max_on_demand_indexes=max_on_demand_indexes,
+        max_on_demand_bytes=max_on_demand_bytes,
+        open_builds=open_builds,
+        max_resident_indexes=max_resident_indexes,
         build_inline_rows=build_inline_rows,
         preload=preload,
         quantize=quantize,
@@ -175,6 +236,15 @@ def serve_cmd(
         backend=backend,  # type: ignore[arg-type]  # click.Choice of BACKEND_CHOICES
         search_threads=search_threads,
     )
+    if not is_loopback(host):
+        keyless = f"; set --api-key or {API_KEY_ENV}" + (
+            "" if config.builds_open else " (no build on demand without one)"
+        )
+        click.echo(
+            f"condsearch: warning: listening on {host}: other machines can query this server"
+            + ("" if api_key else keyless),
+            err=True,
+        )
     try:
         run_server(config)
     except CondsearchError as exc:

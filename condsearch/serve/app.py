@@ -31,13 +31,16 @@ from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
 from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
 from condsearch.serve.batching import MicroBatcher
-from condsearch.serve.builds import Builds, TooManyBuilds, add_builds, build_or_accept
+from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
 from condsearch.serve.embeddings import EmbedJob, add_embeddings, answer_jobs
 from condsearch.serve.headers import SecurityHeaders
+from condsearch.serve.hosts import HostCheck
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
-from condsearch.serve.refusals import ErrorResponse, RequestError, check_text
+from condsearch.serve.paths import hide_paths
+from condsearch.serve.refusals import ErrorResponse, RequestError, check_request_condition, check_text
+from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -63,10 +66,15 @@ class QueryRequest(BaseModel):
         "(its rows' pair scores, recorded when it was written). An index that records none gets a 409.",
     )
 
-    @field_validator("query", "condition", "corpus")
+    @field_validator("query", "corpus")
     @classmethod
     def _text(cls, value: str | None) -> str | None:
         return value if value is None else check_text(value)
+
+    @field_validator("condition")
+    @classmethod
+    def _condition(cls, value: str) -> str:
+        return check_request_condition(value)
 
     @field_validator("queries")
     @classmethod
@@ -83,9 +91,6 @@ class QueryRequest(BaseModel):
             raise ValueError('"queries" is empty')
         if any(not t.strip() for t in texts):
             raise ValueError("a query is empty")
-        self.condition = self.condition.strip()
-        if not self.condition:
-            raise ValueError("the condition is empty")
         return self
 
     @property
@@ -127,7 +132,9 @@ class QueryResponse(BaseModel):
 
 
 def _error(status: int, reason: BaseException | str, **extra: Any) -> JSONResponse:
-    return JSONResponse(_printable({"error": first_line(reason) or "error", **extra}), status_code=status)
+    # no path of this machine in an answer (issue 58): a damaged store's or a full disk's error names files
+    body = hide_paths({"error": first_line(reason) or "error", **extra})
+    return JSONResponse(_printable(body), status_code=status)
 
 
 def _printable(value: Any) -> Any:
@@ -155,6 +162,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[int, str]:
     return 422, f"{'.'.join(loc)}: {msg}" if loc else msg
 
 
+def _without_paths(summary: dict[str, Any]) -> dict[str, Any]:
+    """Return an index's summary with the folders it names (a local model's, a profile's, a router's) cut to their
+    last part, as every answer names them (:mod:`condsearch.serve.paths`)."""
+    return {k: hide_paths(v) if k in ("model", "head", "router", "error") else v for k, v in summary.items()}
+
+
 def _background(manifest: Manifest) -> Background:
     """Return the background a calibrated request needs; a 409 where the index records none."""
     try:
@@ -178,8 +191,12 @@ class _SecuredApp(FastAPI):
     ``add_middleware`` would put it inside Starlette's error middleware, whose 500s would then go out bare.
     """
 
+    #: whether requests on a loopback connection must name this machine in Host (:mod:`condsearch.serve.hosts`)
+    check_hosts = False
+
     def build_middleware_stack(self) -> Any:
-        return SecurityHeaders(super().build_middleware_stack())
+        stack = super().build_middleware_stack()
+        return SecurityHeaders(HostCheck(stack) if self.check_hosts else stack)
 
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
@@ -214,6 +231,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     )
     app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
     app.state.builds = builds
+    # a keyless server's loopback connections answer this machine's names only (DNS rebinding)
+    app.check_hosts = not config.api_key
 
     # outermost last: the key is checked before the body is read
     app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes, timeout_s=config.body_timeout_s)
@@ -263,11 +282,11 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         return _error(500, f"internal error ({type(exc).__name__})")
 
     errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 422, 500, 503)
+        code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 421, 422, 429, 500, 503, 507)
     }
 
     @app.post("/query", response_model=QueryResponse, responses=errors)
-    async def query(body: QueryRequest) -> JSONResponse:
+    async def query(body: QueryRequest, request: Request) -> JSONResponse:
         """Rank the index of `condition` for each query; one answer per query, in order."""
         texts = body.texts
         if len(texts) > config.max_queries:
@@ -280,9 +299,10 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
         except UnknownCondition as unknown:
             if builds is None:
-                raise
+                raise _unbuilt(unknown) from None
             # a router corpus builds the condition on demand (condsearch.serve.builds)
-            if (accepted := await _build(builds, body.condition, body.corpus, unknown)) is not None:
+            client = request.client.host if request.client else ""
+            if (accepted := await _build(builds, body.condition, body.corpus, unknown, client)) is not None:
                 return accepted
             job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
         entry = job.index
@@ -310,13 +330,24 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             }
         )
 
-    async def _build(builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition) -> Any:
+    def _unbuilt(unknown: UnknownCondition) -> UnknownCondition:
+        """Return the refusal of an unknown condition, saying why it was not built where builds are closed."""
+        if not config.build or config.builds_open or not isinstance(resident.store, IndexStore):
+            return unknown
+        why = "a server without an API key bound beyond loopback builds no condition on demand: start it with "
+        why += "--api-key, or --open-builds"
+        return UnknownCondition(f"{first_line(unknown)}; {why}", unknown.conditions)
+
+    async def _build(builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition, client: str) -> Any:
         try:
-            return await build_or_accept(builds, condition, corpus, unknown, config)
+            listing = resident.listing()  # as find read it: one listing per unknown condition, not four
+            return await build_or_accept(builds, condition, corpus, unknown, config, client=client, listing=listing)
         except (UnknownCondition, AmbiguousCondition):
             raise
         except TooManyBuilds as exc:
-            raise RequestError(503, str(exc), conditions=unknown.conditions) from exc
+            raise RequestError(exc.status, str(exc), conditions=unknown.conditions) from exc
+        except OnDemandFull as exc:
+            raise RequestError(507, str(exc), conditions=unknown.conditions) from exc
         except CondsearchError as exc:
             # a CASE corpus has no index for it and cannot build one (404, as before builds on demand); several
             # models or a changed router (409); a bad condition (422)
@@ -327,7 +358,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     def indexes() -> dict[str, list[dict[str, Any]]]:
         """List the stored indexes, as `condsearch list --json` does."""
         # a folder name or error may hold bytes that are not UTF-8 (surrogate-escaped)
-        return _printable({"indexes": [index_summary(name, m) for name, m in resident.listing(fresh=True)]})
+        listed = [_without_paths(index_summary(name, m)) for name, m in resident.listing(fresh=True)]
+        return _printable({"indexes": listed})
 
     @app.get("/health")
     def health() -> dict[str, Any]:
@@ -338,7 +370,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "version": __version__,
             "indexes_loaded": resident.n_indexes,
             "models_loaded": resident.n_models,
-            "models": resident.models(),
+            "models": hide_paths(resident.models()),
             "backend": config.backend,
             "threads": {
                 "encode": config.encode_threads,

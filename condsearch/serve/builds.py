@@ -8,6 +8,13 @@ queries is never waiting on it; ``max_builds`` builds run at once, the rest wait
 ``build_inline_rows`` rows) is answered in the request that asked; a larger one gets a 202 naming
 the job, which ``GET /builds/{id}`` reports on until it is done or has failed (in one line). A failed
 job is not reused: the next request starts another.
+
+What strangers can make the server write is bounded (issue 58): one client (by address) has at most
+``max_pending_builds_per_client`` builds running or waiting (429 past it), so it cannot take every
+slot; and the indexes built on demand (:mod:`condsearch.store.built_on_demand`, counted across
+restarts) number at most ``max_on_demand_indexes`` and weigh at most ``max_on_demand_bytes`` on
+disk, builds under way included (507 past it: index the condition with `condsearch index`, or delete
+some). A keyless server builds only where ``open_builds`` allows (:meth:`ServeConfig.builds_open`).
 """
 
 from __future__ import annotations
@@ -20,17 +27,21 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from condsearch.build.ann import parse_memory
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.model.spec import Runtime
 from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
+from condsearch.store.built_on_demand import built_on_demand, mark_built_on_demand
 from condsearch.store.folder import IndexStore, Manifest, index_name
+from condsearch.store.listing import Listing, check_condition
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +64,8 @@ class BuildJob:
     error: str | None = None
     #: what the build raised, once failed
     exception: BaseException | None = None
+    #: the address of the client whose request started it (what the per-client cap counts)
+    client: str = ""
     created: float = field(default_factory=time.monotonic)
     finished: float | None = None
     future: Future[OnDemand] = field(default_factory=Future)
@@ -80,7 +93,15 @@ class BuildJob:
 
 
 class TooManyBuilds(CondsearchError):
-    """More builds are waiting than the server takes."""
+    """More builds are waiting than the server takes (``status`` 503), or than it takes from one client (429)."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class OnDemandFull(CondsearchError):
+    """The indexes built on demand reached the server's cap (count or bytes): no more are built."""
 
 
 class Builds:
@@ -92,13 +113,17 @@ class Builds:
         *,
         max_builds: int = ServeConfig.max_builds,
         max_pending: int = ServeConfig.max_pending_builds,
+        max_pending_per_client: int = ServeConfig.max_pending_builds_per_client,
+        max_indexes: int = ServeConfig.max_on_demand_indexes,
+        max_bytes: int = parse_memory(ServeConfig.max_on_demand_bytes),
         runtime: Runtime = Runtime(),  # noqa: B008 - frozen
         backend: Backend = ServeConfig.backend,
         corpus_option: str = '"corpus"',
         build: Callable[..., OnDemand] | None = None,
     ) -> None:
         self.store, self.runtime, self.backend, self.corpus_option = store, runtime, backend, corpus_option
-        self.max_pending = max_pending
+        self.max_pending, self.max_pending_per_client = max_pending, max_pending_per_client
+        self.max_indexes, self.max_bytes = max_indexes, max_bytes
         self._build = build or build_on_demand  # looked up now: a test may put another in its place
         self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build")
         self._jobs: dict[str, BuildJob] = {}
@@ -107,40 +132,52 @@ class Builds:
 
     @classmethod
     def of(cls, store: object, config: ServeConfig) -> Builds | None:
-        """Return the builds of config's server, or None where it builds nothing (--no-build, a Milvus store)."""
-        if not config.build or not isinstance(store, IndexStore):
+        """Return the builds of config's server, or None where it builds nothing (--no-build, a Milvus store, a
+        keyless server whose builds are not open)."""
+        if not config.build or not isinstance(store, IndexStore) or not config.builds_open:
             return None
         runtime = Runtime(device=config.device, threads=config.threads, trust_remote_code=config.trust_remote_code)
         return cls(
             store,
             max_builds=config.max_builds,
             max_pending=config.max_pending_builds,
+            max_pending_per_client=config.max_pending_builds_per_client,
+            max_indexes=config.max_on_demand_indexes,
+            max_bytes=parse_memory(config.max_on_demand_bytes),
             runtime=runtime,
             backend=config.backend,
         )
 
-    def start(self, condition: str, corpus: str | None, unknown: UnknownCondition) -> BuildJob:
+    def start(
+        self, condition: str, corpus: str | None, unknown: UnknownCondition, *, client: str = "", listing: Listing = ()
+    ) -> BuildJob:
         """Return the running job that builds condition for corpus, started now unless one runs.
 
         Refuses what :func:`condsearch.query.on_demand.plan_on_demand` refuses, in one line after unknown's,
-        before anything starts; and a build past ``max_pending`` (TooManyBuilds).
+        before anything starts; a build past ``max_pending`` or past client's ``max_pending_per_client``
+        (TooManyBuilds), and one past the cap on indexes built on demand (OnDemandFull). ``listing``: the
+        store's, as the caller last read it (read afresh where empty).
         """
-        if self._damaged(condition, corpus):
+        listing = listing or self.store.manifests()
+        if self._damaged(condition, corpus, listing):
             raise unknown  # its index is there but damaged (the refusal names it): repaired by hand, not rebuilt
         # the server names no path of its machine (store, corpus file, router folder) in an answer
         plan = plan_on_demand(
-            self.store, condition, corpus, corpus_option=self.corpus_option, unknown=unknown, name_paths=False
+            self.store,
+            condition,
+            corpus,
+            corpus_option=self.corpus_option,
+            unknown=unknown,
+            name_paths=False,
+            listing=listing,
         )
         key = (plan.corpus_name, plan.condition)
         with self._lock:
             job = self._running.get(key)
             if job is not None:
                 return job
-            if len(self._running) >= self.max_pending:
-                raise TooManyBuilds(
-                    f"{first_line(unknown)}; {len(self._running)} conditions are being built already: try again later"
-                )
-            job = BuildJob(secrets.token_hex(8), plan.condition, plan.corpus_name, plan.n_rows)
+            self._check_room(unknown, client, listing)
+            job = BuildJob(secrets.token_hex(8), plan.condition, plan.corpus_name, plan.n_rows, client=client)
             self._running[key] = job
             self._jobs[job.id] = job
             self._forget_finished()
@@ -148,14 +185,37 @@ class Builds:
         log.info("building %r for corpus %r on demand (job %s, %d rows)", job.condition, job.corpus, job.id, job.rows)
         return job
 
-    def _damaged(self, condition: str, corpus: str | None) -> bool:
+    def _check_room(self, unknown: UnknownCondition, client: str, listing: Listing) -> None:
+        """Refuse another build past the pending caps (global, the client's) or the cap on indexes built on demand."""
+        asked = first_line(unknown)
+        if len(self._running) >= self.max_pending:
+            raise TooManyBuilds(f"{asked}; {len(self._running)} conditions are being built already: try again later")
+        mine = sum(job.client == client for job in self._running.values())
+        if mine >= self.max_pending_per_client:
+            raise TooManyBuilds(
+                f"{asked}; {mine} conditions you asked for are being built already: try again when they are done",
+                status=429,
+            )
+        built = built_on_demand(self.store, listing)
+        count, size = len(built) + len(self._running), sum(built.values())
+        if count >= self.max_indexes or size >= self.max_bytes:
+            held = f"{count} indexes, {size / 2**20:,.1f} MiB"
+            raise OnDemandFull(
+                f"{asked}; this server has built all the indexes on demand it builds ({held}; at most "
+                f"{self.max_indexes} and {self.max_bytes / 2**20:,.0f} MiB): index the condition with condsearch index"
+            )
+
+    def _damaged(self, condition: str, corpus: str | None, listing: Listing) -> bool:
         """Return whether an index of condition (in corpus, or any corpus) is stored with an unreadable manifest."""
-        listing = self.store.manifests()
         damaged = {name for name, m in listing if not isinstance(m, Manifest)}
         if not damaged:
             return False
         corpora = {corpus} if corpus is not None else {m.corpus_name for _, m in listing if isinstance(m, Manifest)}
-        return any(index_name(c, condition.strip()) in damaged for c in corpora)
+        try:
+            text = check_condition(condition)
+        except CondsearchError:
+            return False  # refused by the plan, in its words
+        return any(index_name(c, t) in damaged for c in corpora for t in (text, text.lower()))
 
     def get(self, job_id: str) -> BuildJob | None:
         """Return the job of that id, if it runs or finished lately."""
@@ -192,6 +252,11 @@ class Builds:
             job.future.set_exception(exc)
             return
         job.rows_done = job.rows = made.n_rows
+        if made.built:
+            try:
+                mark_built_on_demand(self.store, made.name)
+            except OSError as exc:  # the index is there; only the cap's count misses it
+                log.warning("cannot mark %s as built on demand (%s)", made.name, exc.strerror)
         self._finish(job, "done")
         log.info("built %r for corpus %r on demand in %.1f s", job.condition, job.corpus, job.seconds)
         job.future.set_result(made)
@@ -209,14 +274,21 @@ class Builds:
 
 
 async def build_or_accept(
-    builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition, config: ServeConfig
+    builds: Builds,
+    condition: str,
+    corpus: str | None,
+    unknown: UnknownCondition,
+    config: ServeConfig,
+    *,
+    client: str = "",
+    listing: Listing = (),
 ) -> JSONResponse | None:
     """Start or join the build of condition; return None once it is built, else the 202 that names its job.
 
     A corpus of at most ``config.build_inline_rows`` rows is waited for (up to ``request_timeout_s``,
     then answered 202 as well); a build that fails raises what it raised.
     """
-    job = await run_in_threadpool(builds.start, condition, corpus, unknown)
+    job = await run_in_threadpool(partial(builds.start, condition, corpus, unknown, client=client, listing=listing))
     if job.rows <= config.build_inline_rows:
         # shielded: a client that leaves, or a timeout, must not cancel a build others share
         waiting = asyncio.shield(asyncio.wrap_future(job.future))

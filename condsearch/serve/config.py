@@ -8,6 +8,7 @@ from pathlib import Path
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
 from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
+from condsearch.errors import CondsearchError
 from condsearch.query.config import QueryConfig
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
@@ -76,9 +77,21 @@ class ServeConfig:
     max_builds: int = 1
     #: builds on demand running or waiting at most; past it a new condition gets a 503
     max_pending_builds: int = 8
+    #: builds on demand running or waiting at most that one client (an address) asked for; past it a 429, so that
+    #: one client cannot take every slot
+    max_pending_builds_per_client: int = 2
+    #: indexes built on demand that the store may hold at most (counted across restarts); past it a 507
+    max_on_demand_indexes: int = 32
+    #: and their bytes on disk at most (a memory size: 512M, 4G)
+    max_on_demand_bytes: str = "1G"
+    #: whether a server without an API key builds on demand (None: on a loopback bind, where the Host header is
+    #: checked, and off beyond it, where anyone who reaches the port could fill its disk)
+    open_builds: bool | None = None
     #: a corpus of at most this many rows is built and answered in the request that asked; a larger one
     #: gets a 202 naming a job to poll (GET /builds/ID). 1,000 rows took about 2 s here (docs/serve.md)
     build_inline_rows: int = 1000
+    #: indexes kept loaded at most; past it the least recently used is dropped (loaded again when asked for)
+    max_resident_indexes: int = 256
     #: load every index and its model at startup instead of on first use
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built
@@ -91,6 +104,18 @@ class ServeConfig:
     #: one for an IVF or HNSW index, whose queries FAISS walks on one thread). Encoding and searching
     #: take turns on the batcher's thread; what to measure before changing either is in docs/serve.md
     search_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.api_key is not None and not self.api_key.strip():
+            # an empty key would turn authentication off without a word (issue 58)
+            raise CondsearchError(f"the API key is empty: give a key, or unset {API_KEY_ENV} and leave out --api-key")
+
+    @property
+    def builds_open(self) -> bool:
+        """Return whether a query under a new condition may build it: with a key, or as ``open_builds`` says."""
+        if self.api_key:
+            return True
+        return is_loopback(self.host) if self.open_builds is None else self.open_builds
 
     @property
     def encode_threads(self) -> int:

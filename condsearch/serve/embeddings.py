@@ -41,8 +41,9 @@ from condsearch.query.tokens import estimate_tokens
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
-from condsearch.serve.refusals import ErrorResponse, RequestError, check_text
-from condsearch.store.listing import Listing
+from condsearch.serve.paths import hide_paths
+from condsearch.serve.refusals import ErrorResponse, RequestError, check_request_condition, check_text
+from condsearch.store.listing import Listing, condition_key
 from condsearch.store.manifest import Manifest
 
 #: what a client that sends token ids is told (LangChain's OpenAIEmbeddings sends them unless told not to)
@@ -109,11 +110,7 @@ class EmbeddingsRequest(BaseModel):
     @field_validator("condition")
     @classmethod
     def _condition(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        if not check_text(value).strip():
-            raise ValueError("the condition is empty")
-        return value.strip()
+        return None if value is None else check_request_condition(value)
 
     def texts(self) -> list[str]:
         """Return the texts to embed; a 400 where the input is token ids."""
@@ -191,7 +188,8 @@ def choose_model(listing: Listing, name: str | None) -> tuple[str, Manifest]:
         raise RequestError(404, "no index is served, so there is no model to embed with; index a corpus first")
     fields = {"index": lambda n, m: n, "corpus": lambda n, m: m.corpus_name, "model": lambda n, m: m.model_id}
     for what, field in fields.items():
-        matches = [(n, m) for n, m in manifests if name is not None and field(n, m) == name]
+        # a local model's folder is named by its last part, as GET /indexes shows it (condsearch.serve.paths)
+        matches = [(n, m) for n, m in manifests if name is not None and name in (field(n, m), hide_paths(field(n, m)))]
         if len({vectorizer_key(m) for _, m in matches}) > 1:
             indexes = ", ".join(n for n, _ in matches)
             raise RequestError(409, f"{what} {name!r} was indexed with different models; name an index: {indexes}")
@@ -199,7 +197,7 @@ def choose_model(listing: Listing, name: str | None) -> tuple[str, Manifest]:
             return _smallest(matches)
     if len({vectorizer_key(m) for _, m in manifests}) == 1:
         return _smallest(manifests)
-    choices = sorted({m.corpus_name for _, m in manifests} | {m.model_id for _, m in manifests})
+    choices = sorted({m.corpus_name for _, m in manifests} | {hide_paths(m.model_id) for _, m in manifests})
     asked = "no model named" if name is None else f"no index, corpus or model {name!r};"
     raise RequestError(404, f"{asked} the served indexes have several models: name one of {choices}", models=choices)
 
@@ -211,10 +209,12 @@ def _smallest(entries: list[tuple[str, Manifest]]) -> tuple[str, Manifest]:
 def embed_job(resident: Resident, model: str | None, condition: str, texts: Sequence[str]) -> tuple[EmbedJob, str]:
     """Return the job of texts under condition with the model ``model`` names (loaded now), and its model id.
 
-    Each text is cut to what the model reads and counted, as a query is (:meth:`Resident.job`).
-    Runs on a worker thread, not the batcher's.
+    Each text is cut to what the model reads and counted, as a query is (:meth:`Resident.job`); the condition is
+    put in the form that names an index of the model (lower-cased for an uncased one). Runs on a worker thread,
+    not the batcher's.
     """
     name, manifest = choose_model(resident.listing(), model)
+    condition = condition_key(condition, manifest.model_id)
     entry = resident.get(manifest.condition, manifest.corpus_name)
     vec = resident.vectorizer(entry.model_key)
     cutter = resident.cutter(entry.model_key)  # the server's one copy of this model's tokenizer
@@ -223,7 +223,7 @@ def embed_job(resident: Resident, model: str | None, condition: str, texts: Sequ
     else:
         max_tokens = getattr(vec.encoder, "max_length", None)
         cut, tokens = list(texts), [estimate_tokens(t, max_tokens) for t in texts]
-    return EmbedJob(vec, condition, tuple(cut), tuple(tokens)), entry.manifest.model_id
+    return EmbedJob(vec, condition, tuple(cut), tuple(tokens)), hide_paths(entry.manifest.model_id)
 
 
 def embed_batch(jobs: Sequence[EmbedJob]) -> list[np.ndarray | BaseException]:
@@ -352,7 +352,7 @@ def add_embeddings(app: FastAPI, resident: Resident, batcher: MicroBatcher[Any, 
             raise RequestError(400, NO_CONDITION)
         if len(texts) > config.max_queries:
             raise RequestError(422, f"at most {config.max_queries} inputs per request, got {len(texts)}")
-        for name, text in [("condition", body.condition), *((f"input[{i}]", t) for i, t in enumerate(texts))]:
+        for name, text in ((f"input[{i}]", t) for i, t in enumerate(texts)):
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         job, model_id = await run_in_threadpool(embed_job, resident, body.model, body.condition, texts)

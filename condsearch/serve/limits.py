@@ -35,18 +35,18 @@ class BodyLimit:
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
             # refused before a byte of it is read; uvicorn discards the rest as it arrives
-            await _refuse(send, 413, too_large)
+            await refuse(send, 413, too_large)
             return
         try:
             body = await asyncio.wait_for(self._read(receive), self.timeout_s)
         except asyncio.TimeoutError:
             # the rest of the body may never come: answer, then close the connection
-            await _refuse(send, 408, f"the request body arrived too slowly (over {self.timeout_s:g} s)", close=True)
+            await refuse(send, 408, f"the request body arrived too slowly (over {self.timeout_s:g} s)", close=True)
             return
         if body is None:  # the client went away
             return
         if len(body) > self.max_bytes:
-            await _refuse(send, 413, too_large)
+            await refuse(send, 413, too_large)
             return
         await self.app(scope, _replay(body, receive), send)
 
@@ -89,7 +89,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def _refuse(send: Send, status: int, message: str, *, close: bool = False) -> None:
+async def refuse(send: Send, status: int, message: str, *, close: bool = False) -> None:
     payload = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if close:

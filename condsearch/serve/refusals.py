@@ -11,6 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from condsearch.errors import CondsearchError
+from condsearch.query.conditions import check_new_condition
+
 
 class ErrorResponse(BaseModel):
     error: str
@@ -34,4 +37,19 @@ def check_text(text: str) -> str:
         raise ValueError("not valid Unicode (it holds a lone surrogate, such as \\ud800)") from None
     if "\x00" in text:
         raise ValueError("holds a NUL character")
+    return text
+
+
+def check_request_condition(condition: str) -> str:
+    """Return a request's condition in its normal form (:func:`condsearch.query.conditions.normalize_condition`);
+    a ValueError (a 422 from a validator) where it is not text, empty, only invisible characters, holds a
+    control character or is too long: what no index is built under.
+
+    One limit on every endpoint: the embeddings endpoint encodes no condition that an index could not have
+    (a router's code of a 9,900-character condition weighed 1.5 MB, issue 58).
+    """
+    try:
+        text = check_new_condition(check_text(condition))
+    except CondsearchError as exc:
+        raise ValueError(str(exc)) from None
     return text

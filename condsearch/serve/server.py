@@ -37,6 +37,7 @@ def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:
         threads=config.encode_threads,
         backend=config.backend,
         search_threads=config.search_threads,
+        max_indexes=config.max_resident_indexes,
     )
     if config.preload:
         resident.preload()
