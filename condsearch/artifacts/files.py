@@ -10,6 +10,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+from condsearch.corpus.regular_files import open_regular_file
 from condsearch.errors import CondsearchError, ModelError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
@@ -112,6 +113,8 @@ ARTIFACT_FILES: dict[str, tuple[str, ...]] = {
 ARTIFACT_SUBFOLDERS: dict[str, tuple[str, ...]] = {"router": (ROUTER_TAIL,)}
 #: the largest config file read to tell whether a folder is ours (ours are a few kB)
 _MAX_CONFIG_BYTES = 1 << 20
+#: the largest artifact config file loaded (a router.json with a long training history is tens of kB)
+_MAX_JSON_BYTES = 16 << 20
 
 
 class ArtifactFolderError(CondsearchError):
@@ -254,18 +257,32 @@ def check_own_artifact(folder: Path | str, kind: str) -> None:
 
 
 def file_checksum(path: Path, what: str) -> str:
-    """Return the sha256 of a file, or a one-line ModelError naming ``what`` when it cannot be read."""
+    """Return the sha256 of a regular file, or a one-line ModelError naming ``what`` when it cannot be read.
+
+    A FIFO or a device is refused before any read: ``/dev/zero`` as a router's weights would never end.
+    """
+    h = hashlib.sha256()
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        with open_regular_file(path, ModelError) as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
     except OSError as exc:
         raise ModelError(f"{Path(path).parent}: {what} unreadable ({type(exc).__name__})") from exc
+    return h.hexdigest()
 
 
 def read_json(path: Path, what: str) -> dict[str, object]:
-    """Return a JSON object from an artifact's config file, or a one-line ModelError."""
+    """Return a JSON object from an artifact's config file, or a one-line ModelError.
+
+    Only a regular file of at most 16 MiB is read (ours are a few kB): not a FIFO, not ``/dev/zero``.
+    """
     try:
-        meta = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        with open_regular_file(path, ModelError) as fh:
+            raw = fh.read(_MAX_JSON_BYTES + 1)
+        if len(raw) > _MAX_JSON_BYTES:
+            raise ValueError("too large")
+        meta = json.loads(raw)
+    except (OSError, ValueError) as exc:  # a JSONDecodeError or UnicodeDecodeError is a ValueError
         raise ModelError(f"{Path(path).parent}: not a condsearch {what} ({Path(path).name} unreadable)") from exc
     if not isinstance(meta, dict):
         raise ModelError(f"{Path(path).parent}: not a condsearch {what} ({Path(path).name} is not an object)")

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Protocol
 
 from condsearch.artifacts.files import ROUTER_CONFIG
+from condsearch.corpus.regular_files import open_regular_file
 from condsearch.errors import ModelError
 
 #: backbone_delta.encoding: how save_context_router stored the change (whole or compact), or benchmarks/studies/wise.py
@@ -51,8 +52,6 @@ class TensorShape:
 
 def weights_shapes(path: Path) -> dict[str, TensorShape]:
     """Return each tensor's shape and bytes from a safetensors file's header; a one-line ModelError if damaged."""
-    from condsearch.corpus.regular_files import open_regular_file
-
     try:
         with open_regular_file(Path(path), ModelError) as fh:
             (size,) = struct.unpack("<Q", fh.read(8))

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from condsearch.corpus.regular_files import open_regular_file
 from condsearch.errors import ModelError
 
 
@@ -49,8 +50,13 @@ def save_weights(state: Mapping[str, Any], path: Path, what: str) -> None:
 
 
 def load_weights(path: Path, what: str, *, framework: Literal["pt", "numpy"] = "pt") -> dict[str, Any]:
-    """Read a safetensors file as torch tensors or numpy arrays; a one-line ModelError if damaged or non-finite."""
+    """Read a safetensors file as torch tensors or numpy arrays; a one-line ModelError if damaged or non-finite.
+
+    Only a regular file is read: a FIFO would block the load, a device would never end.
+    """
     try:
+        with open_regular_file(path, ModelError):
+            pass  # safetensors opens the path itself; this refuses anything but a regular file first
         if framework == "numpy":
             from safetensors.numpy import load_file as load_numpy
 
@@ -59,6 +65,8 @@ def load_weights(path: Path, what: str, *, framework: Literal["pt", "numpy"] = "
             from safetensors.torch import load_file as load_torch
 
             state = dict(load_torch(str(path)))
+    except ModelError:
+        raise
     except Exception as exc:  # safetensors raises several types for damaged or missing files
         raise ModelError(f"{Path(path).parent}: {what} unreadable ({type(exc).__name__})") from exc
     name = non_finite_tensor(state)

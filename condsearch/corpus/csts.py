@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from condsearch.corpus.regular_files import open_regular_file
 from condsearch.errors import CorpusError
 
 COLUMNS = ("sentence1", "sentence2", "condition", "label")
@@ -59,12 +61,13 @@ def parse_label(text: str | None) -> float:
 def read_csts(path: Path | str) -> CstsData:
     """Read a CSV with columns sentence1, sentence2, condition, label; drop label -1.
 
-    A label that is not a number on the 1..5 scale (NaN, inf, 0, 6) is a CorpusError naming its line.
+    A label that is not a number on the 1..5 scale (NaN, inf, 0, 6) is a CorpusError naming its line;
+    so is a path that is not a regular file (``/dev/zero`` never ends, a FIFO blocks), refused before any read.
     """
     path = Path(path)
     rows: list[tuple[int, dict[str, str | None]]] = []
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with io.TextIOWrapper(open_regular_file(path, CorpusError), newline="", encoding="utf-8") as fh:
             reader = csv.DictReader(fh)
             missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
             if missing:

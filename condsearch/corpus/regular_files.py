@@ -45,21 +45,17 @@ def check_regular_file(path: Path, error: type[CondsearchError]) -> None:
 
 
 def open_regular_file(path: Path | str, error: type[CondsearchError]) -> IO[bytes]:
-    """Open a regular file (or a link to one) to read in binary; raise ``error`` in one line for anything else.
+    """Open a regular file (or a link to one) to read in binary; raise ``error`` in one line if it is anything else.
 
     Opened without blocking (a FIFO's open waits for a writer), then checked by what was opened, so
-    that the file cannot change between the check and the read. The caller closes what is returned.
+    that the file cannot change between the check and the read. The OSError of the open itself (a
+    missing file, a permission) propagates, for the caller to word. The caller closes what is returned.
     """
 
     def opener(name: str, flags: int) -> int:
         return os.open(name, flags | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
 
-    try:
-        fh = open(path, "rb", opener=opener)  # noqa: SIM115 - returned to the caller, who closes it
-    except FileNotFoundError:
-        raise error(f"{path}: no such file") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read it ({os_reason(exc)})") from None
+    fh = open(path, "rb", opener=opener)  # noqa: SIM115 - returned to the caller, who closes it
     try:
         mode = os.fstat(fh.fileno()).st_mode
         if not stat.S_ISREG(mode):

@@ -37,6 +37,7 @@ from condsearch.artifacts.files import (
     check_own_artifact,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
+from condsearch.corpus.regular_files import open_regular_file
 from condsearch.errors import CondsearchError, ModelError, first_line
 from condsearch.store.atomic import OutputDirError, recover_dir, replacing_dir
 from condsearch.train.finite import dumps_record
@@ -50,6 +51,8 @@ BEST_FILE = CHECKPOINT_BEST
 OPTIMIZER_FILE = CHECKPOINT_OPTIMIZER
 EPOCH_FILES = CHECKPOINT_EPOCHS  # each kept epoch's trainable parameters, keyed like TRAINABLE_FILE
 _RNG_KEY = "__cpu_rng_state__"
+#: the largest checkpoint.json read (one holds a config and a few counters: kB)
+_MAX_STATE_BYTES = 16 << 20
 log = logging.getLogger(__name__)
 
 
@@ -146,7 +149,8 @@ def load_checkpoint(
     """
     folder = Path(folder)
     try:
-        info = json.loads((folder / STATE_FILE).read_text())
+        with open_regular_file(folder / STATE_FILE, ModelError) as fh:  # not a FIFO, not /dev/zero
+            info = json.loads(fh.read(_MAX_STATE_BYTES + 1))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{folder}: checkpoint unreadable ({type(exc).__name__})") from exc
     if not isinstance(info, dict):

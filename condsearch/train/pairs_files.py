@@ -18,6 +18,7 @@ from pathlib import Path
 
 from condsearch.corpus.csts import COLUMNS, CstsData
 from condsearch.corpus.formats import EXTENSIONS, CorpusConfig, CorpusFormat, format_of, read_table
+from condsearch.corpus.regular_files import check_regular_file
 from condsearch.errors import CorpusError
 from condsearch.store.atomic import check_replaceable_file, replacing_file
 
@@ -58,8 +59,7 @@ def read_labelled(
 
     path = Path(path)
     fmt = format_of(path, format)
-    if not path.is_file():
-        raise CorpusError(f"{path}: no such file" if not path.exists() else f"{path}: not a regular file")
+    check_regular_file(path, CorpusError)  # a FIFO would block the read, /dev/zero never end
     table = read_table(path, fmt, text_column)
     for column in (text_column, *columns):
         if column not in table.column_names:
