@@ -56,13 +56,15 @@ HEADER_BYTES_PER_TENSOR = 160
 
 def base_weights(location: str, trust_remote_code: bool = False) -> dict[str, torch.Tensor]:
     """Return a model folder's own weights (float32, CPU) by parameter name: what a delta is taken from."""
-    from transformers import AutoModel
-
+    from condsearch.encoders.first_use import loading
     from condsearch.encoders.runtime import load_pretrained
 
-    model = load_pretrained(
-        AutoModel.from_pretrained, location, dtype=torch.float32, trust_remote_code=trust_remote_code
-    )
+    with loading(location):
+        from transformers import AutoModel
+
+        model = load_pretrained(
+            AutoModel.from_pretrained, location, dtype=torch.float32, trust_remote_code=trust_remote_code
+        )
     return {n: p.detach() for n, p in model.named_parameters()}
 
 

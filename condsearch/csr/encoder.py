@@ -389,5 +389,9 @@ class CsrEncoder:
 
 
 def load_csr_encoder(model: str | None = None, **kwargs: object) -> CsrEncoder:
-    """Resolve a model name or folder and build the CSR encoder on it."""
-    return CsrEncoder(resolve_model(model), **kwargs)  # type: ignore[arg-type]
+    """Resolve a model name or folder and build the CSR encoder on it (one load at a time per process:
+    :func:`condsearch.encoders.first_use.loading`)."""
+    from condsearch.encoders.first_use import loading
+
+    with loading(model):
+        return CsrEncoder(resolve_model(model), **kwargs)  # type: ignore[arg-type]

@@ -82,6 +82,18 @@ def _adapter_settings(folder: Path) -> dict[str, Any]:
 
 
 def load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = None) -> Encoder:
+    """Return the encoder of a spec's model, as :func:`_load_encoder` says, one load at a time per process.
+
+    Two threads loading through transformers at once in a fresh process fail (its lazy modules):
+    :func:`condsearch.encoders.first_use.loading` makes them take turns, and makes an ImportError one line.
+    """
+    from condsearch.encoders.first_use import loading
+
+    with loading(spec.model if spec is not None else None):
+        return _load_encoder(spec, profile=profile)
+
+
+def _load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = None) -> Encoder:
     """Return the encoder of a spec's model, family and settings, with its profile's adapter merged.
 
     ``profile``: the spec's profile resolved already (:func:`condsearch.model.vectorizer.load_vectorizer`

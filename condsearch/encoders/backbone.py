@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from condsearch.encoders.first_use import loading
 from condsearch.encoders.runtime import load_pretrained
 from condsearch.errors import ModelError
 from condsearch.model.sources import ModelSource
@@ -17,13 +18,14 @@ def load_backbone(source: ModelSource, *, trust_remote_code: bool = False) -> tu
     float32 whatever dtype the folder was saved in: a float16 folder loaded as saved mixed Half
     and Float in the CSR router's arithmetic (02982a7); an encoder casts to its own dtype after.
     """
-    from transformers import AutoModel, AutoTokenizer
+    with loading(source.model_id):  # one load through transformers at a time: its lazy imports race
+        from transformers import AutoModel, AutoTokenizer
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
-        model = load_pretrained(
-            AutoModel.from_pretrained, source.location, dtype=torch.float32, trust_remote_code=trust_remote_code
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelError.cannot_load(source.model_id, exc) from exc
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            model = load_pretrained(
+                AutoModel.from_pretrained, source.location, dtype=torch.float32, trust_remote_code=trust_remote_code
+            )
+        except (OSError, ValueError, KeyError) as exc:
+            raise ModelError.cannot_load(source.model_id, exc) from exc
     return tokenizer, model

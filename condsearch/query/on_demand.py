@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
 from condsearch.encoders.cpu import Backend, CpuConfig
+from condsearch.encoders.first_use import LoadedOnce
 from condsearch.errors import (
     AmbiguousCondition,
     CondsearchError,
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUILD_LOCK = ".build.lock"
+#: the models of builds under way, one per model key however many builds use it
+_BUILD_MODELS: LoadedOnce[Vectorizer] = LoadedOnce()
 
 
 @dataclass(frozen=True)
@@ -296,6 +299,20 @@ def _router(m: Manifest, name_paths: bool) -> str:
 
 
 def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool) -> Vectorizer:
+    """Return the model the corpus's indexes record, loaded as `condsearch index` does; refuse one that changed since.
+
+    Builds under way at once share one copy per model (:data:`_BUILD_MODELS`): the first loads it and
+    the others wait, rather than each loading its own at the same moment (issue 58, item 4).
+    """
+    from condsearch.encoders.cpu_kind import cpu_kind
+
+    key = (vectorizer_key(source), runtime, backend, cpu_kind())  # the CPU kind picks auto's path
+    return _BUILD_MODELS.get(key, lambda: _checked_model(source, corpus_name, runtime, backend, name_paths))
+
+
+def _checked_model(
+    source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool
+) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
     from condsearch.model.identity import ModelIdentity
     from condsearch.model.policy import load_bulk_vectorizer
