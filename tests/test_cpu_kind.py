@@ -175,14 +175,16 @@ def test_index_on_amx_runs_torch_bfloat16_records_it_and_float32_answers_it(
     assert_same_ranking(_top_k(tmp_path / "avx", served), reference, tol=bound)  # and AMX answers float32's
 
 
-def test_reindexing_on_another_kind_reuses_the_vectors(
+def test_reindexing_on_another_kind_encodes_again_in_its_precision(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # issue 58: keeping the bfloat16 vectors recorded float32 (tests/test_precision_record.py)
     monkeypatch.setenv(CPU_KIND_ENV, "amx")
     _index(corpus_file, tmp_path / "ix", tiny_bert_dir)
     monkeypatch.setenv(CPU_KIND_ENV, "other")
     again = _index(corpus_file, tmp_path / "ix", tiny_bert_dir)
-    assert (again["backend"], again["encoded"], again["reused"]) == ("onnxruntime", 0, len(SENTENCES))
+    assert (again["backend"], again["encoded"], again["reused"]) == ("onnxruntime", len(SENTENCES), 0)
+    assert again["precision"] == "float32"
 
 
 def test_bulk_loading_elsewhere_is_unchanged(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:

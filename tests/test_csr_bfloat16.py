@@ -110,11 +110,12 @@ def test_an_index_built_in_bfloat16_is_served_and_reindexed_in_float32(
     # the build left the float32 export cached: a one-shot query finds the row itself on top
     hits = json.loads(ok(query(tmp_path / "ix", CORPUS[0], "-c", COLOUR, "-k", 1, "--json")).stdout)
     assert hits["results"][0]["text"] == CORPUS[0] and hits["results"][0]["score"] > 0.99
-    # another kind re-indexes in float32 and keeps every row: one fingerprint
+    # another kind re-indexes in float32: one fingerprint, but the bfloat16 rows are encoded again (from the
+    # cached sentence states), so that the manifest's float32 is what every vector is (issue 58, item 10)
     monkeypatch.setenv(CPU_KIND_ENV, "other")
     again = _csr_index(tiny_bert_dir, corpus_file, tmp_path / "ix")
-    assert (again["backend"], again["encoded"], again["reused"]) == ("onnxruntime", 0, len(CORPUS))
-    assert again["precision"] == "float32"  # what this run's encoder records
+    assert (again["backend"], again["encoded"], again["reused"]) == ("onnxruntime", len(CORPUS), 0)
+    assert again["precision"] == "float32" and _manifest(tmp_path / "ix").precision == "float32"
 
 
 def test_the_python_api_routes_as_index_does(

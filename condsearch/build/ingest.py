@@ -44,6 +44,7 @@ from condsearch.progress import progress_bar
 from condsearch.store.atomic import open_regular, read_capped, replacing_file
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
 from condsearch.store.listing import check_condition, condition_key
+from condsearch.store.manifest import encoder_precision
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
 
 if TYPE_CHECKING:
@@ -172,10 +173,10 @@ def build_condition_index(
     condition = condition_key(check_condition(condition), info.model_id)
     factory, search_params = plan_index(n, info.dim, factory, search_params, max_index_memory)
     with store.writing(corpus_name, condition) as draft:
-        kept = None if full else _usable(store.kept_vectors(draft.name), info.fingerprint)
+        kept = None if full else _usable(store.kept_vectors(draft.name), info)
         try:
             counts = _encode_chunks(
-                corpus, condition, vectorizer, draft, kept, info.fingerprint, batch_size, chunk_rows, full, progress
+                corpus, condition, vectorizer, draft, kept, info, batch_size, chunk_rows, full, progress
             )
         finally:
             if kept is not None:
@@ -210,12 +211,28 @@ def index_corpus(
     return [r.name for r in index_conditions(corpus, conditions, vectorizer, store, **build)]
 
 
-def _usable(kept: KeptVectors | None, fingerprint: str) -> KeptVectors | None:
-    if kept is not None and kept.manifest.fingerprint != fingerprint:
-        log.info("the encoder, adapter, head or router changed since the last build: encoding every row")
-        kept.vectors.close()
+def _usable(kept: KeptVectors | None, info: ModelIdentity) -> KeptVectors | None:
+    """Return the last index's vectors where this build may keep them: same fingerprint, same precision.
+
+    The fingerprint leaves out the dtype that ``--dtype auto`` chose for the CPU kind, so that it
+    names the model alone; but an index's vectors are all in the precision its manifest records, so
+    bfloat16 vectors built on an AVX-512 BF16 or AMX CPU are encoded again by a float32 re-index on
+    another kind (and the reverse), rather than kept under a manifest that says float32 (issue 58, item 10).
+    """
+    if kept is None:
         return None
-    return kept
+    if kept.manifest.fingerprint != info.fingerprint:
+        log.info("the encoder, adapter, head or router changed since the last build: encoding every row")
+    elif kept.manifest.precision != encoder_precision(info.encoder):
+        log.info(
+            "the last build encoded in %s, this one in %s (another CPU kind): encoding every row",
+            kept.manifest.precision,
+            encoder_precision(info.encoder),
+        )
+    else:
+        return kept
+    kept.vectors.close()
+    return None
 
 
 @dataclass
@@ -255,7 +272,7 @@ def _encode_chunks(
     vectorizer: Vectorizer,
     draft: Draft,
     kept: KeptVectors | None,
-    fingerprint: str,
+    info: ModelIdentity,
     batch_size: int,
     chunk_rows: int,
     full: bool,
@@ -264,9 +281,9 @@ def _encode_chunks(
     """Fill the staging folder's vectors.npy and rows.parquet; return (encoded, reused, resumed) row counts."""
     n, dim = len(corpus), vectorizer.dim
     staging = draft.staging
-    key = hashlib.sha256(
-        json.dumps([corpus.checksum, corpus.path, condition, fingerprint, chunk_rows, n, dim]).encode()
-    ).hexdigest()
+    # the precision too: a build cut off on one CPU kind is not resumed in another's dtype
+    fields = [corpus.checksum, corpus.path, condition, info.fingerprint, chunk_rows, n, dim]
+    key = hashlib.sha256(json.dumps([*fields, encoder_precision(info.encoder)]).encode()).hexdigest()
     state = None if full else _load_progress(staging, key)
     if state is None:
         draft.discard_staging()

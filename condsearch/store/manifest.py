@@ -11,6 +11,7 @@ import functools
 import math
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,18 @@ class Manifest:
     @property
     def precision(self) -> str:
         """Return what the vectors were encoded in: int8, a dtype asked for or chosen by auto, else float32."""
-        if self.encoder.get("quantize") == "int8":
-            return "int8"
-        return str(self.encoder.get("dtype") or self.encoder.get(AUTO_DTYPE_KEY) or "float32")
+        return encoder_precision(self.encoder)
+
+
+def encoder_precision(encoder: Mapping[str, object]) -> str:
+    """Return what an encoder record's vectors are encoded in: int8, a dtype asked for or chosen by auto, else float32.
+
+    Every vector of an index is in its manifest's precision: a re-index keeps the vectors of the last
+    one only when they are in the precision it encodes in (condsearch.build.ingest).
+    """
+    if encoder.get("quantize") == "int8":
+        return "int8"
+    return str(encoder.get("dtype") or encoder.get(AUTO_DTYPE_KEY) or "float32")
 
 
 def manifest_from_dict(raw: object, where: Path | str) -> Manifest:

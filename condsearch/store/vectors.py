@@ -44,7 +44,9 @@ def vector_fingerprint(described: dict[str, object], *, mode: str, head_checksum
     while its files match the sha256 recorded then, so that vectors built on either backend are
     kept by the other (docs/indexing.md); an int8 export is named by ``quantize``. Nor is a dtype that
     ``--dtype auto`` chose for the CPU (``auto_dtype``: bfloat16 on AMX and AVX-512 BF16): within the bound measured of
-    float32's, so vectors built on one CPU kind are kept by another.
+    float32's, so the model is the same on every CPU kind. Whether a re-index keeps vectors is decided
+    with their precision too (:mod:`condsearch.build.ingest`): an index's vectors are all
+    in the precision its manifest records.
     """
     payload = {
         "encoder": {k: v for k, v in described.items() if k != AUTO_DTYPE_KEY},
