@@ -11,7 +11,9 @@ unknown condition. The tiny BERT (uncased, as MiniLM) stands in with an untraine
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import replace
@@ -292,6 +294,8 @@ class CountingStore(IndexStore):
 def test_an_unknown_condition_does_not_list_the_store_again_until_it_changes(tmp_path: Path, corpus_file: Path) -> None:
     store = CountingStore(tmp_path / "idx")
     index_corpus(read_corpus(corpus_file), ["colour"], hash_vectorizer(), store, corpus_name="c")
+    an_hour_ago = time.time_ns() - 3600 * 10**9
+    os.utime(store.root, ns=(an_hour_ago, an_hour_ago))  # changed well before it was listed
     resident = Resident(store, lambda _m: hash_vectorizer(), reload_interval_s=3600)
     resident.get("colour")
     listed = store.listed
@@ -301,6 +305,20 @@ def test_an_unknown_condition_does_not_list_the_store_again_until_it_changes(tmp
     assert store.listed == listed
     index_corpus(read_corpus(corpus_file), ["sport"], hash_vectorizer(), store, corpus_name="c")
     assert resident.find("sport")[1].condition == "sport"  # a new index is found at once
+
+
+def test_an_index_published_just_after_a_listing_is_found_though_the_folder_kept_its_time(
+    tmp_path: Path, corpus_file: Path
+) -> None:
+    store = IndexStore(tmp_path / "idx")
+    index_corpus(read_corpus(corpus_file), ["colour"], hash_vectorizer(), store, corpus_name="c")
+    resident = Resident(store, lambda _m: hash_vectorizer(), reload_interval_s=3600)
+    resident.get("colour")
+    stamp = store.stamp()
+    assert stamp is not None
+    index_corpus(read_corpus(corpus_file), ["sport"], hash_vectorizer(), store, corpus_name="c")
+    os.utime(store.root, ns=(stamp, stamp))  # a coarse clock: the folder's time did not move (a 404 in the flood)
+    assert resident.find("sport")[1].condition == "sport"
 
 
 def test_a_listing_reads_only_the_manifests_that_changed(tmp_path: Path, corpus_file: Path, monkeypatch) -> None:
@@ -316,3 +334,18 @@ def test_a_listing_reads_only_the_manifests_that_changed(tmp_path: Path, corpus_
     read.clear()
     store.manifests()
     assert read == [n for n in store.names() if n.startswith("sport")]
+
+
+def test_the_flood_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    import importlib
+    import json
+
+    module = importlib.import_module("benchmarks.systems.flood")
+    out = tmp_path / "out.json"
+    argv = ["--smoke", "--model", str(tiny_bert_dir), "--router", "none", "--work-dir", str(tmp_path / "w")]
+    assert module.main([*argv, "--json-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    flood, soak = result["flood"], result["soak"]
+    assert flood["readings"][0]["at"] == "before" and flood["readings"][-1]["requests_done"] == 12
+    assert flood["statuses"]["embeddings 200"] == 6 and flood["known_query"]["during_flood"]["n"] > 0
+    assert soak["good_failed"] == 0 and soak["requests"]["known 200"] > 0 and soak["rss_mb"]["peak"] > 0

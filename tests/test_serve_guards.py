@@ -26,7 +26,7 @@ from condsearch.serve.server import BackgroundServer, build_app
 from condsearch.store.folder import IndexStore
 from tests.csr_corpus import write_csr_corpus
 from tests.test_on_demand import COLOUR, SPORT, index
-from tests.test_serve_builds import one_line_error, serve
+from tests.test_serve_builds import one_line_error, poll, serve
 from tests.test_serve_hostile import make_app
 
 
@@ -161,6 +161,12 @@ def test_a_full_disk_is_a_409_naming_no_path(
         error = one_line_error(response, 409)
         assert "No space left on device" in error
         _no_path(response.text, csr_folder, tmp_path, tiny_bert_dir)
+    with serve(csr_folder, build_inline_rows=0) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        accepted = http.post("/query", json={"query": "q", "condition": SPORT})
+        assert accepted.status_code == 202, accepted.text
+        failed = poll(http, accepted.json()["job"], {"done", "failed"})
+        assert failed["status"] == "failed" and "No space left on device" in failed["error"]
+        _no_path(str(failed), csr_folder, tmp_path, tiny_bert_dir)
 
 
 def test_a_damaged_store_is_answered_naming_no_path(csr_folder: Path, tmp_path: Path, tiny_bert_dir: Path) -> None:

@@ -56,6 +56,10 @@ log = logging.getLogger(__name__)
 
 #: how the server's requests name the corpus, in its errors
 CORPUS_FIELD = '"corpus"'
+#: a store folder changed this close to a listing (or after it) is listed again for an unknown condition: a file
+#: system's times are coarser than their nanoseconds (a clock tick; seconds on some), so a change just after a
+#: listing may keep the folder's time
+STAMP_GRACE_NS = 2_000_000_000
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,7 @@ class Resident:
         self._listing: Listing = []
         self._listed_at = float("-inf")
         self._listed_stamp: object = None
+        self._listed_ns = 0  # when the listing was read (wall clock, ns)
         self._list_lock = threading.Lock()
         self._load_lock = threading.Lock()
         self._cutter_lock = threading.Lock()
@@ -181,7 +186,7 @@ class Resident:
         with self._list_lock:
             now = time.monotonic()
             if fresh or now - self._listed_at >= self.reload_interval_s:
-                self._listed_stamp = self._stamp()
+                self._listed_stamp, self._listed_ns = self._stamp(), time.time_ns()
                 self._listing = self.store.manifests()
                 self._listed_at = now
                 self._forget_removed({name for name, _ in self._listing})
@@ -207,12 +212,13 @@ class Resident:
             # an index added since the last listing is found without waiting; a store that says it has not
             # changed is not listed again for every unknown condition (issue 58: 0.28 s at 3,000 indexes)
             stamp = self._stamp()
-            if stamp is not None and stamp == self._listed_stamp:
+            if isinstance(stamp, int) and stamp == self._listed_stamp and stamp < self._listed_ns - STAMP_GRACE_NS:
                 raise
             return find_index(self.listing(fresh=True), condition, corpus, **options)
 
     def _stamp(self) -> object:
-        """Return what changes when an index is added, replaced or removed (None where the store tells nothing)."""
+        """Return what changes when an index is added, replaced or removed: the store folder's modification time in
+        ns (None where the store tells nothing)."""
         stamp = getattr(self.store, "stamp", None)
         return stamp() if callable(stamp) else None
 

@@ -304,6 +304,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             client = request.client.host if request.client else ""
             if (accepted := await _build(builds, body.condition, body.corpus, unknown, client)) is not None:
                 return accepted
+            await run_in_threadpool(partial(resident.listing, fresh=True))  # the index just published
             job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
         entry = job.index
         background = _background(entry.manifest) if body.calibrated else None

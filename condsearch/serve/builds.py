@@ -39,6 +39,7 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.model.spec import Runtime
 from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
+from condsearch.serve.paths import hide_paths
 from condsearch.store.built_on_demand import built_on_demand, mark_built_on_demand
 from condsearch.store.folder import IndexStore, Manifest, index_name
 from condsearch.store.listing import Listing, check_condition
@@ -88,7 +89,7 @@ class BuildJob:
             "poll": f"/builds/{self.id}",
         }
         if self.error is not None:
-            described["error"] = self.error
+            described["error"] = hide_paths(self.error)  # as every answer: no path of this machine
         return described
 
 
