@@ -57,6 +57,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--past-cap", type=int, default=200, help="Requests under new conditions once the flood is over [200]."
     )
+    p.add_argument(
+        "--pad", type=int, default=0, help="Indexes of made-up conditions added to the store first (the issue: 3000)."
+    )
     p.add_argument("--flooders", type=int, default=4, help="Clients sending the flood [default: %(default)s].")
     p.add_argument("--texts", type=int, default=32, help="New texts per embeddings request [default: %(default)s].")
     p.add_argument("--every", type=int, default=50, help="Requests between two readings of disk and RSS.")
@@ -74,15 +77,37 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def disk_bytes(folder: Path) -> int:
-    """Return the bytes of every file under folder (links not followed)."""
-    total = 0
+    """Return the bytes of every file under folder (links not followed, a hard-linked file once)."""
+    sizes: dict[tuple[int, int], int] = {}
     for root, _, files in os.walk(folder):
         for name in files:
             try:
-                total += os.lstat(os.path.join(root, name)).st_size
+                st = os.lstat(os.path.join(root, name))
             except OSError:
-                pass  # deleted meanwhile
-    return total
+                continue  # deleted meanwhile
+            sizes[(st.st_dev, st.st_ino)] = st.st_size
+    return sum(sizes.values())
+
+
+def pad_store(store: Path, n: int) -> None:
+    """Add n indexes of the corpus under made-up conditions, sharing the first index's files (hard links): a
+    store of thousands of indexes, as the issue's, on little disk."""
+    import json
+
+    from condsearch.store.folder import MANIFEST, VERSIONS, IndexStore, index_name
+
+    first = IndexStore(store).find(FIRST)
+    manifest = json.loads((store / first / MANIFEST).read_text())
+    for i in range(n):
+        condition = f"padding aspect {i:05d}"
+        name = index_name(manifest["corpus_name"], condition)
+        version = store / VERSIONS / name / "1-padding"
+        version.mkdir(parents=True)
+        for data in (store / first).iterdir():
+            if data.name != MANIFEST:
+                os.link(data, version / data.name)
+        (version / MANIFEST).write_text(json.dumps({**manifest, "condition": condition}))
+        (store / name).symlink_to(os.path.relpath(version, store))
 
 
 def rss_mb(pid: int) -> float:
@@ -188,13 +213,16 @@ def flood(
                     during.append(seconds)
                     statuses[f"known {status}"] += 1
 
+    clients = threading.local()  # one client a flooding thread, as a flooding program would keep
+
     def one(i: int) -> None:
         nonlocal done
-        with httpx.Client(base_url=url, timeout=600) as own:
-            if i % 2 or not mixed:
-                kind = f"new condition {new_condition(own, first + i)}"
-            else:
-                kind = f"embeddings {new_embeddings(own, first + i, args.texts)}"
+        if not hasattr(clients, "http"):
+            clients.http = httpx.Client(base_url=url, timeout=600)
+        if i % 2 or not mixed:
+            kind = f"new condition {new_condition(clients.http, first + i)}"
+        else:
+            kind = f"embeddings {new_embeddings(clients.http, first + i, args.texts)}"
         with lock:
             statuses[kind] += 1
             done += 1
@@ -312,10 +340,14 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["CONDSEARCH_CACHE_DIR"] = str(cache)  # the in-process `index` fills the cache the server reads
     if args.smoke:
         args.rows, args.requests, args.every, args.texts, args.past_cap = 40, 12, 6, 4, 6
+        args.pad = min(args.pad, 20)
     load: dict[str, Any] = {"before": os.getloadavg(), "uptime_before": uptime()}
     corpus = write_corpus(corpus_texts(args.rows, args.smoke, args.csts), work / "corpus.parquet")
     log("flood", f"{args.rows} rows: indexing {FIRST!r}")
     index(corpus, store, FIRST, args)
+    if args.pad:
+        log("flood", f"padding the store to {args.pad + 1:,} indexes")
+        pad_store(store, args.pad)
     with served(store, cache) as (url, server):
         import httpx
 
@@ -333,6 +365,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "router": args.router,
             "requests": args.requests,
             "flooders": args.flooders,
+            "padding_indexes": args.pad,
             "texts_per_embeddings_request": args.texts,
             "server": "condsearch serve, its own process, keyless on 127.0.0.1, defaults",
             "smoke": args.smoke,

@@ -182,15 +182,25 @@ class Resident:
     # ------------------------------------------------------------ what is indexed
 
     def listing(self, *, fresh: bool = False) -> Listing:
-        """Return the store's (name, manifest or error) pairs, re-read when older than the interval."""
+        """Return the store's (name, manifest or error) pairs, re-read when older than the interval.
+
+        Not re-read where the store says it has not changed since (its folder's time, :meth:`_unchanged`): a store
+        of 3,000 indexes took 0.28 s to list, every half second. ``fresh`` reads it now, whatever it says.
+        """
         with self._list_lock:
             now = time.monotonic()
-            if fresh or now - self._listed_at >= self.reload_interval_s:
+            if fresh or (now - self._listed_at >= self.reload_interval_s and not self._unchanged()):
                 self._listed_stamp, self._listed_ns = self._stamp(), time.time_ns()
                 self._listing = self.store.manifests()
-                self._listed_at = now
                 self._forget_removed({name for name, _ in self._listing})
+            if fresh or now - self._listed_at >= self.reload_interval_s:
+                self._listed_at = now
             return self._listing
+
+    def _unchanged(self) -> bool:
+        """Return whether the store says no index was added, replaced or removed since it was last listed."""
+        stamp = self._stamp()
+        return isinstance(stamp, int) and stamp == self._listed_stamp and stamp < self._listed_ns - STAMP_GRACE_NS
 
     def _forget_removed(self, names: set[str]) -> None:
         # Indexes deleted from the store leave memory too; skipped while a load holds the lock.
@@ -211,8 +221,7 @@ class Resident:
         except UnknownCondition:
             # an index added since the last listing is found without waiting; a store that says it has not
             # changed is not listed again for every unknown condition (issue 58: 0.28 s at 3,000 indexes)
-            stamp = self._stamp()
-            if isinstance(stamp, int) and stamp == self._listed_stamp and stamp < self._listed_ns - STAMP_GRACE_NS:
+            if self._unchanged():
                 raise
             return find_index(self.listing(fresh=True), condition, corpus, **options)
 

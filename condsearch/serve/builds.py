@@ -116,7 +116,7 @@ class Builds:
         max_pending: int = ServeConfig.max_pending_builds,
         max_pending_per_client: int = ServeConfig.max_pending_builds_per_client,
         max_indexes: int = ServeConfig.max_on_demand_indexes,
-        max_bytes: int = parse_memory(ServeConfig.max_on_demand_bytes),
+        max_bytes: int | None = None,
         runtime: Runtime = Runtime(),  # noqa: B008 - frozen
         backend: Backend = ServeConfig.backend,
         corpus_option: str = '"corpus"',
@@ -124,7 +124,8 @@ class Builds:
     ) -> None:
         self.store, self.runtime, self.backend, self.corpus_option = store, runtime, backend, corpus_option
         self.max_pending, self.max_pending_per_client = max_pending, max_pending_per_client
-        self.max_indexes, self.max_bytes = max_indexes, max_bytes
+        self.max_indexes = max_indexes
+        self.max_bytes = parse_memory(ServeConfig.max_on_demand_bytes) if max_bytes is None else max_bytes
         self._build = build or build_on_demand  # looked up now: a test may put another in its place
         self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build")
         self._jobs: dict[str, BuildJob] = {}
@@ -162,6 +163,9 @@ class Builds:
         listing = listing or self.store.manifests()
         if self._damaged(condition, corpus, listing):
             raise unknown  # its index is there but damaged (the refusal names it): repaired by hand, not rebuilt
+        with self._lock:
+            if not self._running:  # no build to join: a server at its cap refuses before planning (3,000 indexes:
+                self._check_room(unknown, client, listing)  # the plan reads every sibling's model)
         # the server names no path of its machine (store, corpus file, router folder) in an answer
         plan = plan_on_demand(
             self.store,

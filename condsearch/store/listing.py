@@ -8,6 +8,7 @@ them with :func:`find_index`.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 
@@ -23,6 +24,12 @@ Listing = Sequence[tuple[str, Manifest | Exception]]
 MAX_LISTED = 10
 
 __all__ = ["Listing", "check_condition", "condition_key", "find_index", "known_note", "same_condition"]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _key(condition: str, model_id: str) -> str:
+    """Return :func:`condition_key`, kept: a listing of thousands of indexes is matched per request."""
+    return condition_key(condition, model_id)
 
 
 def condition_key(condition: str, model_id: str) -> str:
@@ -62,14 +69,9 @@ def find_index(
     """
     condition = check_condition(condition)
     manifests = [(name, m) for name, m in listing if isinstance(m, Manifest)]
-    keys: dict[bool, str] = {}  # the asked condition's key, lower-cased or not
     by_corpus: dict[str, list[tuple[str, Manifest]]] = {}
     for n, m in manifests:
-        if corpus not in (None, m.corpus_name):
-            continue
-        lower = model_lowercases(m.model_id)
-        key = keys.setdefault(lower, normalize_condition(condition, lowercase=lower))
-        if normalize_condition(m.condition, lowercase=lower) == key:
+        if corpus in (None, m.corpus_name) and _key(m.condition, m.model_id) == _key(condition, m.model_id):
             by_corpus.setdefault(m.corpus_name, []).append((n, m))
     if len(by_corpus) == 1:
         return _closest(next(iter(by_corpus.values())), condition)
