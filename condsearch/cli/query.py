@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from condsearch.artifacts.profiles import MODE_CASE
 from condsearch.cli.common import CONTEXT, check_utf8, fail, json_line, open_store
 from condsearch.cli.options import (
     device_option,
@@ -186,14 +187,26 @@ def query_cmd(
             # Waking torch's thread pool for a few short inputs costs more than the work, and on a busy
             # machine far more (1.9 s instead of 0.05 s for one query here). An explicit setting wins.
             runtime = replace(runtime, threads=1)
-        vec = checked(stored.manifest, one_shot=light)
+        as_served = stored.manifest.mode == MODE_CASE and model is None and profile is None
+        if as_served:
+            # a CASE index's model loads as the server and the Python API load it: the same runner and
+            # precision on this CPU kind, so that the answers are equal (issue 58: first queries ran torch
+            # in bfloat16 where the server ran the float32 export, or the reverse on AMX)
+            from condsearch.model.one_shot import ONE_SHOT_THREADS
+            from condsearch.model.policy import load_index_model
+
+            if light:  # on the CPU (no torch to ask for CUDA), one onnxruntime thread unless asked for more
+                runtime = replace(runtime, device="cpu", threads=runtime.threads or ONE_SHOT_THREADS)
+            vec = load_index_model(stored.manifest, runtime=runtime, quantize=quantize)
+        else:
+            vec = checked(stored.manifest, one_shot=light)
         # the onnxruntime path searches on the CPU too, without importing torch to ask
         on_device = vec.backend == "torch"
         found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k, calibrated=calibrated)
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_answers(found, as_json)
-    if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
+    if light and on_device and not as_served:  # torch answered: its ONNX export lets the next such query skip torch
         from condsearch.model.one_shot import cache_onnx_export
 
         cache_onnx_export(stored.manifest, vec)

@@ -144,8 +144,8 @@ def _memory(value: str) -> str:
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
 @backend_option(
     "What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
-    "(BERT-style, as a one-shot query runs it, so answers equal `query --json`), else torch (on an AMX "
-    "CPU torch in --dtype auto's bfloat16); "
+    "(BERT-style, on every CPU kind; `query` loads the model as the server does, so answers equal "
+    "`query --json`), else torch; "
     "torch: always transformers.",
 )
 @quantize_check_option

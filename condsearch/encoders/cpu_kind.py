@@ -43,7 +43,8 @@ class CpuPath:
     case_runner: Runner
     case_dtype: Dtype
     #: what runs CASE for a long-running reader (`serve`, the Python API) under --backend auto: small
-    #: batches, where latency counts (a one-shot `query` takes onnxruntime wherever it can, on every kind)
+    #: batches, where latency counts. `query` loads a CASE index's model as they do (issue 58), so that
+    #: their answers are equal; onnxruntime on every kind, whose one-shot query skips torch
     serve_runner: Runner
     #: how the context router's two passes run for bulk work (`index`, builds on demand) under --backend auto:
     #: bfloat16 is torch under autocast; float32 is its checked export where FASTER_ON_ONNX says. A
@@ -58,7 +59,7 @@ PATHS: dict[CpuKind, CpuPath] = {
     "amx": CpuPath(
         case_runner="torch",
         case_dtype="bfloat16",
-        serve_runner="torch",
+        serve_runner="onnxruntime",
         router_dtype="bfloat16",
         provenance=(
             "measured 2026-11-27 on the Intel Xeon with AMX (amx_tile, amx_bf16, amx_int8, avx512_bf16) that hosts "
@@ -71,8 +72,12 @@ PATHS: dict[CpuKind, CpuPath] = {
             "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes "
             "were not measured in bfloat16 there (onnxruntime float32 ran 1.12x torch float32: csr_paths_amx.json); "
             "they take bfloat16 on this kind by inference from CASE's bfloat16 here and the router's bfloat16 on the "
-            "avx512 kind (same layers, same bf16 products), not by a measurement of their own. Serving was not "
-            "measured there: the server keeps torch bfloat16 for CASE."
+            "avx512 kind (same layers, same bf16 products), not by a measurement of their own. Serving CASE: "
+            "onnxruntime float32, as a one-shot query answers, so that serve and query --json give equal "
+            "scores (issue 58; torch bfloat16 before, unmeasured): measured 2026-11-28 on 2 cores of the same "
+            "Xeon (load 4-5, beside other work), the index's model as the server loads it, medians of 40 "
+            "interleaved rounds: 1 and 8 queries in 13.3 and 30.9 ms (onnxruntime, 1 thread) against 18.9 and "
+            "24.2 (torch bfloat16); at 2 threads 17.7 and 25.2 against 80.1 and 153.1 (torch's pool, contended)"
         ),
     ),
     "avx512": CpuPath(
