@@ -349,3 +349,22 @@ def test_the_flood_benchmark_runs_in_smoke_mode(tiny_bert_dir: Path, tmp_path: P
     assert flood["readings"][0]["at"] == "before" and flood["readings"][-1]["requests_done"] == 12
     assert flood["statuses"]["embeddings 200"] == 6 and flood["known_query"]["during_flood"]["n"] > 0
     assert soak["good_failed"] == 0 and soak["requests"]["known 200"] > 0 and soak["rss_mb"]["peak"] > 0
+
+
+def test_an_embedding_is_answered_though_the_index_chosen_for_its_model_was_deleted(
+    tmp_path: Path, corpus_file: Path
+) -> None:
+    import shutil
+
+    from condsearch.store.folder import VERSIONS
+
+    store, vec = IndexStore(tmp_path / "idx"), hash_vectorizer()
+    index_corpus(read_corpus(corpus_file), [COLOUR, SPORT], vec, store, corpus_name="c")
+    resident = Resident(store, lambda _m: vec, reload_interval_s=3600)
+    with TestClient(create_app(resident, ServeConfig(index_dir=store.root))) as http:
+        assert http.post("/query", json={"query": "q", "condition": SPORT}).status_code == 200  # listed, loaded
+        chosen = store.find(COLOUR)  # the first of the model's smallest indexes: what the embeddings load
+        (store.root / chosen).unlink()
+        shutil.rmtree(store.root / VERSIONS / chosen)  # deleted by hand (the soak saw a 404 for a good request)
+        embedded = http.post("/v1/embeddings", json={"input": ["a girl"], "condition": "the mood"})
+        assert embedded.status_code == 200, embedded.text

@@ -60,6 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--pad", type=int, default=0, help="Indexes of made-up conditions added to the store first (the issue: 3000)."
     )
+    p.add_argument("--cap", type=int, default=None, help="The server's --max-on-demand-indexes [its default].")
     p.add_argument("--flooders", type=int, default=4, help="Clients sending the flood [default: %(default)s].")
     p.add_argument("--texts", type=int, default=32, help="New texts per embeddings request [default: %(default)s].")
     p.add_argument("--every", type=int, default=50, help="Requests between two readings of disk and RSS.")
@@ -124,13 +125,15 @@ def _free_port() -> int:
 
 
 @contextmanager
-def served(store: Path, cache: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """Run `condsearch serve` on store in its own process (keyless, loopback, defaults); yield its URL and process."""
+def served(store: Path, cache: Path, cap: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """Run `condsearch serve` on store in its own process (keyless, loopback, defaults but ``cap``, its
+    --max-on-demand-indexes); yield its URL and process."""
     import httpx
 
     port = _free_port()
     env = {**os.environ, "CONDSEARCH_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
     argv = [sys.executable, "-m", "condsearch", "serve", "--index-dir", str(store), "--port", str(port)]
+    argv += [] if cap is None else ["--max-on-demand-indexes", str(cap)]
     server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -348,7 +351,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     if args.pad:
         log("flood", f"padding the store to {args.pad + 1:,} indexes")
         pad_store(store, args.pad)
-    with served(store, cache) as (url, server):
+    with served(store, cache, args.cap) as (url, server):
         import httpx
 
         assert httpx.post(f"{url}/query", json={"query": QUERY, "condition": FIRST}, timeout=600).status_code == 200
@@ -366,6 +369,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "requests": args.requests,
             "flooders": args.flooders,
             "padding_indexes": args.pad,
+            "max_on_demand_indexes": args.cap if args.cap is not None else "the server's default",
             "texts_per_embeddings_request": args.texts,
             "server": "condsearch serve, its own process, keyless on 127.0.0.1, defaults",
             "smoke": args.smoke,

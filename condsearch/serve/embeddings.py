@@ -34,6 +34,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from condsearch.errors import StoreError, UnknownCondition
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident
 from condsearch.query.search import vectorizer_key
@@ -213,9 +214,14 @@ def embed_job(resident: Resident, model: str | None, condition: str, texts: Sequ
     put in the form that names an index of the model (lower-cased for an uncased one). Runs on a worker thread,
     not the batcher's.
     """
-    name, manifest = choose_model(resident.listing(), model)
+    try:
+        name, manifest = choose_model(resident.listing(), model)
+        entry = resident.get(manifest.condition, manifest.corpus_name)
+    except (UnknownCondition, StoreError):
+        # the index chosen for its model was deleted or replaced since the listing was read: choose again
+        name, manifest = choose_model(resident.listing(fresh=True), model)
+        entry = resident.get(manifest.condition, manifest.corpus_name)
     condition = condition_key(condition, manifest.model_id)
-    entry = resident.get(manifest.condition, manifest.corpus_name)
     vec = resident.vectorizer(entry.model_key)
     cutter = resident.cutter(entry.model_key)  # the server's one copy of this model's tokenizer
     if cutter is not None:
