@@ -565,6 +565,18 @@ def test_heldout_smoke_scores_label_precision_per_column(tiny_bert_dir: Path, tm
     assert plain["toy/colour"]["condition"] == "the colour"
 
 
+def test_adapt_smoke_makes_the_three_way_table(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    result = _run("adapt", ["--smoke", "--model", str(tiny_bert_dir)], tmp_path / "out.json")
+    rows = {(r["way"], r["source"]): r for r in result["rows"]}
+    assert set(rows) == {("rows", "toy"), ("values", "toy"), ("conditions", "toy")}
+    assert set(rows["rows", "toy"]["columns"]) == {"colour", "animal"}
+    assert list(rows["conditions", "toy"]["columns"]) == ["animal"]  # trained on colour alone
+    assert rows["conditions", "toy"]["trained_on"] == ["colour"]
+    assert len(rows["values", "toy"]["held_values"]["colour"]) >= 1
+    for row in rows.values():
+        assert {"plain", "start_router", "adapted"} == set(row["mean"])
+
+
 def test_heldout_precision_counts_same_valued_neighbours_and_leaves_the_query_out() -> None:
     heldout = load_script("heldout")
     values = ["a", "a", "b", "b", "a"] + ["c"] * 10

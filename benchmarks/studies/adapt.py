@@ -21,6 +21,7 @@ is given. Each adapt is one call of :func:`condsearch.train.adapt.adapt`, as the
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import numpy as np
 
 from benchmarks._lib.common import exit_code, log, quiet_transformers, write_outputs
 from benchmarks.studies.heldout import read_sources, smoke_sources
+from condsearch.artifacts.files import ADAPT_REPORT
 from condsearch.errors import CorpusError
 from condsearch.train.adapt import AdaptConfig
 from condsearch.train.pairs import LabelSpec
@@ -43,6 +45,7 @@ def held_value_choice(values: list[str | None], seed: int, n: int = 2) -> list[s
             counts[v] = counts.get(v, 0) + 1
     ranked = sorted(counts, key=lambda v: (-counts[v], v))
     middle = ranked[1:-1] if len(ranked) > n + 2 else ranked[1:]  # keep the most common value for training
+    n = max(1, min(n, len(ranked) - 2))  # two values at least are left to train on
     rng = np.random.default_rng(seed)
     return sorted(rng.choice(middle, size=min(n, len(middle)), replace=False).tolist())
 
@@ -69,18 +72,21 @@ def run_source(
         data = read_labelled(table, [specs[0].column])
         kwargs["held_values"] = {specs[0].column: held_value_choice(data.labels[specs[0].column], config.seed)}
     started = time.monotonic()
-    report = adapt(
-        table,
-        specs,
-        out,
-        config,
-        csts_dev=args.csts_dev,
-        model=args.model,
-        router=args.router,
-        restart=True,
-        say=lambda line: log("adapt", f"{name}/{way}: {line}"),
-        **kwargs,  # type: ignore[arg-type]
-    )
+    if args.from_reports:  # the table of runs already made (their report.json), nothing trained
+        report = json.loads((out / ADAPT_REPORT).read_text(encoding="utf-8"))
+    else:
+        report = adapt(
+            table,
+            specs,
+            out,
+            config,
+            csts_dev=args.csts_dev,
+            model=args.model,
+            router=args.router,
+            restart=True,
+            say=lambda line: log("adapt", f"{name}/{way}: {line}"),
+            **kwargs,  # type: ignore[arg-type]
+        )
     held: dict[str, dict[str, float]] = report["held_p10"]  # type: ignore[assignment]
     if way == "values":
         column = specs[0].column
@@ -103,7 +109,7 @@ def run_source(
         "pairs": report["pairs"],
         "rows": report["rows"],
         "train_seconds": report["train_seconds"],
-        "seconds": round(time.monotonic() - started, 1),
+        "seconds": report.get("seconds", round(time.monotonic() - started, 1)),
         "csts_dev": report.get("csts_dev_spearman"),
     }
 
@@ -150,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
         ("seed", int),
     ):
         p.add_argument("--" + field.replace("_", "-"), type=kind, default=getattr(AdaptConfig(), field))
+    p.add_argument(
+        "--from-reports", action="store_true", help="train nothing: build the table from --out-dir's report.json files"
+    )
     p.add_argument("--json-out", type=Path, default=None)
     p.add_argument("--md-out", type=Path, default=None)
     p.add_argument("--smoke", action="store_true", help="a tiny made-up table and a tiny model (--model)")
@@ -161,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="adapt-smoke-"))
         args.sources, args.out_dir = smoke_sources(tmp), tmp / "runs"
         args.n_pairs, args.report_rows, args.validation_rows, args.router = 40, 72, 72, args.router or "none"
+        args.epochs, args.ways = 1, ",".join(WAYS)
     elif not args.sources.is_file():
         raise CorpusError(
             f"{args.sources}: no sources file (build it with python -m benchmarks.studies.anytext.build_data)"
@@ -196,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
             if source["name"] in chosen:
                 wanted = chosen[str(source["name"])].split("+")
                 source = {**source, "conditions": {c: v for c, v in source["conditions"].items() if c in wanted}}  # type: ignore[union-attr]
+            if args.from_reports and not (args.out_dir / f"{way}-{source['name']}" / ADAPT_REPORT).is_file():
+                continue
             row = run_source(source, way, args, config)
             if row is not None:
                 log("adapt", f"{row['source']}/{way}: {row['mean']} ({row['vs_plain']:+.1%}), {row['seconds']} s")

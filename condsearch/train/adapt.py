@@ -61,8 +61,9 @@ class AdaptConfig:
     validation: float = 0.1
     #: sentence pairs drawn from the fit rows (a contrast pair gives two C-STS rows)
     n_pairs: int = 2000
-    epochs: int = 1
-    lr: float = 1e-4
+    #: 2 epochs at 5e-4: on news' validation rows 0.421 at α 1, where 1 epoch at 1e-4 left 0.333 (the start: 0.336)
+    epochs: int = 2
+    lr: float = 5e-4
     batch_size: int = 32
     #: the in-condition contrastive term's weight beside MSE
     contrast_weight: float = 1.0
@@ -321,7 +322,9 @@ def adapt(
         "history": history,
         "train_seconds": round(trained_seconds, 1),
     }
-    return _save_and_report(encoder, out, summary, held_plans, start_held, model, device, csts_dev, checkpoint_dir, say)
+    return _save_and_report(
+        encoder, out, summary, held_plans, start_held, model, device, csts_dev, checkpoint_dir, say, started
+    )
 
 
 def _save_and_report(
@@ -335,6 +338,7 @@ def _save_and_report(
     csts_dev: Path | None,
     checkpoint_dir: Path,
     say: Callable[[str], None],
+    started: float,
 ) -> dict[str, object]:
     """Write the router beside out, score it as saved, add report.json, move the folder into place whole."""
     from condsearch.artifacts.files import ADAPT_REPORT, write_json
@@ -386,6 +390,7 @@ def _save_and_report(
         if csts_dev is not None:
             say(f"C-STS dev ({Path(csts_dev).name}) of the adapted router")
             report["csts_dev_spearman"] = csts_spearman(saved, csts_dev)
+        report["seconds"] = round(time.monotonic() - started, 1)
         report = finite_record(report)
         write_json(staging / ADAPT_REPORT, report)
         with replacing_dir(out, "router") as tmp:
