@@ -11,6 +11,7 @@ Searches answer through :func:`condsearch.query.search.answer`, as the CLI and t
 
 from __future__ import annotations
 
+import builtins
 import numbers
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -28,10 +29,12 @@ from condsearch.store.sources import is_milvus
 if TYPE_CHECKING:
     import numpy as np
 
+    from condsearch.build.changes import ChangeReport
     from condsearch.model.vectorizer import Vectorizer
     from condsearch.query.hits import Hits
     from condsearch.query.resident import LoadedIndex, Resident
-    from condsearch.store.folder import Manifest
+    from condsearch.store.folder import IndexStore, Manifest
+    from condsearch.store.lifecycle import CorpusInfo
 
 #: the corpus name of data given in memory, where a file's would be its stem
 MEMORY_NAME = "corpus"
@@ -98,6 +101,17 @@ def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
             raise CondsearchError(f"{what} must be strings, not {type(value).__name__}")
     check_utf8(values, each)
     return values  # type: ignore[return-value]
+
+
+def _ids(ids: object) -> list[str | int]:
+    """Return ids as a list of strings or integers (a bool is neither), refusing anything else in one line."""
+    if isinstance(ids, str | bytes | bytearray) or not isinstance(ids, Iterable):
+        raise CondsearchError(f"ids must be a list of strings or integers, not {type(ids).__name__}")
+    out = list(ids)
+    for i in out:
+        if isinstance(i, bool) or not isinstance(i, str | numbers.Integral):
+            raise CondsearchError(f"ids must be strings or integers, not {type(i).__name__}")
+    return [i if isinstance(i, str) else int(i) for i in out]
 
 
 def _condition(condition: object, what: str = "the condition must be a string") -> str:
@@ -372,7 +386,7 @@ class Store:
         corpus: str | None = ...,
         calibrated: bool = ...,
         build: bool = ...,
-    ) -> list[Hits]: ...
+    ) -> builtins.list[Hits]: ...
     def search(
         self,
         queries: str | Sequence[str],
@@ -433,6 +447,69 @@ class Store:
         )
         # answered as any search of that index is (the builder may route on onnxruntime, as `index` does)
         return resident.get(condition, made.corpus_name)
+
+    # ------------------------------------------------------------------ change by id, lifecycle (issue 59)
+
+    def _folder_store(self, what: str) -> IndexStore:
+        if self._store is None:
+            raise CondsearchError(f"{self.location}: a Milvus store is searched here; {what} in a folder store")
+        return self._store
+
+    def list(self) -> builtins.list[CorpusInfo]:
+        """Return the store's corpora: each one's name, row count and conditions (with their index names)."""
+        from condsearch.store.lifecycle import corpora
+
+        return corpora(self._folder_store("list corpora"))
+
+    def count(self, corpus: str | None = None) -> int:
+        """Return the rows of a corpus [default: the store's only one]."""
+        from condsearch.store.lifecycle import corpus_indexes
+
+        return max(m.n_vectors for _, m in corpus_indexes(self._folder_store("count rows"), corpus)[1])
+
+    def get(self, ids: Sequence[str | int], *, corpus: str | None = None) -> builtins.list[dict[str, Any]]:
+        """Return ``{"id", "text"}`` of each id, in the order given; ids not in the corpus raise one line."""
+        from condsearch.store.lifecycle import corpus_indexes, match_ids, read_rows
+
+        store = self._folder_store("read rows")
+        name, mine = corpus_indexes(store, corpus)
+        stored, texts = read_rows(store, mine[0][0])
+        return [{"id": stored[p], "text": texts[p]} for p in match_ids(_ids(ids), stored, name)]
+
+    def delete(self, ids: Sequence[str | int], *, corpus: str | None = None) -> ChangeReport:
+        """Delete rows by id from every index of a corpus at once, encoding nothing (atomic per index, all or none)."""
+        from condsearch.build.changes import change_corpus
+
+        return change_corpus(self._folder_store("delete rows"), corpus, delete=_ids(ids))
+
+    def upsert(self, texts: Sequence[str], *, ids: Sequence[str | int], corpus: str | None = None) -> ChangeReport:
+        """Insert or replace rows by id in every index of a corpus at once, encoding only new or changed texts."""
+        from condsearch.build.changes import change_corpus
+
+        texts, given = _strings(texts, "texts", "text"), _ids(ids)
+        if len(texts) != len(given):
+            raise CondsearchError(f"{len(texts)} texts and {len(given)} ids: give one id per text")
+        pairs = list(zip(given, texts, strict=True))
+        return change_corpus(self._folder_store("upsert rows"), corpus, upsert=pairs, vectorizer=self._changer)
+
+    def drop(self, corpus: str | None = None, condition: str | None = None) -> builtins.list[str]:
+        """Remove a corpus's indexes (or only condition's) and their files; return the names removed.
+
+        Refused in one line while a build or change of the corpus is under way. Queries under way finish.
+        """
+        from condsearch.store.lifecycle import drop
+
+        return drop(self._folder_store("drop indexes"), corpus, None if condition is None else _condition(condition))
+
+    def _changer(self, manifest: Manifest) -> Vectorizer:
+        """Return the model that encodes an upsert into an index: the store's when it made the index, else its own."""
+        from condsearch.model.identity import ModelIdentity
+
+        if self._model is not None and ModelIdentity.of_vectorizer(self._model.vectorizer).fingerprint == (
+            manifest.fingerprint
+        ):
+            return self._model.vectorizer
+        return self._vectorizer(manifest)
 
 
 def _check_agrees(model: Model, mode: Mode | None, router: str | None) -> None:

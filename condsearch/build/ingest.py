@@ -182,6 +182,14 @@ def build_condition_index(
             if kept is not None:
                 kept.vectors.close()
         publish_staged(draft, corpus, corpus_name, info, factory=factory, search_params=search_params)
+    log.info(
+        "built index %s (corpus %r, condition %r): %d rows, %d encoded",
+        draft.name,
+        corpus_name,
+        condition,
+        n,
+        counts[0],
+    )
     return BuildReport(draft.name, n, *counts, factory, search_params)
 
 

@@ -21,6 +21,7 @@ from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.adapt import adapt_cmd
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
+from condsearch.cli.lifecycle import delete_cmd, rm_cmd
 from condsearch.cli.pairs import pairs_cmd
 from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli.serve import serve_cmd
@@ -101,4 +102,6 @@ def demo_corpus_cmd(out: Path) -> None:
 
 
 for command in (index_cmd, query_cmd, list_cmd, verify_cmd, serve_cmd, export_cmd, train_cmd, pairs_cmd, adapt_cmd):
+    main.add_command(command)
+for command in (rm_cmd, delete_cmd):  # issue 59
     main.add_command(command)

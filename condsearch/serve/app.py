@@ -33,6 +33,7 @@ from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, Un
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, ServeConfig
+from condsearch.serve.drops import drop_route
 from condsearch.serve.embeddings import EmbedJob, add_embeddings, answer_jobs
 from condsearch.serve.headers import SecurityHeaders
 from condsearch.serve.hosts import HostCheck
@@ -361,6 +362,11 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         # a folder name or error may hold bytes that are not UTF-8 (surrogate-escaped)
         listed = [_without_paths(index_summary(name, m)) for name, m in resident.listing(fresh=True)]
         return _printable({"indexes": listed})
+
+    @app.delete("/indexes/{corpus}", responses=errors)
+    def drop_indexes(corpus: str, condition: str | None = None) -> dict[str, Any]:
+        """Remove a corpus's indexes, or only ``condition``'s (issue 59); 409 while a build of the corpus runs."""
+        return drop_route(resident, corpus, condition)
 
     @app.get("/health")
     def health() -> dict[str, Any]:
