@@ -9,16 +9,19 @@ condition and served by `condsearch serve` in its own process, keyless on loopba
   ``POST /v1/embeddings``, while one more client asks a known query in a loop. Reported: the bytes of
   the cache folder and the store, and the server's RSS, before, every --every requests and after; the
   statuses; the known query's p50/p95 before and during the flood.
-- past the cap: --past-cap more requests under new conditions, as above, once the flood is over.
+- past the cap: new conditions one at a time until the server refuses one for its cap (507), then
+  --past-cap more requests under new conditions, as above.
 - soak (--soak-s): --clients clients for that long, each mixing known queries, new conditions,
   embeddings of new texts and (one client) deletions of indexes built on demand. Reported: good
   requests (a known query, an embedding) that failed, which must be 0; the refusals by status; RSS at
   the start, the end and its peak.
 
     python -m benchmarks.systems.flood --soak-s 60 --json-out benchmarks/systems/results/flood.json
+    # the issue's store of 3,000 indexes, every new condition refused (--cap 0): what refusals cost others
+    python -m benchmarks.systems.flood --pad 3000 --cap 0 --json-out benchmarks/systems/results/flood_3000.json
 
 ``--smoke`` runs the same on a tiny model (--model, a tiny BERT with --router none), 40 rows, a few
-requests and a 3-second soak of 4 clients (the tests run it).
+requests, a cap of 8 and a 3-second soak of 4 clients (the tests run it).
 """
 
 from __future__ import annotations
@@ -250,6 +253,20 @@ def flood(
     }
 
 
+def fill_to_cap(url: str, most: int = 256) -> int:
+    """Ask for new conditions one at a time until the server refuses one for its cap (507); return how many it built."""
+    import httpx
+
+    with httpx.Client(base_url=url, timeout=600) as http:
+        for n in range(most):
+            status = new_condition(http, 10**8 + n)
+            if status == 507:
+                return n
+            if status not in (200, 202):
+                raise SystemExit(f"a new condition got {status} on the way to the cap")
+    raise SystemExit(f"no cap after {most} new conditions")
+
+
 # ---------------------------------------------------------------- soak
 
 
@@ -343,7 +360,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["CONDSEARCH_CACHE_DIR"] = str(cache)  # the in-process `index` fills the cache the server reads
     if args.smoke:
         args.rows, args.requests, args.every, args.texts, args.past_cap = 40, 12, 6, 4, 6
-        args.pad = min(args.pad, 20)
+        args.pad, args.cap = min(args.pad, 20), 8 if args.cap is None else args.cap
     load: dict[str, Any] = {"before": os.getloadavg(), "uptime_before": uptime()}
     corpus = write_corpus(corpus_texts(args.rows, args.smoke, args.csts), work / "corpus.parquet")
     log("flood", f"{args.rows} rows: indexing {FIRST!r}")
@@ -356,7 +373,8 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         assert httpx.post(f"{url}/query", json={"query": QUERY, "condition": FIRST}, timeout=600).status_code == 200
         flooded = flood(url, server.pid, store, cache, args, requests=args.requests, first=0, mixed=True)
-        log("flood", f"past the cap: {args.past_cap} requests under new conditions")
+        filled = fill_to_cap(url)
+        log("flood", f"{filled} more built to the cap; past it: {args.past_cap} requests under new conditions")
         past = flood(url, server.pid, store, cache, args, requests=args.past_cap, first=10**6, mixed=False)
         soaked = soak(url, server.pid, store, cache, args) if args.soak_s > 0 or args.smoke else None
     load.update({"after": os.getloadavg(), "uptime_after": uptime()})
@@ -375,6 +393,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "smoke": args.smoke,
         },
         "flood": flooded,
+        "built_to_reach_the_cap": filled,
         "past_the_cap": past,
         "soak": soaked,
         "load_average": load,

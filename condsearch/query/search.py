@@ -34,11 +34,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: keys computed lately, by the manifest object they were computed for (a store's listing keeps its manifests)
+_KEYS: dict[int, tuple[Manifest, str]] = {}
+_KEPT_KEYS = 1 << 16
+
+
 def vectorizer_key(manifest: Manifest) -> str:
-    """Return what identifies the model an index needs: indexes with equal keys can share one loaded copy."""
+    """Return what identifies the model an index needs: indexes with equal keys can share one loaded copy.
+
+    Kept per manifest object: a server choosing a model among 3,000 indexes asks for every one's, per request.
+    """
+    kept = _KEYS.get(id(manifest))
+    if kept is not None and kept[0] is manifest:
+        return kept[1]
     from condsearch.model.identity import ModelIdentity
 
-    return ModelIdentity.of_manifest(manifest).key
+    key = ModelIdentity.of_manifest(manifest).key
+    if len(_KEYS) >= _KEPT_KEYS:
+        _KEYS.clear()
+    _KEYS[id(manifest)] = (manifest, key)
+    return key
 
 
 # ------------------------------------------------------------------ answering
