@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.adapt import adapt_cmd
+from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
 from condsearch.cli.lifecycle import delete_cmd, rm_cmd
@@ -26,6 +26,7 @@ from condsearch.cli.pairs import pairs_cmd
 from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli.serve import serve_cmd
 from condsearch.cli.train import train_cmd
+from condsearch.encoders.cpu import passive_waits
 from condsearch.errors import CondsearchError, first_line, os_reason
 from condsearch.progress import set_quiet
 from condsearch.version import __version__
@@ -71,6 +72,7 @@ def main(verbose: bool, quiet: bool) -> None:
     )
     set_quiet(quiet)
     _quiet_transformers()
+    passive_waits()  # before any command imports torch: its threads sleep rather than spin on a busy CPU
 
 
 def _quiet_transformers() -> None:

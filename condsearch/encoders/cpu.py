@@ -6,6 +6,7 @@ Kept free of torch so that the CLI's choices and ``--help`` import nothing heavy
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
@@ -30,6 +31,23 @@ class CpuConfig:
     threads: int | None = None
     #: what runs the encoder for bulk work (see ``Backend``)
     backend: Backend = "auto"
+
+
+#: OpenMP's wait policy for torch's intra-op threads where the environment names none (``OMP_WAIT_POLICY``).
+#: PASSIVE: a thread that waits for the others sleeps. The default lets it spin, which on a busy CPU (readers
+#: beside an `index`) keeps the core another process needs, so that every parallel region waits for a
+#: thread the spinning keeps off its core: `index` of 1,000 rows beside other work ran 76 s spinning,
+#: 21-25 s passive, at 2 threads on 2 cores (issue 58, item 12; benchmarks/systems/README.md)
+OMP_WAIT_POLICY = "PASSIVE"
+
+
+def passive_waits() -> None:
+    """Make torch's OpenMP threads sleep while they wait (OMP_WAIT_POLICY), unless the environment says otherwise.
+
+    Read once, when torch's OpenMP runtime loads: so only before torch is imported, as the CLI does first.
+    """
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", OMP_WAIT_POLICY)
 
 
 def check_quantize(value: str) -> Quantize:
