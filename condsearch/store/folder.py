@@ -244,12 +244,13 @@ class IndexStore:
     def _publish(self, name: str, version: Path) -> None:
         """Point <root>/<name> at version in one step (a folder from before versioning is moved aside first)."""
         target = self.root / name
+        if target.is_dir() and not target.is_symlink():
+            # format 1: a real folder cannot be replaced by a symlink in one step (nor does replacing_file
+            # replace a folder). Until the symlink is in, readers read the old folder under its .trash-
+            # name, as after an old crash.
+            os.rename(target, self.root / f"{_TRASH}{name}-{os.getpid()}-{time.time_ns()}")
         with replacing_file(target) as link:
             os.symlink(os.path.relpath(version, self.root), link)
-            if target.is_dir() and not target.is_symlink():
-                # format 1: a real folder cannot be replaced by a symlink in one step. Until the symlink is
-                # in, readers read the old folder under its .trash- name, as after an old crash.
-                os.rename(target, self.root / f"{_TRASH}{name}-{os.getpid()}-{time.time_ns()}")
         fsync_dir(self.root)
 
     def _collect(self, name: str, keep: Path) -> None:
