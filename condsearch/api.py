@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
-from condsearch.build.ann import IndexConfig
+from condsearch.base.ann import IndexConfig
 from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.query.config import QueryConfig
-from condsearch.store.sources import is_milvus
+from condsearch.query.sources import is_milvus
 
 if TYPE_CHECKING:
     import numpy as np
@@ -119,7 +119,7 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
 def _conditions(conditions: object) -> list[str]:
     """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
-    from condsearch.query.conditions import check_new_condition
+    from condsearch.store.conditions import check_new_condition
 
     if isinstance(conditions, str):
         return [check_new_condition(_condition(conditions))]
@@ -190,8 +190,8 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.policy import load_bulk_vectorizer
-    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import load_vectorizer
 
     router, quantize = _router(router), check_quantize(quantize)
@@ -258,8 +258,8 @@ class Store:
         where the index allows it), so a search here answers exactly as `condsearch serve` does.
         """
         from condsearch.encoders.cpu import available_cores
+        from condsearch.encoders.spec import Runtime
         from condsearch.model.policy import load_index_model
-        from condsearch.model.spec import Runtime
         from condsearch.query.search import vectorizer_key
 
         key = vectorizer_key(manifest)
@@ -296,9 +296,9 @@ class Store:
         opened with one, must be that mode and router (else a one-line CondsearchError); without
         one, the default model is loaded so [default: :func:`load_model`'s].
         """
-        from condsearch.build.ingest import index_conditions
         from condsearch.corpus.memory import memory_corpus
         from condsearch.corpus.reader import scan_corpus
+        from condsearch.ingest.chunks import index_conditions
         from condsearch.query.search import vectorizer_key
         from condsearch.store.listing import kept_mode
 
@@ -403,7 +403,7 @@ class Store:
             loaded = self._loaded_index(self._resident, condition, corpus, build=build)
             found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k, calibrated=calibrated)
         else:
-            from condsearch.store.sources import open_index
+            from condsearch.query.sources import open_index
 
             try:
                 with open_index(self.location, condition, corpus, corpus_option=CORPUS_KEYWORD) as index:
@@ -418,7 +418,7 @@ class Store:
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
-        from condsearch.model.spec import Runtime
+        from condsearch.encoders.spec import Runtime
         from condsearch.query.on_demand import build_on_demand
 
         try:

@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.adapt import adapt_cmd
+from condsearch.cli.common import CONTEXT, check_utf8
 from condsearch.cli.export import export_cmd
 from condsearch.cli.index import index_cmd
 from condsearch.cli.pairs import pairs_cmd

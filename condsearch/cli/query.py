@@ -28,7 +28,7 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
-    from condsearch.model.spec import Runtime
+    from condsearch.encoders.spec import Runtime
     from condsearch.query.search import Answer
     from condsearch.store.folder import IndexStore
 
@@ -41,7 +41,7 @@ def _stdin_queries() -> list[str]:
 
 
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
-    from condsearch.corpus.regular_files import check_regular_file
+    from condsearch.base.regular_files import check_regular_file
 
     queries: list[str] = []
     for t in texts:
@@ -135,8 +135,8 @@ def query_cmd(
     A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
     sentence states the router cached when the corpus was indexed (--no-build refuses instead).
     """
+    from condsearch.encoders.spec import Runtime
     from condsearch.model.policy import vectorizer_for
-    from condsearch.model.spec import Runtime
     from condsearch.query.calibration import Background
     from condsearch.query.search import answer
     from condsearch.store.searchable import FaissIndex
@@ -160,7 +160,7 @@ def query_cmd(
         )
 
     if store_spec is not None:
-        from condsearch.store.sources import open_index
+        from condsearch.query.sources import open_index
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:

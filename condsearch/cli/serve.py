@@ -25,7 +25,7 @@ from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
 
 def _memory(value: str) -> str:
     """Return a memory size as given, once it parses (a usage error otherwise)."""
-    from condsearch.build.ann import parse_memory
+    from condsearch.base.ann import parse_memory
 
     try:
         parse_memory(value)
