@@ -28,7 +28,7 @@ from condsearch.query.sources import is_milvus
 if TYPE_CHECKING:
     import numpy as np
 
-    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.model import Vectorizer
     from condsearch.query.hits import Hits
     from condsearch.query.resident import LoadedIndex, Resident
     from condsearch.store.folder import Manifest
@@ -191,8 +191,7 @@ def load_model(
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
     from condsearch.encoders.spec import EncoderSpec, Runtime
-    from condsearch.model.policy import load_bulk_vectorizer
-    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.model import load_bulk_vectorizer, load_vectorizer
 
     router, quantize = _router(router), check_quantize(quantize)
     mode = _mode(mode, model, profile=profile is not None, router=router is not None)
@@ -259,7 +258,7 @@ class Store:
         """
         from condsearch.encoders.cpu import available_cores
         from condsearch.encoders.spec import Runtime
-        from condsearch.model.policy import load_index_model
+        from condsearch.model import load_index_model
         from condsearch.query.search import vectorizer_key
 
         key = vectorizer_key(manifest)
@@ -298,7 +297,7 @@ class Store:
         """
         from condsearch.corpus.memory import memory_corpus
         from condsearch.corpus.reader import scan_corpus
-        from condsearch.ingest.chunks import index_conditions
+        from condsearch.ingest import index_conditions
         from condsearch.query.search import vectorizer_key
         from condsearch.store.listing import kept_mode
 

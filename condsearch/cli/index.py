@@ -36,7 +36,7 @@ from condsearch.errors import CondsearchError
 if TYPE_CHECKING:
     from condsearch.corpus.reader import CorpusFile
     from condsearch.encoders.spec import EncoderSpec
-    from condsearch.ingest.chunks import BuildReport
+    from condsearch.ingest import BuildReport
     from condsearch.store.folder import IndexStore
 
 #: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
@@ -270,8 +270,8 @@ def _encode(
 ) -> tuple[list[BuildReport], str]:
     """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend."""
     if params["ray_address"] is None:
-        from condsearch.ingest.chunks import index_conditions
-        from condsearch.model.policy import backend_of, load_bulk_vectorizer
+        from condsearch.ingest import index_conditions
+        from condsearch.model import backend_of, load_bulk_vectorizer
 
         vec = load_bulk_vectorizer(spec, backend=params["backend"])
         reports = index_conditions(data, conditions, vec, store, full=params["full"], progress=True, **build)

@@ -136,7 +136,7 @@ def query_cmd(
     sentence states the router cached when the corpus was indexed (--no-build refuses instead).
     """
     from condsearch.encoders.spec import Runtime
-    from condsearch.model.policy import vectorizer_for
+    from condsearch.model import vectorizer_for
     from condsearch.query.calibration import Background
     from condsearch.query.search import answer
     from condsearch.store.searchable import FaissIndex
@@ -194,7 +194,7 @@ def query_cmd(
         raise fail(exc) from exc
     _print_answers(found, as_json)
     if light and on_device:  # torch answered: its ONNX export lets the next such query skip torch
-        from condsearch.model.one_shot import cache_onnx_export
+        from condsearch.model import cache_onnx_export
 
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()
