@@ -117,3 +117,11 @@ def test_the_allowed_list_holds_only_packages_still_entered_from_the_side() -> N
 def test_architecture_doc_lists_the_layers() -> None:
     doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert import_graph.layers_markdown() in doc, "paste python tools/import_graph.py --layers-md into the doc"
+
+
+@pytest.mark.parametrize("package", ["ingest", "model", "csr", "serve"])
+def test_front_doors_hold_what_they_list(package: str) -> None:
+    import importlib
+
+    module = importlib.import_module(f"condsearch.{package}")
+    assert module.__all__ and all(getattr(module, name) is not None for name in module.__all__)

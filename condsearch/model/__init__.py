@@ -12,11 +12,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from condsearch.model.one_shot import cache_onnx_export
+    from condsearch.model.one_shot import ONE_SHOT_THREADS, cache_onnx_export
     from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model, vectorizer_for
     from condsearch.model.vectorizer import Vectorizer, load_vectorizer
 
 __all__ = [
+    "ONE_SHOT_THREADS",
     "Vectorizer",
     "backend_of",
     "cache_onnx_export",
@@ -28,6 +29,7 @@ __all__ = [
 
 #: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
 _HOMES = {
+    "ONE_SHOT_THREADS": "one_shot",
     "Vectorizer": "vectorizer",
     "backend_of": "policy",
     "cache_onnx_export": "one_shot",
