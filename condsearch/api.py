@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
-from condsearch.build.ann import IndexConfig
+from condsearch.base.ann import IndexConfig
 from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.query.config import QueryConfig
-from condsearch.store.sources import is_milvus
+from condsearch.query.sources import is_milvus
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from condsearch.build.changes import ChangeReport
-    from condsearch.model.vectorizer import Vectorizer
+    from condsearch.ingest import ChangeReport
+    from condsearch.model import Vectorizer
     from condsearch.query.hits import Hits
     from condsearch.query.resident import LoadedIndex, Resident
     from condsearch.store.folder import IndexStore, Manifest
@@ -133,7 +133,7 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
 def _conditions(conditions: object) -> list[str]:
     """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
-    from condsearch.query.conditions import check_new_condition
+    from condsearch.store.conditions import check_new_condition
 
     if isinstance(conditions, str):
         return [check_new_condition(_condition(conditions))]
@@ -204,9 +204,8 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
-    from condsearch.model.policy import load_bulk_vectorizer
-    from condsearch.model.spec import EncoderSpec, Runtime
-    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model import load_bulk_vectorizer, load_vectorizer
 
     router, quantize = _router(router), check_quantize(quantize)
     mode = _mode(mode, model, profile=profile is not None, router=router is not None)
@@ -272,8 +271,8 @@ class Store:
         where the index allows it), so a search here answers exactly as `condsearch serve` does.
         """
         from condsearch.encoders.cpu import available_cores
-        from condsearch.model.policy import load_index_model
-        from condsearch.model.spec import Runtime
+        from condsearch.encoders.spec import Runtime
+        from condsearch.model import load_index_model
         from condsearch.query.search import vectorizer_key
 
         key = vectorizer_key(manifest)
@@ -310,9 +309,9 @@ class Store:
         opened with one, must be that mode and router (else a one-line CondsearchError); without
         one, the default model is loaded so [default: :func:`load_model`'s].
         """
-        from condsearch.build.ingest import index_conditions
         from condsearch.corpus.memory import memory_corpus
         from condsearch.corpus.reader import scan_corpus
+        from condsearch.ingest import index_conditions
         from condsearch.query.search import vectorizer_key
         from condsearch.store.listing import kept_mode
 
@@ -417,7 +416,7 @@ class Store:
             loaded = self._loaded_index(self._resident, condition, corpus, build=build)
             found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k, calibrated=calibrated)
         else:
-            from condsearch.store.sources import open_index
+            from condsearch.query.sources import open_index
 
             try:
                 with open_index(self.location, condition, corpus, corpus_option=CORPUS_KEYWORD) as index:
@@ -432,7 +431,7 @@ class Store:
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
-        from condsearch.model.spec import Runtime
+        from condsearch.encoders.spec import Runtime
         from condsearch.query.on_demand import build_on_demand
 
         try:
@@ -478,13 +477,13 @@ class Store:
 
     def delete(self, ids: Sequence[str | int], *, corpus: str | None = None) -> ChangeReport:
         """Delete rows by id from every index of a corpus at once, encoding nothing (atomic per index, all or none)."""
-        from condsearch.build.changes import change_corpus
+        from condsearch.ingest import change_corpus
 
         return change_corpus(self._folder_store("delete rows"), corpus, delete=_ids(ids))
 
     def upsert(self, texts: Sequence[str], *, ids: Sequence[str | int], corpus: str | None = None) -> ChangeReport:
         """Insert or replace rows by id in every index of a corpus at once, encoding only new or changed texts."""
-        from condsearch.build.changes import change_corpus
+        from condsearch.ingest import change_corpus
 
         texts, given = _strings(texts, "texts", "text"), _ids(ids)
         if len(texts) != len(given):
@@ -503,7 +502,7 @@ class Store:
 
     def _changer(self, manifest: Manifest) -> Vectorizer:
         """Return the model that encodes an upsert into an index: the store's when it made the index, else its own."""
-        from condsearch.model.identity import ModelIdentity
+        from condsearch.model import ModelIdentity
 
         if self._model is not None and ModelIdentity.of_vectorizer(self._model.vectorizer).fingerprint == (
             manifest.fingerprint

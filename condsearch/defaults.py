@@ -2,7 +2,7 @@
 
 Free of imports beyond the standard library, so that the CLI reads it for --help without loading
 numpy or FAISS. Every other default lives with the config or module of its concept, and the CLI
-reads it from there: the index type in :class:`condsearch.build.ann.IndexConfig`, the server's in
+reads it from there: the index type in :class:`condsearch.base.ann.IndexConfig`, the server's in
 :class:`condsearch.serve.config.ServeConfig` (its reload interval too), pairs per forward pass in
 :data:`condsearch.encoders.base.ENCODE_BATCH_SIZE`, the index modes (case, csr) in
 :data:`condsearch.artifacts.profiles.MODES`, a query's k in

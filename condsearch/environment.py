@@ -2,8 +2,8 @@
 
 A server that started with ``CONDSEARCH_CPU_KIND=amx2`` said it was healthy and answered every query 500
 (issue 58). `condsearch serve` calls :func:`check_environment` before it listens, and exits with its one
-line. Each setting is read where it is used (:func:`condsearch.encoders.cpu_kind.cpu_kind`,
-:func:`condsearch.model.output_cache.default_cache_dir`, the CLI's ``envvar`` options; the API key's,
+line. Each setting is read where it is used (:func:`condsearch.base.cpu_kind.cpu_kind`,
+:func:`condsearch.base.output_cache.default_cache_dir`, the CLI's ``envvar`` options; the API key's,
 ``CONDSEARCH_API_KEY``, is checked with the flag it stands for, by ``serve``); this module only checks them.
 """
 
@@ -13,9 +13,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from condsearch.encoders.cpu_kind import CPU_KIND_ENV, check_kind
+from condsearch.base.cpu_kind import CPU_KIND_ENV, check_kind
+from condsearch.base.output_cache import CACHE_DIR_ENV
 from condsearch.errors import CondsearchError
-from condsearch.model.output_cache import CACHE_DIR_ENV
 
 
 def check_environment(environ: Mapping[str, str] | None = None) -> None:

@@ -89,7 +89,7 @@ def other_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_encoder(tiny_bert_dir: Path):
     """The tiny BERT loaded once on the CPU (tests that read its stats load their own)."""
     from condsearch.encoders import load_encoder
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
 
     return load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
 
@@ -167,7 +167,7 @@ def corpus_file(write_corpus: WriteCorpus) -> Path:
 @pytest.fixture(scope="session", autouse=True)
 def _one_cpu_kind() -> Iterator[None]:
     """Pin the CPU kind for the whole session, its session-scoped fixtures included (set up before any test's
-    monkeypatch): auto's dtype and backend follow the kind (condsearch.encoders.cpu_kind), one for every machine;
+    monkeypatch): auto's dtype and backend follow the kind (condsearch.base.cpu_kind), one for every machine;
     a test's own monkeypatch.setenv of it is undone back to this."""
     before = os.environ.get("CONDSEARCH_CPU_KIND")
     os.environ["CONDSEARCH_CPU_KIND"] = "other"

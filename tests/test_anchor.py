@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from condsearch.encoders import load_encoder
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.anchor import Anchor
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
 from tests.test_finetune_resume import _data

@@ -10,7 +10,7 @@ import faiss
 import numpy as np
 import pytest
 
-from condsearch.build.ann import (
+from condsearch.base.ann import (
     IndexConfig,
     choose_index,
     flat_bytes,
@@ -19,12 +19,12 @@ from condsearch.build.ann import (
     sample_rows,
     train_rows,
 )
-from condsearch.build.faiss_indexes import build_index, exact_search, normalize
-from condsearch.build.ingest import index_corpus
+from condsearch.base.faiss_indexes import build_index, exact_search, normalize
 from condsearch.corpus.reader import read_corpus
 from condsearch.encoders import Encoder
 from condsearch.encoders.base import Pair
 from condsearch.errors import CondsearchError
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore, StoreError
@@ -220,7 +220,7 @@ def test_k_of_every_row_returns_every_row_from_approximate_indexes(tmp_path: Pat
 
 
 def test_search_caps_k_at_the_index_size_and_never_pads(tmp_path: Path) -> None:
-    from condsearch.build.faiss_indexes import search
+    from condsearch.base.faiss_indexes import search
 
     x = normalize(np.random.default_rng(5).standard_normal((40, 16)).astype(np.float32))
     for factory in ("Flat", "HNSW8", "IVF4,Flat"):
@@ -258,7 +258,7 @@ def test_search_caps_k_at_the_index_size_and_never_pads(tmp_path: Path) -> None:
     ],
 )
 def test_factories_outside_the_supported_forms_are_refused_before_faiss_sees_them(factory: str) -> None:
-    from condsearch.build.ann import check_factory
+    from condsearch.base.ann import check_factory
 
     with pytest.raises(ValueError, match="factory"):
         check_factory(factory, 308, 16)
@@ -272,8 +272,8 @@ def test_factories_outside_the_supported_forms_are_refused_before_faiss_sees_the
      "IVF8,PQ8x4", "PQ4x4", "PQ16x1", "SQ4", "SQ6", "SQ8", "SQfp16"],
 )  # fmt: skip
 def test_every_supported_factory_builds_and_answers_every_row(factory: str) -> None:
-    from condsearch.build.ann import check_factory
-    from condsearch.build.faiss_indexes import search
+    from condsearch.base.ann import check_factory
+    from condsearch.base.faiss_indexes import search
 
     x = normalize(np.random.default_rng(1).standard_normal((308, 16)).astype(np.float32))
     check_factory(factory, 308, 16)
@@ -282,7 +282,7 @@ def test_every_supported_factory_builds_and_answers_every_row(factory: str) -> N
 
 
 def test_8_bit_pq_forms_are_supported() -> None:
-    from condsearch.build.ann import check_factory
+    from condsearch.base.ann import check_factory
 
     for factory in ("PQ4", "IVF8,PQ8", "HNSW16,PQ4", "IVF1024,PQ32"):
         assert check_factory(factory, 10**6, 256).pq_bits == 8
@@ -292,7 +292,7 @@ def test_8_bit_pq_forms_are_supported() -> None:
     "factory, n, match", [("IVF64,Flat", 10, "too few"), ("PQ4", 100, "too few"), ("PQ4x4", 10, "too few")]
 )
 def test_factories_too_big_for_the_corpus_are_refused_up_front(factory: str, n: int, match: str) -> None:
-    from condsearch.build.ann import check_factory
+    from condsearch.base.ann import check_factory
 
     with pytest.raises(ValueError, match=match):
         check_factory(factory, n, 16)
@@ -313,8 +313,8 @@ from click.testing import CliRunner
 from condsearch.cli import main
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError
-from condsearch.build.faiss_indexes import build_index
-from condsearch.build.ingest import index_corpus
+from condsearch.base.faiss_indexes import build_index
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.store.folder import IndexStore
 sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r})
@@ -374,7 +374,7 @@ def test_search_params_out_of_range_are_refused(tmp_path: Path, factory: str, pa
 
 
 def test_search_params_at_their_limits_are_accepted(tmp_path: Path) -> None:
-    from condsearch.build.ann import apply_search_params
+    from condsearch.base.ann import apply_search_params
 
     x = normalize(np.random.default_rng(2).standard_normal((308, 16)).astype(np.float32))
     hnsw, ivf = build_index(x, "HNSW16"), build_index(x, "IVF16,Flat")

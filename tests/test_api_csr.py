@@ -77,7 +77,7 @@ def test_the_default_mode_has_one_home_that_the_cli_and_the_api_read(
 
 
 def test_auto_is_the_router_for_the_default_model_unless_a_case_setting_is_named() -> None:
-    from condsearch.model.sources import DEFAULT_MODEL
+    from condsearch.base.model_sources import DEFAULT_MODEL
 
     resolve = profiles.resolve_mode
     assert DEFAULT_MODE == MODE_AUTO  # issue 39: the router loses least out of the caption domain

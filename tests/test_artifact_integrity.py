@@ -17,7 +17,9 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from condsearch.artifacts.files import DEFAULT_ROUTER_DIR, ROUTER_CONFIG, ROUTER_WEIGHTS
+from condsearch.base.artifact_files import DEFAULT_ROUTER_DIR, ROUTER_CONFIG, ROUTER_WEIGHTS
+from condsearch.base.model_sources import resolve_model
+from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.cli import main
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.cache import StateCache, split
@@ -35,10 +37,8 @@ from condsearch.encoders.onnx_files import (
     load_cached_export,
     read_export,
 )
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
-from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES
 from tests.test_onnx_trace import _adapter

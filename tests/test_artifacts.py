@@ -14,13 +14,13 @@ import torch
 from safetensors.numpy import load_file
 from safetensors.torch import save_file
 
-from condsearch.artifacts import files
 from condsearch.artifacts.adapters import read_adapter
 from condsearch.artifacts.convert import convert_legacy_adapter
 from condsearch.artifacts.profiles import Profile, ProfileError, recorded_profile, resolve_profile
+from condsearch.base import artifact_files as files
 from condsearch.encoders import load_encoder
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer
 from tests.conftest import SENTENCES
 from tests.test_cli import assert_clean_error, ok, run
@@ -194,7 +194,7 @@ def test_an_index_rebuilds_its_profile(tiny_bert_dir: Path, tmp_path: Path) -> N
 
 
 def test_an_index_from_when_lora_was_the_default_still_names_lora() -> None:
-    from condsearch.model.sources import DEFAULT_MODEL
+    from condsearch.base.model_sources import DEFAULT_MODEL
 
     # such manifests say head 'default'; new ones never do (the name is resolved before it is recorded)
     assert recorded_profile("default") == "lora" and recorded_profile("full") == "full"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.store.atomic import ARTIFACT_MARKERS, recover_dir, replacing_dir
+from condsearch.base.atomic import ARTIFACT_MARKERS, recover_dir, replacing_dir
 
 
 def _write(folder: Path, text: str) -> None:

@@ -1,4 +1,4 @@
-"""The shared write steps of condsearch.store.atomic: a file or a folder moves in whole, or not at all."""
+"""The shared write steps of condsearch.base.atomic: a file or a folder moves in whole, or not at all."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.store.atomic import replacing_file, swap_dir, temporary_name
+from condsearch.base.atomic import replacing_file, swap_dir, temporary_name
 
 
 def test_temporary_name_is_hidden_beside_the_path_and_fresh(tmp_path: Path) -> None:

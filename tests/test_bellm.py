@@ -16,8 +16,8 @@ from condsearch.encoders.bidirectional import decoder_layers, make_bidirectional
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import BELLM_PROMPT, BELLM_UNCONDITIONAL, PRESETS
 from condsearch.encoders.pooling import last_token_pool
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
-from condsearch.model.spec import EncoderSpec, Runtime
 from tests.test_llm_encoders import COLOUR, PAIRS, make_decoder
 from tests.tolerance import assert_rows_close, pooled_tolerance
 

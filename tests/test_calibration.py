@@ -16,22 +16,17 @@ from click.testing import CliRunner, Result
 from fastapi.testclient import TestClient
 
 import condsearch
-from condsearch.build.ingest import index_corpus
 from condsearch.cli import main
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
-from condsearch.query.calibration import (
-    QUANTILES,
-    SAMPLE_ROWS,
-    Background,
-    sample_rows,
-    score_background,
-)
+from condsearch.query.calibration import Background
 from condsearch.query.hits import COLUMNS, Z_COLUMN
 from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
+from condsearch.store.background import QUANTILES, SAMPLE_ROWS, sample_rows, score_background
 from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import BACKGROUND_FIELDS as FIELDS
 from condsearch.store.manifest import MANIFEST
@@ -151,7 +146,7 @@ def test_an_incremental_re_index_updates_the_background(store: IndexStore, write
 
 
 def test_store_write_records_the_background_of_the_vectors_it_is_given(tmp_path: Path) -> None:
-    from condsearch.build.faiss_indexes import build_index
+    from condsearch.base.faiss_indexes import build_index
     from tests.test_store import _manifest, _write
 
     store = IndexStore(tmp_path)

@@ -317,7 +317,7 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
     monkeypatch.setattr("condsearch.corpus.reader.scan_corpus", scan_corpus)
     monkeypatch.setattr("condsearch.cli.index.open_store", open_store)
     monkeypatch.setattr("condsearch.model.policy.load_bulk_vectorizer", load_bulk_vectorizer)
-    monkeypatch.setattr("condsearch.build.ingest.index_conditions", index_conditions)
+    monkeypatch.setattr("condsearch.ingest.chunks.index_conditions", index_conditions)
     monkeypatch.setattr("condsearch.scale.ray_encode.ray_index_conditions", ray_index_conditions)
     monkeypatch.setattr("condsearch.scale.export.export_indexes", export_indexes)
     return calls

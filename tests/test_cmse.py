@@ -12,7 +12,7 @@ from torch import nn
 
 from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.finetune import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
 from condsearch.train.losses import (
     LossSettings,

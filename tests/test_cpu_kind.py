@@ -13,13 +13,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from condsearch.base import cpu_kind as kinds
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV, PATHS, cpu_kind, kind_of_flags, read_flags
 from condsearch.cli import main
-from condsearch.encoders import cpu_kind as kinds
 from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV, PATHS, cpu_kind, kind_of_flags, read_flags
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model, vectorizer_for
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.tolerance import EPS32, vector_tolerance
@@ -106,7 +106,7 @@ def test_auto_is_bfloat16_where_the_cpu_has_it_and_float32_elsewhere_an_asked_dt
 
 
 def _source(folder: Path) -> Any:
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.model_sources import resolve_model
 
     return resolve_model(str(folder))
 

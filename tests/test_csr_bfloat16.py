@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
 from condsearch.encoders.onnx_export import pooled_cosines
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.vectors import vector_fingerprint
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_cli import ok, query, run

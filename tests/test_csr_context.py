@@ -542,10 +542,10 @@ def test_top_scope_trains_only_the_top_layers(deep_bert_dir: Path) -> None:
 
 def test_the_shipped_default_router_is_the_context_router_with_k_2() -> None:
     """The default chosen on issue 22's accuracy-cost table (benchmarks/paper/README.md)."""
-    from condsearch.artifacts.files import DEFAULT_ROUTER_DIR
     from condsearch.artifacts.routers import router_model_id
+    from condsearch.base.artifact_files import DEFAULT_ROUTER_DIR
+    from condsearch.base.model_sources import DEFAULT_MODEL
     from condsearch.csr.context_weights import saved_context_config
-    from condsearch.model.sources import DEFAULT_MODEL
 
     assert saved_context_config(DEFAULT_ROUTER_DIR) == ContextConfig(k=2)
     assert router_model_id(DEFAULT_ROUTER_DIR) == DEFAULT_MODEL

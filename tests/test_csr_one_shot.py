@@ -17,13 +17,13 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from condsearch.base.output_cache import default_cache_dir
 from condsearch.cli import main
 from condsearch.csr.cache import StateCache
 from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, QUERIES_SUBDIR
 from condsearch.csr.one_shot import OneShotRouterEncoder, round_as_stored
 from condsearch.encoders.onnx_files import META_FILE
 from condsearch.model.one_shot import load_one_shot
-from condsearch.model.output_cache import default_cache_dir
 from condsearch.model.policy import vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import assert_same_ranking
@@ -137,8 +137,8 @@ def test_a_one_shot_router_query_loads_no_torch(index_dir: Path) -> None:
 
 
 def test_the_one_shot_path_is_taken_and_agrees_with_torch_and_the_server(index_dir: Path) -> None:
+    from condsearch.encoders.spec import Runtime
     from condsearch.model.policy import load_index_model
-    from condsearch.model.spec import Runtime
 
     manifest = _manifest(index_dir)
     light = _light(index_dir)
@@ -157,7 +157,7 @@ def test_an_index_built_in_bfloat16_is_answered_one_shot_in_float32(
     tmp_path: Path, corpus_file: Path, tiny_bert_dir: Path, router: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A CPU kind that routes bulk work in bfloat16 still leaves the float32 export for one-shot queries."""
-    from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
+    from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
 
     monkeypatch.setenv(CPU_KIND_ENV, "avx512")
     index_dir = _index(corpus_file, tiny_bert_dir, router, tmp_path / "idx")
@@ -173,9 +173,9 @@ def test_one_shot_arithmetic_equals_torch_on_the_same_states(index_dir: Path, tm
     """Without the state cache's rounding (float32 states), the one-shot vectors are torch's up to float32 rounding."""
     manifest = _manifest(index_dir)
     light = _light(index_dir).encoder
+    from condsearch.base.model_sources import resolve_model
     from condsearch.csr.encoder import CsrEncoder
-    from condsearch.model.sources import resolve_model
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
 
     spec = EncoderSpec.of_manifest(manifest)
     heavy = CsrEncoder(
@@ -279,8 +279,8 @@ def test_a_one_shot_router_refuses_a_condition_whose_code_is_not_cached(index_di
 
 
 def test_the_query_cache_finds_one_code_without_reading_every_shard(tmp_path: Path, monkeypatch) -> None:
-    from condsearch.model import output_cache as cache_module
-    from condsearch.model.output_cache import EmbeddingCache
+    from condsearch.base import output_cache as cache_module
+    from condsearch.base.output_cache import EmbeddingCache
 
     writer = EmbeddingCache(tmp_path)
     keys = [f"{i:064x}" for i in range(4)]

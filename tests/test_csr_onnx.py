@@ -13,9 +13,9 @@ from condsearch.csr import onnx as csr_onnx
 from condsearch.csr.encoder import CsrEncoder
 from condsearch.encoders.onnx_export import pooled_cosines
 from condsearch.encoders.onnx_files import META_FILE
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.manifest import Manifest, manifest_from_dict
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_benchmarks import load_script

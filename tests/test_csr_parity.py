@@ -136,9 +136,9 @@ def test_indexes_list_the_mode_and_router_as_list_json_does(index_dir: Path, cli
 def test_indexing_in_chunks_stores_the_one_pass_vectors(
     index_dir: Path, corpus: Path, tmp_path: Path, tiny_bert_dir: Path, router: str
 ) -> None:
-    from condsearch.build.ingest import index_conditions
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.ingest.chunks import index_conditions
     from condsearch.model.vectorizer import load_vectorizer
 
     spec = EncoderSpec(str(tiny_bert_dir), mode="csr", router=router, runtime=Runtime(device="cpu"))

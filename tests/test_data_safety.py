@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from condsearch.model.head import HeadConfig, ProjectionHead, save_head
-from condsearch.store.atomic import (
+from condsearch.base.atomic import (
     ARTIFACT_MARKERS,
     OutputDirError,
     artifact_kind,
     check_output_dir,
     replacing_dir,
 )
+from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from tests.test_cli import assert_clean_error, ok, run
 
 CSV = "sentence1,sentence2,condition,label\na red dress,a blue dress,colour,2\na red hat,a red coat,colour,5\n"
@@ -35,7 +35,7 @@ def _untouched(folder: Path) -> bool:
 
 
 def test_markers_are_the_writers_own_file_names() -> None:
-    from condsearch.artifacts import files
+    from condsearch.base import artifact_files as files
     from condsearch.train import checkpoint
     from condsearch.train import finetune_save as finetune_run
 

@@ -20,7 +20,7 @@ import pytest
 
 from condsearch.artifacts.profiles import DEFAULT_MODE
 from condsearch.artifacts.routers import ROUTER_AUTO
-from condsearch.build.ann import IndexConfig
+from condsearch.base.ann import IndexConfig
 from condsearch.cli import main
 from condsearch.cli.options import backend_option, encoder_options, quantize_option, threads_option
 from condsearch.corpus.formats import CorpusConfig
@@ -29,7 +29,7 @@ from condsearch.defaults import DEFAULT_INDEX_DIR
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.cpu import CpuConfig
 from condsearch.encoders.family import DecoderAttention
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.query.config import QueryConfig
 from condsearch.serve.config import ServeConfig
 

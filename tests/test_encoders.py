@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.base.output_cache import EmbeddingCache
 from condsearch.encoders import BertStyleEncoder, load_encoder
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
-from condsearch.model.output_cache import EmbeddingCache
-from condsearch.model.spec import EncoderSpec, Runtime
 from tests.conftest import HashEncoder
 from tests.tolerance import assert_rows_close, case_tolerance, pooled_tolerance
 

@@ -47,8 +47,8 @@ def test_csr_encoder_load_error_with_empty_message(
 ) -> None:
     import transformers
 
+    from condsearch.base.model_sources import resolve_model
     from condsearch.csr.encoder import CsrEncoder
-    from condsearch.model.sources import resolve_model
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError()  # an empty message: no first line to take
@@ -62,7 +62,7 @@ def test_encoder_load_error_with_empty_message(tiny_bert_dir: Path, monkeypatch:
     import transformers
 
     from condsearch.encoders import load_encoder
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
 
     def fail(*args: object, **kwargs: object) -> None:
         raise ValueError()

@@ -11,7 +11,7 @@ import torch
 
 from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.train import finetune as trainer
 from condsearch.train.finetune import FinetuneConfig, fit_encoder, trainable_parameters
 

@@ -50,7 +50,7 @@ RACE = """
 
     if what == "encoders":
         from condsearch.encoders import load_encoder
-        from condsearch.model.spec import EncoderSpec, Runtime
+        from condsearch.encoders.spec import EncoderSpec, Runtime
         from condsearch.csr import load_csr_encoder
 
         def run(i):
@@ -58,7 +58,7 @@ RACE = """
                 return load_csr_encoder(sys.argv[3], router="none", device="cpu").dim
             return load_encoder(EncoderSpec(sys.argv[3], profile="none", runtime=Runtime(device="cpu"))).dim
     elif what == "default":
-        from condsearch.model.spec import EncoderSpec, Runtime
+        from condsearch.encoders.spec import EncoderSpec, Runtime
         from condsearch.model.vectorizer import load_vectorizer
 
         def run(i):

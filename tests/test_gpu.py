@@ -10,7 +10,7 @@ import torch
 from click.testing import CliRunner
 
 from condsearch.encoders import load_encoder
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 
 pytestmark = [
     pytest.mark.gpu,
@@ -99,7 +99,7 @@ def test_gpu_search_benchmark_agrees_with_the_cpu() -> None:
 
 
 faiss_gpu = pytest.mark.skipif(
-    not __import__("condsearch.build.faiss_indexes", fromlist=["gpu_available"]).gpu_available(),
+    not __import__("condsearch.base.faiss_indexes", fromlist=["gpu_available"]).gpu_available(),
     reason="needs FAISS's GPU build",
 )
 
@@ -113,7 +113,7 @@ def _clustered(rows: int, dim: int) -> tuple[np.ndarray, np.ndarray]:
 @faiss_gpu
 def test_faiss_gpu_flat_and_ivf_through_the_store_path_agree_with_the_cpu() -> None:
     from benchmarks._lib.common import rankings_agree
-    from condsearch.build.faiss_indexes import build_index, on_gpu, search, to_search_device
+    from condsearch.base.faiss_indexes import build_index, on_gpu, search, to_search_device
 
     corpus, queries = _clustered(20_000, 64)
     for factory, params in (("Flat", ""), ("IVF64,Flat", "nprobe=8")):
@@ -127,7 +127,7 @@ def test_faiss_gpu_flat_and_ivf_through_the_store_path_agree_with_the_cpu() -> N
 
 @faiss_gpu
 def test_a_k_beyond_the_gpus_selection_searches_the_cpu_copy() -> None:
-    from condsearch.build.faiss_indexes import GPU_MAX_K, build_index, to_search_device
+    from condsearch.base.faiss_indexes import GPU_MAX_K, build_index, to_search_device
     from condsearch.store.searchable import FaissIndex, StoredIndex
 
     corpus, queries = _clustered(3000, 32)

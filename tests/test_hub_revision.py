@@ -9,7 +9,7 @@ import huggingface_hub
 import pytest
 from huggingface_hub import constants
 
-from condsearch.model.sources import resolve_model
+from condsearch.base.model_sources import resolve_model
 
 REPO = "some-org/some-model"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

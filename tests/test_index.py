@@ -6,7 +6,7 @@ import faiss
 import numpy as np
 import pytest
 
-from condsearch.build.faiss_indexes import (
+from condsearch.base.faiss_indexes import (
     FLAT_BLAS_MIN_QUERIES,
     SearchResult,
     build_index,

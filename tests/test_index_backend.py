@@ -17,9 +17,9 @@ from condsearch.cli import main
 from condsearch.encoders import onnx_export
 from condsearch.encoders.cpu import available_cores
 from condsearch.encoders.onnx_files import CACHE_SUBDIR, OnnxBertEncoder
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, vectorizer_for
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.test_onnx_trace import _adapter

@@ -10,11 +10,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from condsearch.build.ingest import index_conditions
 from condsearch.corpus.reader import read_corpus, scan_corpus
+from condsearch.encoders.spec import Runtime
 from condsearch.errors import CorpusError
+from condsearch.ingest.chunks import index_conditions
 from condsearch.model.policy import vectorizer_for
-from condsearch.model.spec import Runtime
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore
@@ -266,8 +266,8 @@ def test_cli_reindex_encodes_only_changes_in_both_modes(tiny_bert_dir: Path, tmp
 
 @pytest.mark.parametrize("factory", ["IDMap2,Flat", "NSG4", "HNSW300"])  # the --ray path calls it directly
 def test_plan_index_checks_the_factory_before_faiss_sees_it(factory: str) -> None:
-    from condsearch.build.ingest import plan_index
     from condsearch.errors import CondsearchError
+    from condsearch.ingest.chunks import plan_index
 
     with pytest.raises(CondsearchError, match="index factory"):
         plan_index(300, 8, factory, "", "4G")

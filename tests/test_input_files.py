@@ -141,7 +141,7 @@ def test_a_head_file_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path, file_
 def _router_without_a_record(tmp_path: Path) -> Path:
     import json
 
-    from condsearch.artifacts.files import DEFAULT_ROUTER_DIR
+    from condsearch.base.artifact_files import DEFAULT_ROUTER_DIR
 
     folder = tmp_path / "router"
     shutil.copytree(DEFAULT_ROUTER_DIR, folder)

@@ -21,9 +21,9 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from condsearch.build.ingest import index_corpus
 from condsearch.cli import main
 from condsearch.corpus.reader import read_corpus
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
@@ -191,8 +191,8 @@ FACTORY_SCRIPT = """
 import sys
 import numpy as np
 from hypothesis import given, settings, strategies as st
-from condsearch.build.ann import check_factory
-from condsearch.build.faiss_indexes import build_index, normalize, search
+from condsearch.base.ann import check_factory
+from condsearch.base.faiss_indexes import build_index, normalize, search
 
 near_valid = st.from_regex(
     r"(HNSW|IVF|PQ|SQ|Flat|NSG|IDMap2?|OPQ)[0-9]{0,12}(x[0-9]{0,3})?(,(Flat|PQ[0-9]{0,3}(x[0-9]{0,3})?|SQ[0-9a-z]{0,4}|RFlat))?",

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from condsearch.base.model_sources import resolve_model
 from condsearch.encoders import load_encoder, onnx_export, onnx_files
 from condsearch.encoders.onnx_export import pooled_cosines
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
 from tests.conftest import SENTENCES as CORPUS
 from tests.test_cli import assert_clean_error, ok, query, run
 from tests.tolerance import assert_rows_close, pooled_tolerance

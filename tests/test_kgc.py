@@ -30,7 +30,7 @@ from benchmarks._lib.kgclib.ranking import (
     rank_metrics,
 )
 from benchmarks._lib.kgclib.training import KgcTrainConfig, PreBatch, batch_masks, simkgc_loss, train_kgc
-from condsearch.build.faiss_indexes import build_index
+from condsearch.base.faiss_indexes import build_index
 from condsearch.errors import CorpusError
 from tests.tolerance import assert_rows_close, mean_pooled, routed_tolerance, text_tolerance, unit_tolerance
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from condsearch.build.faiss_indexes import build_index, exact_search, normalize, search, torch_flat_index
+from condsearch.base.faiss_indexes import build_index, exact_search, normalize, search, torch_flat_index
 from condsearch.encoders import load_encoder, model_config
 from condsearch.encoders.decoder import PromptEncoder
 from condsearch.encoders.family import (
@@ -26,9 +26,9 @@ from condsearch.encoders.family import (
 from condsearch.encoders.parallel import ReplicatedEncoder, split_evenly
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, resolve_dtype
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.train.head import HeadTrainConfig, PairFeatures, evaluate_head, fit_head
 from tests.conftest import assert_same_ranking
@@ -223,7 +223,7 @@ def test_family_from_config(config: dict[str, object], family: str, pooling: str
 
 
 def test_family_of_saved_tiny_models(model_dirs: dict[str, Path], tiny_bert_dir: Path) -> None:
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.model_sources import resolve_model
 
     found = {kind: detect_family(model_config(resolve_model(str(d)))) for kind, d in model_dirs.items()}
     assert found == {"qwen3": "decoder", "qwen2": "decoder", "mistral": "decoder", "xlm-roberta": "bert"}

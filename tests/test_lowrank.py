@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.artifacts.files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
+from condsearch.base.artifact_files import NATIVE_ADAPTER_CONFIG as ADAPTER_CONFIG
 from condsearch.corpus.csts import CstsData
 from condsearch.encoders import load_encoder
+from condsearch.encoders.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
-from condsearch.train.lowrank import apply_deltas, average_weights, low_rank, read_tuned, weight_deltas
 from tests.tolerance import assert_rows_close, case_tolerance
 
 TEXTS = ["a girl in an orange dress serves the ball", "two men play soccer on a grass field"]
@@ -122,7 +122,7 @@ def test_lowrank_benchmark_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     rows = json.loads(out.read_text())["rows"]
     assert [r["rank"] for r in rows] == [1, 64] and "dev_spearman" not in rows[0]
 
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import load_vectorizer
 
     base = _encoder(tiny_bert_dir)

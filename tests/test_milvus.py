@@ -372,15 +372,15 @@ def test_serve_answers_from_milvus_as_from_faiss(tmp_path: Path) -> None:
     """
     import httpx
 
-    from condsearch.build.ingest import index_corpus
     from condsearch.corpus.demo import write_demo_corpus
     from condsearch.corpus.reader import read_corpus
+    from condsearch.ingest.chunks import index_corpus
     from condsearch.model.vectorizer import Vectorizer
     from condsearch.query.resident import Resident
+    from condsearch.query.sources import open_source
     from condsearch.serve.config import ServeConfig
     from condsearch.serve.server import BackgroundServer, build_app
     from condsearch.store.folder import IndexStore
-    from condsearch.store.sources import open_source
     from tests.conftest import HashEncoder
 
     corpus, where, db = tmp_path / "demo.parquet", tmp_path / "idx", f"milvus-lite:{tmp_path / 'm.db'}"

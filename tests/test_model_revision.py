@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-import condsearch.store.file_digest as file_digest
+import condsearch.base.file_digest as file_digest
+from condsearch.base.model_sources import resolve_model
 from condsearch.errors import ModelError
-from condsearch.model.sources import resolve_model
 
 SIZE = 12 << 20  # past the 4 MiB at each end that the revision once read
 

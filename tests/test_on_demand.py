@@ -25,10 +25,10 @@ from click.testing import CliRunner, Result
 
 import condsearch
 from condsearch.cli import main
+from condsearch.encoders.spec import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition
-from condsearch.model.spec import Runtime
-from condsearch.query.conditions import MAX_CONDITION_CHARS
 from condsearch.query.on_demand import build_on_demand
+from condsearch.store.conditions import MAX_CONDITION_CHARS
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.csr_corpus import move_router, write_csr_corpus

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from condsearch.base.model_sources import resolve_model
 from condsearch.encoders import load_encoder, onnx_export
 from condsearch.encoders.onnx_export import FLOAT32_TOLERANCE, probe_tolerance, write_export
 from condsearch.encoders.onnx_files import OnnxBertEncoder
 from condsearch.encoders.rounding import largest_activation
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 
 pytest.importorskip("onnxruntime")
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from condsearch.base.model_sources import resolve_model
+from condsearch.base.output_cache import default_cache_dir
 from condsearch.cli import main
 from condsearch.encoders import load_encoder, onnx_export
 from condsearch.encoders.onnx_export import write_export
@@ -26,13 +28,11 @@ from condsearch.encoders.onnx_files import (
     load_cached_export,
     refusal,
 )
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.head_files import load_numpy_head
 from condsearch.model.one_shot import cache_onnx_export, load_one_shot
-from condsearch.model.output_cache import default_cache_dir
 from condsearch.model.policy import vectorizer_for
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
 from tests.test_onnx_trace import _adapter

@@ -12,7 +12,7 @@ from condsearch.encoders import load_encoder
 from condsearch.encoders.onnx_export import _tokenizer_files
 from condsearch.encoders.onnx_files import BackendTokenizer
 from condsearch.encoders.onnx_trace import PlainBert, as_plain, supports
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_adapter
 from condsearch.train.lora import LoraConfig, add_lora, lora_state
 from tests.conftest import SENTENCES

@@ -2,7 +2,7 @@
 
 ``pairs --out /dev/null`` as root renamed a regular file over the machine's ``/dev/null``,
 ``/dev/full`` "succeeded" and a FIFO was replaced. Every file output is written through
-:func:`condsearch.store.atomic.replacing_file`, which now refuses a device, a FIFO, a socket or a
+:func:`condsearch.base.atomic.replacing_file`, which now refuses a device, a FIFO, a socket or a
 folder before anything is written. The devices are only ever asked about in ways that cannot
 replace them: the refusal comes before the block runs, and the tests check they are still devices.
 """
@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from condsearch.base.atomic import OutputFileError, check_replaceable_file, replacing_file
 from condsearch.cli import main
-from condsearch.store.atomic import OutputFileError, check_replaceable_file, replacing_file
 
 DEVICES = [Path("/dev/null"), Path("/dev/full")]
 

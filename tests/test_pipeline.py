@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.build.ingest import index_corpus
+from condsearch.base.model_sources import DEFAULT_MODEL, resolve_model
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError, ModelError
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
-from condsearch.model.sources import DEFAULT_MODEL, resolve_model
 from condsearch.model.vectorizer import Vectorizer, resolve_head
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore

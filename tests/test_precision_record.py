@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
+from condsearch.base.cpu_kind import CPU_KIND_ENV
 from condsearch.cli import main
-from condsearch.encoders.cpu_kind import CPU_KIND_ENV
 from tests.conftest import SENTENCES
 
 CONDITION = "color of the dress"

@@ -17,8 +17,8 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
+from condsearch.base.cpu_kind import CPU_KIND_ENV, CPU_KINDS
 from condsearch.cli import main
-from condsearch.encoders.cpu_kind import CPU_KIND_ENV, CPU_KINDS
 from condsearch.query.hits import SCORE_PLACES
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from condsearch.artifacts.files import DEFAULT_ROUTER_DIR, ROUTER_CONFIG, ROUTER_WEIGHTS
 from condsearch.artifacts.router_delta import check_delta_record
 from condsearch.artifacts.routers import read_router_config
+from condsearch.base.artifact_files import DEFAULT_ROUTER_DIR, ROUTER_CONFIG, ROUTER_WEIGHTS
 from condsearch.errors import ModelError
 
 

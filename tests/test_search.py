@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from condsearch.build.faiss_indexes import exact_search
-from condsearch.build.ingest import index_corpus
+from condsearch.base.faiss_indexes import exact_search
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.hits import Hit, Hits
 from condsearch.query.search import Request, answer, answer_batch, capped_k

@@ -278,7 +278,7 @@ def test_another_quantisation_is_refused_before_onnxruntime_loads(index_dir: Pat
 def test_an_ivf_or_hnsw_index_is_searched_on_one_thread_unless_asked(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS
+    from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS
     from condsearch.query import resident as engine
 
     folder = tmp_path / "indexes"
@@ -300,7 +300,7 @@ def test_an_ivf_or_hnsw_index_is_searched_on_one_thread_unless_asked(
 
 
 def test_walks_names_the_ivf_and_hnsw_factories() -> None:
-    from condsearch.build.ann import walks_lists_or_graph
+    from condsearch.base.ann import walks_lists_or_graph
 
     assert walks_lists_or_graph("HNSW32") and walks_lists_or_graph("IVF4096,Flat") and walks_lists_or_graph("IVF64,PQ8")
     assert not any(walks_lists_or_graph(f) for f in ("Flat", "SQ8", "PQ16", "milvus", ""))

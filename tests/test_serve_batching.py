@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from condsearch.build.faiss_indexes import exact_search
-from condsearch.build.ingest import index_corpus
+from condsearch.base.faiss_indexes import exact_search
 from condsearch.corpus.reader import read_corpus
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
 from condsearch.serve.batching import MicroBatcher

@@ -26,16 +26,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 import condsearch
-from condsearch.build.ingest import index_corpus
+from condsearch.base.output_cache import EmbeddingCache
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError, UnknownCondition
-from condsearch.model.output_cache import EmbeddingCache
-from condsearch.query.conditions import MAX_CONDITION_CHARS, normalize_condition
+from condsearch.ingest.chunks import index_corpus
 from condsearch.query.on_demand import OnDemand
 from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds
 from condsearch.serve.config import ServeConfig
+from condsearch.store.conditions import MAX_CONDITION_CHARS, normalize_condition
 from condsearch.store.folder import IndexStore
 from condsearch.store.listing import MAX_LISTED, find_index
 from tests.csr_corpus import write_csr_corpus
@@ -70,7 +70,7 @@ def http(folder: Path) -> Iterator[httpx.Client]:
 
 def cache_files() -> set[str]:
     """Return every file under the cache folder (the conftest's, per test), relative to it."""
-    root = condsearch.model.output_cache.default_cache_dir()
+    root = condsearch.base.output_cache.default_cache_dir()
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 

@@ -21,10 +21,10 @@ import httpx
 import numpy as np
 import pytest
 
-from condsearch.query.conditions import MAX_CONDITION_CHARS
 from condsearch.query.on_demand import OnDemand, build_on_demand
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
+from condsearch.store.conditions import MAX_CONDITION_CHARS
 from tests.conftest import assert_same_ranking
 from tests.csr_corpus import move_router, write_csr_corpus
 from tests.test_on_demand import COLOUR, QUERIES, SPORT, cli_answers, index, run, snapshot

@@ -17,14 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 
 import condsearch
-from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
-from condsearch.query.conditions import MAX_CONDITION_CHARS
 from condsearch.query.resident import Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.server import BackgroundServer, build_app
+from condsearch.store.conditions import MAX_CONDITION_CHARS
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 from tests.test_serve import index

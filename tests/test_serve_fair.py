@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.base import Pair
+from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident
 from condsearch.serve.app import create_app

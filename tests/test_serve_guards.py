@@ -16,10 +16,10 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from condsearch.build.ingest import index_corpus
 from condsearch.cli import main
 from condsearch.corpus.reader import read_corpus
 from condsearch.errors import CondsearchError
+from condsearch.ingest.chunks import index_corpus
 from condsearch.serve.config import API_KEY_ENV, ServeConfig
 from condsearch.serve.paths import hide_paths
 from condsearch.serve.server import BackgroundServer, build_app

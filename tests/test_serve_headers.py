@@ -17,8 +17,8 @@ import pytest
 from fastapi.routing import APIRoute
 from starlette.routing import Route
 
-from condsearch.build.ingest import index_corpus
 from condsearch.corpus.reader import read_corpus
+from condsearch.ingest.chunks import index_corpus
 from condsearch.serve.headers import SECURITY_HEADERS
 from condsearch.serve.page import CONTENT_SECURITY_POLICY, PAGE_PATHS
 from condsearch.serve.server import BackgroundServer

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from condsearch.base.model_sources import resolve_model
 from condsearch.encoders import load_encoder
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.query.tokens import CHARS_PER_TOKEN, TextCutter, estimate_tokens, text_cutter
 
 CONDITION = "the color of the dress"

@@ -18,7 +18,7 @@ import pytest
 
 import condsearch
 import condsearch.store.folder
-from condsearch.build.faiss_indexes import build_index, exact_search, normalize, search
+from condsearch.base.faiss_indexes import build_index, exact_search, normalize, search
 from condsearch.errors import StoreError
 from condsearch.store.folder import (
     FORMAT_VERSION,

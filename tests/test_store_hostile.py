@@ -27,9 +27,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import condsearch.store.folder
-from condsearch.build.ingest import index_conditions
 from condsearch.corpus.reader import scan_corpus
 from condsearch.errors import StoreError
+from condsearch.ingest.chunks import index_conditions
 from condsearch.store.folder import INDEX_FILE, MANIFEST, ROWS_FILE, IndexStore, Manifest
 from condsearch.store.vectors import VECTORS_FILE, text_hash
 from tests.test_cli import assert_clean_error, run

@@ -118,7 +118,7 @@ def test_train_refuses_its_own_kind_beside_foreign_files(
 def test_train_replaces_its_own_earlier_output(
     name: str, genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
-    from condsearch.artifacts.files import artifact_kind
+    from condsearch.base.artifact_files import artifact_kind
 
     out = _copy(genuine, name, tmp_path)
     before = _snapshot(out)
@@ -156,7 +156,7 @@ def test_train_refuses_a_foreign_checkpoint_folder(tiny_bert_dir: Path, tmp_path
 
 def test_converting_in_place_keeps_a_folder_with_foreign_files(genuine: dict[str, Path], tmp_path: Path) -> None:
     from condsearch.artifacts.convert import convert_legacy_adapter
-    from condsearch.artifacts.files import ArtifactFolderError
+    from condsearch.base.artifact_files import ArtifactFolderError
     from tests.test_artifacts import _legacy
 
     old = _legacy(genuine["lora"], tmp_path / "old")
@@ -168,7 +168,7 @@ def test_converting_in_place_keeps_a_folder_with_foreign_files(genuine: dict[str
 
 
 def test_a_two_tower_router_keeps_its_tail_folder_and_nothing_else(genuine: dict[str, Path], tmp_path: Path) -> None:
-    from condsearch.artifacts.files import ROUTER_TAIL, ArtifactFolderError, check_own_artifact
+    from condsearch.base.artifact_files import ROUTER_TAIL, ArtifactFolderError, check_own_artifact
 
     out = _copy(genuine, "router", tmp_path)
     shutil.copytree(genuine["router"], out / ROUTER_TAIL)  # benchmarks/paper/kgc.py's candidate tower
@@ -280,10 +280,10 @@ def test_save_head_refuses_non_finite_weights(tmp_path: Path) -> None:
 
 
 def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
+    from condsearch.base.model_sources import resolve_model
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.csr.weights import save_router
     from condsearch.errors import ModelError
-    from condsearch.model.sources import resolve_model
 
     out = _copy(genuine, "router", tmp_path)
     before = _snapshot(out)
@@ -297,8 +297,8 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
 
 def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.encoders import load_encoder
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.errors import ModelError
-    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.lora import LoraConfig, add_lora, lora_state
 
@@ -318,8 +318,8 @@ def test_save_full_model_refuses_non_finite_weights(
     genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
     from condsearch.encoders import load_encoder
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.errors import ModelError
-    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.finetune import FinetuneResult
     from condsearch.train.finetune_save import _save_full
 
@@ -385,9 +385,9 @@ def test_indexing_through_a_head_with_nan_weights_is_one_line(
 def test_loading_a_router_with_nan_weights_is_refused(
     genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
+    from condsearch.base.model_sources import resolve_model
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.errors import ModelError
-    from condsearch.model.sources import resolve_model
 
     out = _copy(genuine, "router", tmp_path)
     _plant_nan(out / "router.safetensors")

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
-"""condsearch's import graph: circles, top-level modules and the longest chains (issue 40).
+"""condsearch's import graph: circles, layers, imports that point up, the longest chains (issues 40, 60).
 
 Every ``import condsearch…`` / ``from condsearch… import`` in the package counts, those under
 ``if TYPE_CHECKING:`` and inside functions included (``--module-level`` counts only those run at
-import time). A circle is a strongly connected group of two or more modules.
+import time). A circle is a strongly connected group of two or more modules; a package loop, one of
+two or more packages (a top-level module counts as a package of its own). :data:`LAYERS` orders the
+packages from the front ends down; an import from a package into a layer above its own points up.
 
-    python tools/import_graph.py            # a summary
-    python tools/import_graph.py --json     # the same as JSON
+    python tools/import_graph.py                # a summary
+    python tools/import_graph.py --json         # the same as JSON
+    python tools/import_graph.py --layers-md    # the layer list of docs/architecture.md
 """
 
 from __future__ import annotations
@@ -18,6 +21,22 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "condsearch"
+
+#: condsearch's layers, top first: (name, what it holds, its packages and top-level modules). A package may
+#: import its own layer's packages (without a loop) and any layer below; docs/architecture.md says why.
+LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("front ends", "parse, call one job, print or answer", ("condsearch", "__main__", "api", "cli", "serve")),
+    ("jobs", "answer a query, ingest a corpus, train, run past one machine", ("query", "ingest", "train", "scale")),
+    ("model", "which model answers an index, and how it runs", ("model",)),
+    ("csr", "the router's tri-encoder: sentence caches, cheap new conditions", ("csr",)),
+    ("encoders", "(condition, sentence) pairs into vectors; the encoder spec", ("encoders",)),
+    ("data on disk", "indexes, trained artifacts, corpora", ("store", "artifacts", "corpus")),
+    (
+        "base",
+        "files, digests, atomic writes, model sources, caches, FAISS primitives; errors, defaults, progress",
+        ("base", "errors", "defaults", "progress", "version", "metrics", "environment"),
+    ),
+)
 
 
 def module_name(path: Path) -> str:
@@ -121,14 +140,64 @@ def longest_chain(g: dict[str, set[str]]) -> list[str]:
     return max((depth(v, frozenset({v})) for v in sorted(g)), key=len)
 
 
+def package_of(module: str) -> str:
+    """Return the package a module belongs to: ``query`` for condsearch.query.search, ``errors`` for condsearch.errors.
+
+    The package root itself (``condsearch/__init__.py``) is ``condsearch``.
+    """
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Collapse a module graph to its packages (an import inside one package is no edge)."""
+    out: dict[str, set[str]] = {package_of(m): set() for m in g}
+    for m, targets in g.items():
+        out[package_of(m)] |= {package_of(w) for w in targets} - {package_of(m)}
+    return out
+
+
+def layer_of(package: str) -> int:
+    """Return the package's layer, 0 for the front ends; ValueError for a package that no layer names."""
+    for i, (_, _, packages) in enumerate(LAYERS):
+        if package in packages:
+            return i
+    raise ValueError(f"condsearch.{package} is in no layer: add it to tools/import_graph.py LAYERS")
+
+
+def upward_imports(g: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Return (importer, imported) for every import into a layer above the importer's, sorted."""
+    return sorted(
+        (m, w) for m, targets in g.items() for w in targets if layer_of(package_of(w)) < layer_of(package_of(m))
+    )
+
+
+def _shown(package: str) -> str:
+    if package == "condsearch":
+        return "`__init__.py`"
+    return f"`{package}/`" if (ROOT / package).is_dir() else f"`{package}.py`"
+
+
+def layers_markdown() -> str:
+    """Return :data:`LAYERS` as the numbered list docs/architecture.md holds."""
+    rows = []
+    for i, (name, holds, packages) in enumerate(LAYERS, 1):
+        shown = ", ".join(_shown(p) for p in packages)
+        rows.append(f"{i}. **{name}**: {holds}. {shown}")
+    return "\n".join(rows) + "\n"
+
+
 def summary(module_level: bool = False) -> dict[str, object]:
     g = graph(module_level)
+    packages = package_graph(g)
     top = sorted(m for m in g if m.count(".") == 1 and not (ROOT / m.split(".")[1]).is_dir())
     return {
         "modules": len(g),
         "top_level_modules": len(top),
         "top_level": top,
         "circles": circles(g),
+        "package_loops": circles(packages),
+        "upward_imports": [f"{m} -> {w}" for m, w in upward_imports(g)],
         "longest_chain": longest_chain(g),
         "imports": sum(len(v) for v in g.values()),
     }
@@ -138,7 +207,11 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true")
     p.add_argument("--module-level", action="store_true", help="only imports run at import time")
+    p.add_argument("--layers-md", action="store_true", help="print the layer list of docs/architecture.md")
     args = p.parse_args()
+    if args.layers_md:
+        print(layers_markdown(), end="")
+        return 0
     s = summary(args.module_level)
     if args.json:
         print(json.dumps(s, indent=2))
@@ -146,6 +219,11 @@ def main() -> int:
     print(f"modules {s['modules']}, top-level {s['top_level_modules']}, imports {s['imports']}")
     for group in s["circles"]:  # type: ignore[attr-defined]
         print(f"circle of {len(group)}: {', '.join(group)}")
+    for group in s["package_loops"]:  # type: ignore[attr-defined]
+        print(f"package loop of {len(group)}: {', '.join(group)}")
+    print(f"upward imports {len(s['upward_imports'])}")  # type: ignore[arg-type]
+    for line in s["upward_imports"]:  # type: ignore[attr-defined]
+        print(f"  {line}")
     chain = s["longest_chain"]
     print(f"longest chain ({len(chain)}): {' -> '.join(chain)}")  # type: ignore[arg-type]
     return 0

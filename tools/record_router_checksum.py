@@ -21,7 +21,6 @@ from pathlib import Path
 
 def record(folder: Path) -> str:
     """Check a router folder and record its weights' size and sha256 in its router.json; return what was done."""
-    from condsearch.artifacts.files import ROUTER_CONFIG
     from condsearch.artifacts.routers import (
         WEIGHTS_RECORD,
         checked_router_checksum,
@@ -29,8 +28,9 @@ def record(folder: Path) -> str:
         router_model_id,
         weights_record,
     )
+    from condsearch.base.artifact_files import ROUTER_CONFIG
+    from condsearch.base.atomic import replacing_file
     from condsearch.csr import load_csr_encoder
-    from condsearch.store.atomic import replacing_file
 
     meta = read_router_config(folder)
     if WEIGHTS_RECORD in meta:

@@ -20,11 +20,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._lib.common import REAL_TEXTS, log, rankings_agree, read_texts, run_info, write_outputs
-from condsearch.build.ingest import index_conditions
 from condsearch.corpus.reader import scan_corpus
 from condsearch.encoders import Encoder
 from condsearch.encoders.base import Pair
-from condsearch.model.spec import EncoderSpec
+from condsearch.encoders.spec import EncoderSpec
+from condsearch.ingest.chunks import index_conditions
 from condsearch.model.vectorizer import Vectorizer, load_vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore
@@ -213,7 +213,7 @@ def stream(args: argparse.Namespace) -> int:
 
 def child(args: argparse.Namespace) -> int:
     """The measured process: index the corpus, write peak RSS and index size."""
-    from condsearch.build.ingest import CHUNK_ROWS
+    from condsearch.ingest.chunks import CHUNK_ROWS
 
     if args.encoder == "hash":
         vec = Vectorizer(HashEncoder(args.dim), None, "none", "")

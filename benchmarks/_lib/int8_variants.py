@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks._lib.common import log  # noqa: E402
+from condsearch.base.model_sources import ModelSource  # noqa: E402
 from condsearch.encoders import onnx_trace  # noqa: E402
 from condsearch.encoders.base import Encoder, Pair  # noqa: E402
 from condsearch.encoders.bert import BertStyleEncoder  # noqa: E402
@@ -39,7 +40,6 @@ from condsearch.encoders.onnx_files import (  # noqa: E402
     OnnxBertEncoder,
     runtime_versions,
 )
-from condsearch.model.sources import ModelSource  # noqa: E402
 
 
 class Variant(NamedTuple):

@@ -24,7 +24,7 @@ from benchmarks._lib.common import quiet_transformers, run_info, timing_config, 
 from benchmarks.systems.index_throughput import distinct_sentences  # noqa: E402
 from condsearch.csr import load_csr_encoder
 from condsearch.encoders import load_encoder
-from condsearch.model.spec import EncoderSpec
+from condsearch.encoders.spec import EncoderSpec
 
 CONDITIONS = [
     "the color of the clothing",

@@ -35,12 +35,12 @@ from condsearch.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noq
 from condsearch.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
 from condsearch.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
 from condsearch.artifacts.profiles import Profile  # noqa: E402
+from condsearch.base.output_cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import Encoder, load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
+from condsearch.encoders.spec import EncoderSpec, Runtime  # noqa: E402
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
-from condsearch.model.output_cache import EmbeddingCache, default_cache_dir  # noqa: E402
-from condsearch.model.spec import EncoderSpec, Runtime  # noqa: E402
 from condsearch.model.vectorizer import head_folder, resolve_head  # noqa: E402
 from condsearch.train.head import (  # noqa: E402
     HeadTrainConfig,
@@ -253,7 +253,7 @@ def _adapter_folder(args: argparse.Namespace) -> Path | None:
     """Return the LoRA adapter folder that --head names in case mode (the encoder loads it), if any."""
     if args.mode != "case" or args.head in ("train", "none"):
         return None
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.model_sources import resolve_model
     from condsearch.train.adapter import has_adapter
 
     folder = head_folder(args.head, resolve_model(args.model).model_id)

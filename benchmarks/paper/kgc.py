@@ -221,8 +221,8 @@ def _router_spec(args: argparse.Namespace) -> str:
 def _link_graph(args: argparse.Namespace, router: str) -> bool:
     """Return whether entities are read with SimKGC's link-graph texts: as asked, else as the
     router folder (its router.json) or the checkpoint (--weights-from, --resume) was trained."""
-    from condsearch.artifacts.files import read_json
     from condsearch.artifacts.routers import read_router_config
+    from condsearch.base.artifact_files import read_json
     from condsearch.train.checkpoint import STATE_FILE
 
     if args.link_graph is not None:

@@ -29,7 +29,7 @@ import torch
 if "faiss" not in sys.modules:
     try:
         import faiss  # noqa: F401
-    except ImportError:  # only condsearch.build.faiss_indexes's import needs it here; ranking below is dense
+    except ImportError:  # only condsearch.base.faiss_indexes's import needs it here; ranking below is dense
         sys.modules["faiss"] = types.ModuleType("faiss")
 
 from benchmarks._lib.kgclib.data import known_answers, read_kg  # noqa: E402

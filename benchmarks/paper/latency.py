@@ -118,7 +118,7 @@ def _timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 def measure_index(dim: int, n: int, args: argparse.Namespace) -> dict[str, object]:
     """Build a flat index over n random unit vectors and time searches at batch 1 and --batch."""
-    from condsearch.build.faiss_indexes import build_index, search, to_search_device
+    from condsearch.base.faiss_indexes import build_index, search, to_search_device
 
     vectors = random_unit_vectors(n, dim, seed=dim)
     queries = random_unit_vectors(max(args.queries, args.batch), dim, seed=dim + 1)
@@ -152,10 +152,10 @@ def measure_index(dim: int, n: int, args: argparse.Namespace) -> dict[str, objec
 
 def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, dict], dict, object]:
     """Train one head per dimension on cached CASE features; return dev scores and the heads."""
+    from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
     from condsearch.corpus.csts import read_csts
     from condsearch.encoders import load_encoder
-    from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
     from condsearch.train.head import HeadTrainConfig, case_features, evaluate_head, fit_head
 
     if args.train is not None:
@@ -185,8 +185,8 @@ def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, 
 
 def encode_throughput(encoder, heads: dict, texts: list[str], args: argparse.Namespace) -> dict[str, object]:  # type: ignore[no-untyped-def]
     """Time CASE encoding of texts under one condition, the head projection per dim, and the peer."""
-    from condsearch.build.faiss_indexes import normalize
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.faiss_indexes import normalize
+    from condsearch.base.model_sources import resolve_model
 
     condition = "the color of the clothing"
     encoder.encode(texts[:8], condition)  # warm-up

@@ -29,7 +29,7 @@ import numpy as np
 
 from benchmarks._lib.common import exit_code, log, quiet_transformers, write_outputs
 from benchmarks.studies.heldout import read_sources, smoke_sources
-from condsearch.artifacts.files import ADAPT_REPORT
+from condsearch.base.artifact_files import ADAPT_REPORT
 from condsearch.errors import CorpusError
 from condsearch.train.adapt import AdaptConfig
 from condsearch.train.pairs import LabelSpec

@@ -165,8 +165,8 @@ def load_system(
     ``blend:B:SYSTEM`` (ours) concatenates √B · SYSTEM's vector with √(1−B) · the plain MiniLM vector,
     so that its cosine is B · SYSTEM's cosine + (1 − B) · plain MiniLM's.
     """
-    from condsearch.build.faiss_indexes import normalize
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.base.faiss_indexes import normalize
+    from condsearch.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.store.vectors import vector_fingerprint
 

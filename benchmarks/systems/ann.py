@@ -32,8 +32,8 @@ import faiss
 import numpy as np
 
 from benchmarks._lib.common import REAL_TEXTS, log, read_texts, run_info, write_outputs  # noqa: E402
-from condsearch.build.ann import IndexConfig, choose_index, ivf_nlist  # noqa: E402
-from condsearch.build.faiss_indexes import build_index, normalize  # noqa: E402
+from condsearch.base.ann import IndexConfig, choose_index, ivf_nlist  # noqa: E402
+from condsearch.base.faiss_indexes import build_index, normalize  # noqa: E402
 
 EF_SEARCH = (16, 32, 64, 128, 256)
 NPROBE = (1, 4, 16, 64)
@@ -58,7 +58,7 @@ def case_vectors(texts: list[str], condition: str, cache: Path, model: str | Non
     if path.is_file():
         return np.load(path, allow_pickle=False)
     from benchmarks._lib.common import quiet_transformers
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
 
     quiet_transformers()
@@ -133,7 +133,7 @@ def measure(
     save: Callable[[], None],
 ) -> None:
     """Build each index and search it at each parameter setting; append one row per setting, saving after each index."""
-    from condsearch.build.ann import apply_search_params
+    from condsearch.base.ann import apply_search_params
 
     n, dim = corpus.shape
     for factory, settings in factories(n, dim, pq_bits, kinds):

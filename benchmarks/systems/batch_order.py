@@ -62,7 +62,7 @@ def sorter(encoder: Encoder, arm: str) -> Callable[[Sequence[Pair]], list[int]]:
 
 def run(args: argparse.Namespace) -> dict[str, object]:
     from condsearch.encoders import load_encoder
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
 
     data = synthetic_csts(args.n) if args.smoke else read_csts(args.csv)
     pairs: list[Pair] = list(zip(data.condition, data.sentence1, strict=True))[: args.n]

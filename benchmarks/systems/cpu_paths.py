@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CASE on this CPU: torch bfloat16 against torch float32 and onnxruntime float32 (pairs/s, cosine, C-STS dev).
 
-The figures behind one row of :data:`condsearch.encoders.cpu_kind.PATHS`. Two parts, one run:
+The figures behind one row of :data:`condsearch.base.cpu_kind.PATHS`. Two parts, one run:
 
 - **accuracy**: the default model with its default profile (``full``: the shipped head) encodes
   every C-STS dev row in float32 and in bfloat16 (torch); each vector's cosine to float32 (min,
@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from benchmarks._lib.common import quiet_transformers, run_info, synthetic_csts, write_outputs
+from condsearch.base.cpu_kind import cpu_kind
 from condsearch.corpus.csts import CstsData, read_csts
-from condsearch.encoders.cpu_kind import cpu_kind
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.train.head import case_features, evaluate_head
 
@@ -45,9 +45,9 @@ def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, object]:
+    from condsearch.base.model_sources import resolve_model
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.onnx_export import write_export
-    from condsearch.model.sources import resolve_model
 
     dev: CstsData = synthetic_csts(16, seed=1) if args.csv is None else read_csts(args.csv)
     if args.smoke:

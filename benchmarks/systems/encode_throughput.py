@@ -54,7 +54,7 @@ from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_
 from condsearch.corpus.csts import read_csts  # noqa: E402
 from condsearch.encoders import load_encoder  # noqa: E402
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
-from condsearch.model.spec import EncoderSpec, Runtime
+from condsearch.encoders.spec import EncoderSpec, Runtime
 
 #: Qwen3-Embedding-0.6B's published shape (its vocabulary is replaced by the BPE trained here)
 QWEN3_06B = {
@@ -256,9 +256,9 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     import numpy as np
     from sentence_transformers import SentenceTransformer
 
+    from condsearch.base.model_sources import resolve_model
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.onnx_export import pooled_cosines, write_export
-    from condsearch.model.sources import resolve_model
 
     load_before = os.getloadavg()
     int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))

@@ -35,7 +35,7 @@ import faiss
 import numpy as np
 
 from benchmarks._lib.common import exit_code, log, rankings_agree, run_info, write_outputs
-from condsearch.build.faiss_indexes import (
+from condsearch.base.faiss_indexes import (
     TorchFlatIndex,
     build_index,
     gpu_available,

@@ -47,11 +47,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, timing_config, write_json
-from condsearch.build.ingest import CHUNK_ROWS, index_corpus
 from condsearch.corpus.reader import read_corpus
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig, available_cores
+from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.ingest.chunks import CHUNK_ROWS, index_corpus
 from condsearch.model.policy import backend_of, load_bulk_vectorizer
-from condsearch.model.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.store.folder import IndexStore
 
@@ -79,7 +79,7 @@ def against_sentence_transformers(args: argparse.Namespace, texts: list[str]) ->
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.model_sources import resolve_model
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)  # sentence-transformers' threads too

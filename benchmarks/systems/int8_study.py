@@ -59,6 +59,7 @@ from benchmarks._lib.int8_variants import (  # noqa: E402
     Built,
     build_all,
 )
+from condsearch.base.model_sources import resolve_model  # noqa: E402
 from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 from condsearch.encoders import load_encoder  # noqa: E402
 from condsearch.encoders.base import Pair  # noqa: E402
@@ -72,8 +73,7 @@ from condsearch.encoders.onnx_files import (  # noqa: E402
     BackendTokenizer,
     runtime_versions,
 )
-from condsearch.model.sources import resolve_model  # noqa: E402
-from condsearch.model.spec import EncoderSpec, Runtime  # noqa: E402
+from condsearch.encoders.spec import EncoderSpec, Runtime  # noqa: E402
 
 DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "csts-reannotated" / "dev.csv"
 TRAIN = DEV.with_name("train.csv")

@@ -42,9 +42,9 @@ def _corpus(path: Path, rows: int) -> Path:
 def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str) -> dict[str, object]:
     import ray
 
-    from condsearch.build.ingest import index_conditions
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.ingest.chunks import index_conditions
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.config import RayConfig
     from condsearch.scale.ray_encode import ray_index_conditions, start_ray
@@ -89,10 +89,10 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
 
 
 def milvus_vs_faiss(work: Path, n_queries: int, model: str | None, head: str, repeats: int) -> dict[str, object]:
-    from condsearch.build.ingest import index_conditions
     from condsearch.corpus.demo import write_demo_corpus
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.ingest.chunks import index_conditions
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.export import export_index
     from condsearch.scale.milvus import MilvusStore, parse_store

@@ -98,7 +98,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--stage-backends takes auto and/or torch, or none; --stage-repeats at least 1")
     if args.mode == "csr" and args.stage_backends:
         p.error("--mode csr: the stages are timed for CASE only; add --stage-backends none")
-    from condsearch.build.ann import check_index_options
+    from condsearch.base.ann import check_index_options
 
     try:
         check_index_options(args.factory, args.search_params)
@@ -142,10 +142,10 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from condsearch.build.faiss_indexes import build_index as faiss_index
-    from condsearch.build.ingest import index_corpus
+    from condsearch.base.faiss_indexes import build_index as faiss_index
     from condsearch.corpus.reader import read_corpus
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.ingest.chunks import index_corpus
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.store.folder import IndexStore
 
@@ -355,7 +355,7 @@ def measure_stages(args: argparse.Namespace, index_dir: Path) -> list[dict[str, 
     """Time each stage of answering, in this process, for each backend and a batch of 1 and of the most clients."""
     import json
 
-    from condsearch.build.faiss_indexes import search_threads
+    from condsearch.base.faiss_indexes import search_threads
     from condsearch.encoders.bert_inputs import case_inputs
     from condsearch.query.as_json import query_answer
     from condsearch.query.resident import Resident, backend_of

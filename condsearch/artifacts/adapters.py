@@ -7,7 +7,7 @@ condsearch's own settings beside them in ``condsearch_adapter.json`` (format ver
 it was trained on, its pooling and prompts, the target kinds, the weights' sha256, how it was
 trained). Format 1 (``adapter.json`` + ``adapter.safetensors`` keyed ``<module>.lora_a`` /
 ``.lora_b``) is still read, and still written for ``delta`` adapters (a full fine-tune's weight
-changes, :mod:`condsearch.train.lowrank`), which PEFT has no format for.
+changes, :mod:`condsearch.encoders.lowrank`), which PEFT has no format for.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from condsearch.artifacts.files import (
+from condsearch.base.artifact_files import (
     ADAPTER_FORMAT_VERSION,
     ADAPTER_SIDECAR,
     NATIVE_ADAPTER_CONFIG,

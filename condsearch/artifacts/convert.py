@@ -23,7 +23,8 @@ from condsearch.artifacts.adapters import (
     read_adapter,
     write_lora_meta,
 )
-from condsearch.artifacts.files import (
+from condsearch.artifacts.weights import load_weights
+from condsearch.base.artifact_files import (
     HEAD_CONFIG,
     HEAD_WEIGHTS,
     NATIVE_ADAPTER_FORMAT_VERSION,
@@ -31,7 +32,6 @@ from condsearch.artifacts.files import (
     check_own_artifact,
     file_checksum,
 )
-from condsearch.artifacts.weights import load_weights
 from condsearch.errors import CondsearchError, ModelError, first_line
 
 #: adapter.json's keys that PEFT's config and the sidecar's own fields hold instead
@@ -46,7 +46,7 @@ def convert_legacy_adapter(source: Path, target: Path | None = None) -> str:
     """
     from safetensors.numpy import save_file
 
-    from condsearch.store.atomic import replacing_dir
+    from condsearch.base.atomic import replacing_dir
 
     old = read_adapter(source)
     if old.format_version != NATIVE_ADAPTER_FORMAT_VERSION or old.kind != LORA_KIND or old.lora is None:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from condsearch.artifacts.files import HEAD_CONFIG, HEAD_FORMAT_VERSION, HEAD_WEIGHTS, file_checksum, read_json
+from condsearch.base.artifact_files import HEAD_CONFIG, HEAD_FORMAT_VERSION, HEAD_WEIGHTS, file_checksum, read_json
 from condsearch.errors import ModelError
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from condsearch.artifacts.adapters import has_adapter
-from condsearch.artifacts.files import FROZEN_HEAD_DIR, FULL_PROFILE_DIR, LORA_PROFILE_DIR
 from condsearch.artifacts.heads import has_head
 from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
+from condsearch.base.artifact_files import FROZEN_HEAD_DIR, FULL_PROFILE_DIR, LORA_PROFILE_DIR
 from condsearch.errors import ModelError
 
 PROFILE_AUTO = "auto"
@@ -56,7 +56,7 @@ MODES: tuple[Mode, ...] = get_args(Mode)
 #: CASE-only setting is named (resolve_mode)
 MODE_AUTO = "auto"
 #: the mode a front end builds when none is named: index's --mode, condsearch.load_model and Store.index
-#: (the one place to change it; :class:`condsearch.model.spec.EncoderSpec` and :class:`Profile` default to CASE
+#: (the one place to change it; :class:`condsearch.encoders.spec.EncoderSpec` and :class:`Profile` default to CASE
 #: as data: a spec or profile that names no mode is a CASE one). auto: the router for the default model,
 #: the mode that loses least out of the caption domain (issue 39; benchmarks/README.md)
 DEFAULT_MODE = MODE_AUTO
@@ -89,7 +89,7 @@ def resolve_mode(
         return MODE_CASE
     if kept is not None:
         return kept
-    from condsearch.model.sources import DEFAULT_MODEL
+    from condsearch.base.model_sources import DEFAULT_MODEL
 
     return MODE_CSR if (model or DEFAULT_MODEL) == DEFAULT_MODEL else MODE_CASE  # by name: no hub lookup
 
@@ -131,7 +131,7 @@ def _name_of(folder: Path) -> str:
 def _named(spec: str, model: str | None) -> Profile:
     """Return the profile a --profile value (or a --head alias) names."""
     if spec == PROFILE_AUTO:
-        from condsearch.model.sources import DEFAULT_MODEL, resolve_model
+        from condsearch.base.model_sources import DEFAULT_MODEL, resolve_model
 
         spec = DEFAULT_PROFILE if resolve_model(model).model_id == DEFAULT_MODEL else PROFILE_NONE
     spec = DEFAULT_PROFILE if spec == PROFILE_DEFAULT else spec
@@ -162,7 +162,7 @@ def resolve_profile(
             raise ProfileError(
                 "--head, --adapter and --profile apply to --mode case only; CSR vectors are indexed as they are"
             )
-        from condsearch.model.sources import resolve_model
+        from condsearch.base.model_sources import resolve_model
 
         folder = resolve_router(router, resolve_model(model).model_id if router in (None, ROUTER_AUTO) else "")
         return Profile(router=folder, mode=MODE_CSR)

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from condsearch.artifacts.files import ROUTER_CONFIG
-from condsearch.corpus.regular_files import open_regular_file
+from condsearch.base.artifact_files import ROUTER_CONFIG
+from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import ModelError
 
 #: backbone_delta.encoding: how save_context_router stored the change (whole or compact), or benchmarks/studies/wise.py

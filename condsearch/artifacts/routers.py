@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from condsearch.artifacts.files import (
+from condsearch.artifacts.router_delta import check_delta_record, weights_shapes
+from condsearch.base.artifact_files import (
     DEFAULT_ROUTER_DIR,
     ROUTER_CONFIG,
     ROUTER_FORMAT_VERSION,
@@ -22,9 +23,8 @@ from condsearch.artifacts.files import (
     file_checksum,
     read_json,
 )
-from condsearch.artifacts.router_delta import check_delta_record, weights_shapes
+from condsearch.base.model_sources import DEFAULT_MODEL
 from condsearch.errors import ModelError
-from condsearch.model.sources import DEFAULT_MODEL
 
 log = logging.getLogger(__name__)
 

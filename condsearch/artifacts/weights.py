@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from condsearch.corpus.regular_files import open_regular_file
+from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import ModelError
 
 

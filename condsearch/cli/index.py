@@ -12,7 +12,8 @@ import click
 
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, resolve_mode
 from condsearch.artifacts.routers import ROUTER_AUTO
-from condsearch.build.ann import IndexConfig, check_index_options
+from condsearch.base.ann import IndexConfig, check_index_options
+from condsearch.base.model_sources import DEFAULT_MODEL
 from condsearch.cli.common import CONTEXT, fail, open_store
 from condsearch.cli.options import (
     backend_option,
@@ -31,12 +32,11 @@ from condsearch.cli.options import (
 from condsearch.corpus.formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError
-from condsearch.model.sources import DEFAULT_MODEL
 
 if TYPE_CHECKING:
-    from condsearch.build.ingest import BuildReport
     from condsearch.corpus.reader import CorpusFile
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.ingest import BuildReport
     from condsearch.store.folder import IndexStore
 
 #: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
@@ -171,7 +171,7 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     (actors on workers and GPUs); --store also publishes the indexes to Milvus.
     """
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.query.conditions import check_new_condition
+    from condsearch.store.conditions import check_new_condition
 
     if not conditions:
         raise click.UsageError(_NO_CONDITION)
@@ -208,7 +208,7 @@ def _settings(
 
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.store.listing import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem
@@ -270,8 +270,8 @@ def _encode(
 ) -> tuple[list[BuildReport], str]:
     """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend."""
     if params["ray_address"] is None:
-        from condsearch.build.ingest import index_conditions
-        from condsearch.model.policy import backend_of, load_bulk_vectorizer
+        from condsearch.ingest import index_conditions
+        from condsearch.model import backend_of, load_bulk_vectorizer
 
         vec = load_bulk_vectorizer(spec, backend=params["backend"])
         reports = index_conditions(data, conditions, vec, store, full=params["full"], progress=True, **build)

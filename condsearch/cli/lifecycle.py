@@ -56,8 +56,8 @@ def delete_cmd(corpus: str, ids_file: Path, index_dir: Path) -> None:
 
     Ids not in the corpus are refused in one line, with nothing changed.
     """
-    from condsearch.build.changes import change_corpus
-    from condsearch.store.atomic import open_regular
+    from condsearch.base.atomic import open_regular
+    from condsearch.ingest import change_corpus
 
     try:
         with open_regular(ids_file) as fh:

@@ -18,11 +18,11 @@ from click.core import ParameterSource
 
 from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO
 from condsearch.artifacts.routers import ROUTER_AUTO
-from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
+from condsearch.csr import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
+from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import CondsearchError, first_line
-from condsearch.model.spec import EncoderSpec
 from condsearch.scale.config import RayConfig, check_address
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -29,7 +29,7 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
-    from condsearch.model.spec import Runtime
+    from condsearch.encoders.spec import Runtime
     from condsearch.query.search import Answer
     from condsearch.store.folder import IndexStore
 
@@ -42,7 +42,7 @@ def _stdin_queries() -> list[str]:
 
 
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
-    from condsearch.corpus.regular_files import check_regular_file
+    from condsearch.base.regular_files import check_regular_file
 
     queries: list[str] = []
     for t in texts:
@@ -136,8 +136,8 @@ def query_cmd(
     A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
     sentence states the router cached when the corpus was indexed (--no-build refuses instead).
     """
-    from condsearch.model.policy import vectorizer_for
-    from condsearch.model.spec import Runtime
+    from condsearch.encoders.spec import Runtime
+    from condsearch.model import vectorizer_for
     from condsearch.query.calibration import Background
     from condsearch.query.search import answer
     from condsearch.store.searchable import FaissIndex
@@ -161,7 +161,7 @@ def query_cmd(
         )
 
     if store_spec is not None:
-        from condsearch.store.sources import open_index
+        from condsearch.query.sources import open_index
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:
@@ -192,8 +192,7 @@ def query_cmd(
             # a CASE index's model loads as the server and the Python API load it: the same runner and
             # precision on this CPU kind, so that the answers are equal (issue 58: first queries ran torch
             # in bfloat16 where the server ran the float32 export, or the reverse on AMX)
-            from condsearch.model.one_shot import ONE_SHOT_THREADS
-            from condsearch.model.policy import load_index_model
+            from condsearch.model import ONE_SHOT_THREADS, load_index_model
 
             if light:  # on the CPU (no torch to ask for CUDA), one onnxruntime thread unless asked for more
                 runtime = replace(runtime, device="cpu", threads=runtime.threads or ONE_SHOT_THREADS)
@@ -207,7 +206,7 @@ def query_cmd(
         raise fail(exc) from exc
     _print_answers(found, as_json)
     if light and on_device and not as_served:  # torch answered: its ONNX export lets the next such query skip torch
-        from condsearch.model.one_shot import cache_onnx_export
+        from condsearch.model import cache_onnx_export
 
         cache_onnx_export(stored.manifest, vec)
     _quick_exit()

@@ -20,12 +20,12 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CondsearchError
-from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+from condsearch.serve import API_KEY_ENV, ServeConfig, is_loopback
 
 
 def _memory(value: str) -> str:
     """Return a memory size as given, once it parses (a usage error otherwise)."""
-    from condsearch.build.ann import parse_memory
+    from condsearch.base.ann import parse_memory
 
     try:
         parse_memory(value)
@@ -206,7 +206,7 @@ def serve_cmd(
     except CondsearchError as exc:
         raise fail(exc) from exc
     try:
-        from condsearch.serve.server import run_server
+        from condsearch.serve import run_server
     except ImportError as exc:
         raise click.ClickException(f"serve needs {exc.name}: pip install 'condsearch[serve]'") from exc
     config = ServeConfig(

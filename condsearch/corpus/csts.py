@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.corpus.regular_files import open_regular_file
+from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import CorpusError
 
 COLUMNS = ("sentence1", "sentence2", "condition", "label")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.store.atomic import replacing_file
+from condsearch.base.atomic import replacing_file
 
 DEMO_TSV = Path(__file__).parent.parent / "data" / "demo_corpus.tsv"
 

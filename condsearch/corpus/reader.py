@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from condsearch.base.regular_files import check_regular_file
 from condsearch.corpus.formats import (
     CorpusConfig,
     CorpusFormat,
@@ -25,7 +26,6 @@ from condsearch.corpus.formats import (
     read_table,
     record_batches,
 )
-from condsearch.corpus.regular_files import check_regular_file
 from condsearch.errors import CorpusError
 
 

@@ -14,13 +14,33 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from condsearch.csr.context import ContextConfig, ContextRouter
+    from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
     from condsearch.csr.encoder import CsrEncoder, load_csr_encoder
-    from condsearch.csr.router import Router, SentenceStates
+    from condsearch.csr.router import PRESETS, Router, RouterConfig, SentenceStates
+    from condsearch.csr.variants import DEFAULT_VARIANT, ROUTER_VARIANTS
 
-__all__ = ["ContextConfig", "ContextRouter", "CsrEncoder", "Router", "SentenceStates", "load_csr_encoder"]
+__all__ = [
+    "CONTEXT",
+    "DEFAULT_VARIANT",
+    "PRESETS",
+    "ROUTER_VARIANTS",
+    "TRAIN_SCOPES",
+    "ContextConfig",
+    "ContextRouter",
+    "CsrEncoder",
+    "Router",
+    "RouterConfig",
+    "SentenceStates",
+    "load_csr_encoder",
+]
 
 _HOMES = {
+    "CONTEXT": "context",
+    "TRAIN_SCOPES": "context",
+    "PRESETS": "router",
+    "RouterConfig": "router",
+    "DEFAULT_VARIANT": "variants",
+    "ROUTER_VARIANTS": "variants",
     "ContextConfig": "context",
     "ContextRouter": "context",
     "CsrEncoder": "encoder",

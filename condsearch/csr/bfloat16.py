@@ -3,7 +3,7 @@
 On a CPU with bfloat16 dot products (AMX tiles, or AVX-512 BF16) the matrix products of the lower
 layers and of the routed top layers run in bfloat16, while what autocast keeps in float32 (layer
 norms, softmax) and what leaves the passes (the cached states, the pooled vector) stay float32.
-Which kinds run it is :data:`condsearch.encoders.cpu_kind.PATHS`' choice; the condition's own pass
+Which kinds run it is :data:`condsearch.base.cpu_kind.PATHS`' choice; the condition's own pass
 stays float32 (:meth:`condsearch.csr.encoder.CsrEncoder.condition_code`), so codes are shared with
 every other path.
 """

@@ -12,10 +12,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from condsearch.base.atomic import replacing_file
 from condsearch.csr.keys import state_dtype_name
 from condsearch.csr.router import SentenceStates
 from condsearch.errors import ModelError
-from condsearch.store.atomic import replacing_file
 
 #: one sentence's states, (length, hidden) each: x, k, c for the paper/extended router, x alone for the context one
 Tensors = tuple[torch.Tensor, ...]

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from condsearch.train.lowrank import low_rank
+from condsearch.encoders.lowrank import low_rank
 
 _FACTOR_KEYS = (".qdelta_b", ".qdelta_a", ".qdelta_b_scale", ".qdelta_a_scale")
 _SIGN_KEYS = (".sdelta_rows", ".sdelta_signs", ".sdelta_scale")

@@ -2,7 +2,7 @@
 
 A context router's folder is a router folder (``router.json`` + ``router.safetensors``, see
 :mod:`condsearch.artifacts.routers`). What trains is the backbone itself, so the weights file holds
-``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.train.lowrank`'s
+``tuned - base`` for every backbone tensor that changed, keyed as :mod:`condsearch.encoders.lowrank`'s
 delta adapters are (``<parameter>.delta`` whole, or ``.delta_b`` / ``.delta_a`` factors) and merged
 with :func:`condsearch.encoders.lora.apply_deltas`. The change is stored whole when that fits in
 :data:`MAX_DELTA_BYTES` (the top 2 layers of MiniLM-L6 at float16 take 7.1 MB); otherwise compactly
@@ -27,13 +27,6 @@ from pathlib import Path
 
 import torch
 
-from condsearch.artifacts.files import (
-    ROUTER_CONFIG,
-    ROUTER_FORMAT_VERSION,
-    ROUTER_WEIGHTS,
-    check_own_artifact,
-    write_json,
-)
 from condsearch.artifacts.routers import (
     WEIGHTS_RECORD,
     checked_router_checksum,
@@ -42,11 +35,18 @@ from condsearch.artifacts.routers import (
     weights_record,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
+from condsearch.base.artifact_files import (
+    ROUTER_CONFIG,
+    ROUTER_FORMAT_VERSION,
+    ROUTER_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
+from condsearch.base.atomic import replacing_dir
 from condsearch.csr.compact_delta import decode, encode_factors, encode_sign_rows, factor_bytes
 from condsearch.csr.context import ContextConfig, ContextRouter
 from condsearch.encoders.lora import apply_deltas
 from condsearch.errors import ModelError
-from condsearch.store.atomic import replacing_dir
 
 #: the largest backbone change kept whole (bytes at float16); a larger one is stored compactly within it
 MAX_DELTA_BYTES = 10_000_000

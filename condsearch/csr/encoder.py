@@ -12,6 +12,9 @@ import numpy as np
 import torch
 
 from condsearch.artifacts.routers import resolve_router, router_model_id, router_name
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.base.model_sources import ModelSource, resolve_model
+from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.bfloat16 import Bfloat16Router
 from condsearch.csr.cache import RequestStates, StateCache, collate, default_state_dtype, split, text_key
 from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT, ContextCode, ContextConfig, ContextRouter
@@ -25,10 +28,7 @@ from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.cpu import check_quantize
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import ModelError
-from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
-from condsearch.model.sources import ModelSource, resolve_model
 from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)

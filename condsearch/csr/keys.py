@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from condsearch.base.output_cache import pair_key
 from condsearch.csr.variants import CONTEXT
 from condsearch.encoders.onnx_files import CACHE_SUBDIR, FORMAT_VERSION, TOKENIZER_FILE, Precision, runtime_versions
-from condsearch.model.output_cache import pair_key
 
 #: in an export's meta file: what it exports (CASE's exports have no such key)
 KIND = "csr-router"

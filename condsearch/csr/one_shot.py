@@ -23,16 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from condsearch.artifacts.routers import checked_router_checksum, read_router_config, resolve_router, router_name
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.base.model_sources import resolve_model
+from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.keys import CONTEXT, CSR_FILES, KIND, QUERIES_SUBDIR, RouterIdentity, state_dtype_name
 from condsearch.csr.onnx_run import RouterSessions, read_export_tokenizer, read_router_sessions
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.encoders.onnx_files import USABLE_KEY, BackendTokenizer, Precision, checked_meta
+from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import CondsearchError, ModelError
-from condsearch.model.output_cache import EmbeddingCache, default_cache_dir
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec
 
 log = logging.getLogger(__name__)
 

@@ -12,13 +12,6 @@ from pathlib import Path
 
 import torch
 
-from condsearch.artifacts.files import (
-    ROUTER_CONFIG,
-    ROUTER_FORMAT_VERSION,
-    ROUTER_WEIGHTS,
-    check_own_artifact,
-    write_json,
-)
 from condsearch.artifacts.routers import (
     WEIGHTS_RECORD,
     checked_router_checksum,
@@ -27,9 +20,16 @@ from condsearch.artifacts.routers import (
     weights_record,
 )
 from condsearch.artifacts.weights import load_weights, save_weights
+from condsearch.base.artifact_files import (
+    ROUTER_CONFIG,
+    ROUTER_FORMAT_VERSION,
+    ROUTER_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
+from condsearch.base.atomic import replacing_dir
 from condsearch.csr.router import Router, RouterConfig
 from condsearch.errors import ModelError
-from condsearch.store.atomic import replacing_dir
 
 
 def save_router(router: Router, directory: Path, meta: dict[str, object], dtype: torch.dtype = torch.float16) -> str:

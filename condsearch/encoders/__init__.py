@@ -7,7 +7,8 @@ folder holds, how it pools and its presets. ``backbone`` is the one transformers
 over several GPUs, ``runtime`` picks devices, dtype and attention, and ``cpu`` holds the CPU settings
 (int8, ``--backend``, threads). The torch-free ONNX path (one-shot queries, bulk CPU encoding, int8)
 is ``onnx_export`` (tracing ``onnx_trace``), ``onnx_files`` and ``bert_inputs``; ``rounding`` bounds
-how far two correct float runs may differ.
+how far two correct float runs may differ. ``spec`` is the one spec object every loader takes
+(:class:`~condsearch.encoders.spec.EncoderSpec`), and ``lowrank`` ships a full fine-tune as a low-rank delta adapter.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from condsearch.base.model_sources import ModelSource, read_config, resolve_model
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
 from condsearch.encoders.cpu import apply_threads, check_quantize
 from condsearch.encoders.family import (
@@ -30,14 +32,13 @@ from condsearch.encoders.family import (
     templates_with,
 )
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource, read_config, resolve_model
 
 if TYPE_CHECKING:
     import torch
 
     from condsearch.artifacts.profiles import Profile
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
 
 
 def __getattr__(name: str) -> Any:
@@ -111,7 +112,7 @@ def _load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = 
 
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.runtime import parse_devices, resolve_dtype
-    from condsearch.model.spec import EncoderSpec
+    from condsearch.encoders.spec import EncoderSpec
 
     spec = spec or EncoderSpec()
     adapter = (profile or spec.resolve_profile()).adapter

@@ -6,10 +6,10 @@ from typing import Any
 
 import torch
 
+from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.first_use import loading
 from condsearch.encoders.runtime import load_pretrained
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource
 
 
 def load_backbone(source: ModelSource, *, trust_remote_code: bool = False) -> tuple[Any, Any]:

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from condsearch.artifacts.profiles import ADAPTER_KEY
-from condsearch.model.output_cache import EmbeddingCache, pair_key
+from condsearch.base.output_cache import EmbeddingCache, pair_key
 from condsearch.progress import progress_bar
 
 log = logging.getLogger(__name__)

@@ -8,13 +8,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, auto_case_dtype
+from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.backbone import load_backbone
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY, auto_case_dtype
 from condsearch.encoders.pooling import mean_pool
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource
 
 
 def auto_dtype(device: torch.device) -> torch.dtype:

@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 import torch
 
+from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bidirectional import config_is_bidirectional, decoder_layers, make_bidirectional
 from condsearch.encoders.family import Family, PromptTemplates
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_fastest
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -14,12 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.decoder import default_max_length
 from condsearch.encoders.family import PromptTemplates
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_pretrained
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource
 
 
 def load_remote_model(location: str, dtype: torch.dtype) -> Any:

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.base import Pair
 from condsearch.encoders.bert import BertStyleEncoder
 from condsearch.encoders.onnx_files import (
@@ -56,7 +57,6 @@ from condsearch.encoders.onnx_files import (
 )
 from condsearch.encoders.rounding import float_tolerance, largest_activation, transformer_depth
 from condsearch.errors import ModelError
-from condsearch.model.sources import ModelSource
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ export is stamped (:data:`STAMP_FILE`) with each file's device, inode, size, mod
 change times, and hashed again only when one of those moves. Any write to a file moves its change
 time, which no one but the clock can set back; a file changed within :data:`SETTLE_NS` of its check
 could keep the same timestamp tick, so files that young are hashed at every load, never stamped
-(the rule of :mod:`condsearch.store.file_digest`, which a local model folder's revision follows too).
+(the rule of :mod:`condsearch.base.file_digest`, which a local model folder's revision follows too).
 """
 
 from __future__ import annotations
@@ -39,15 +39,15 @@ from typing import Any, Literal
 import numpy as np
 
 from condsearch.artifacts.adapters import read_adapter
+from condsearch.base.atomic import replacing_file, swap_dir, temporary_name
+from condsearch.base.file_digest import SETTLE_NS
+from condsearch.base.file_digest import file_identity as _identity
+from condsearch.base.file_digest import sha256_file as _sha256
+from condsearch.base.model_sources import ModelSource
+from condsearch.base.output_cache import default_cache_dir
 from condsearch.encoders.base import Encoder, Pair
 from condsearch.encoders.bert_inputs import TokenSorted, case_inputs, max_length_for
 from condsearch.errors import ModelError
-from condsearch.model.output_cache import default_cache_dir
-from condsearch.model.sources import ModelSource
-from condsearch.store.atomic import replacing_file, swap_dir, temporary_name
-from condsearch.store.file_digest import SETTLE_NS
-from condsearch.store.file_digest import file_identity as _identity
-from condsearch.store.file_digest import sha256_file as _sha256
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.artifacts.files import HEAD_WEIGHTS
 from condsearch.artifacts.heads import HeadConfig, read_head_config
+from condsearch.base.artifact_files import HEAD_WEIGHTS
 from condsearch.errors import ModelError
 
 #: the one weight a head holds (``ProjectionHead.linear``, no bias): (dim, input_dim)

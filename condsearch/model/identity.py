@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from condsearch.model.spec import EncoderSpec
+from condsearch.encoders.spec import EncoderSpec
 from condsearch.store.vectors import vector_fingerprint
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ class ModelIdentity:
     @property
     def encoder_spec(self) -> EncoderSpec:
         """Return the spec that loads the model again (read from the encoder record where no spec is recorded)."""
-        return EncoderSpec.of_manifest(self)  # type: ignore[arg-type]  # the fields it reads are named alike
+        return EncoderSpec.of_manifest(self)  # the fields it reads are named alike
 
     @property
     def fingerprint(self) -> str:

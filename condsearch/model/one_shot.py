@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 from condsearch.artifacts.heads import head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.base.model_sources import ModelSource, resolve_model
 from condsearch.errors import CondsearchError, first_line
 from condsearch.model.head_files import load_numpy_head
 from condsearch.model.identity import ModelIdentity
-from condsearch.model.sources import ModelSource, resolve_model
 from condsearch.model.vectorizer import Vectorizer, record_adapter
 
 if TYPE_CHECKING:

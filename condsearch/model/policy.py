@@ -4,7 +4,7 @@
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
 every core, except on a CPU kind where torch measured faster, for bulk work or for serving (in the
-bfloat16 that ``--dtype auto`` chooses there: :mod:`condsearch.encoders.cpu_kind`); the router (CSR) runs its two
+bfloat16 that ``--dtype auto`` chooses there: :mod:`condsearch.base.cpu_kind`); the router (CSR) runs its two
 passes on its checked float32 export where that measured faster than torch
 (:data:`condsearch.csr.onnx.FASTER_ON_ONNX`), but in torch bfloat16 for bulk work on a CPU kind
 where that measured faster still. Otherwise (``torch``, CUDA, another kind of model or
@@ -19,10 +19,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, recorded_profile
+from condsearch.base.model_sources import resolve_model
 from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
+from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import StoreError
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
     from condsearch.model.vectorizer import Vectorizer
@@ -52,10 +52,10 @@ def onnx_allowed(backend: Backend, device: str | None) -> bool:
 def case_onnx_allowed(backend: Backend, device: str | None, *, serving: bool = False) -> bool:
     """Return whether ``backend`` runs a float32 CASE model on onnxruntime on ``device``: ``auto`` on the CPU, where
     the CPU kind's measured path is onnxruntime, for bulk encoding or ``serving``
-    (:data:`condsearch.encoders.cpu_kind.PATHS`: torch bfloat16 indexes on AMX and AVX-512 BF16 CPUs, and
+    (:data:`condsearch.base.cpu_kind.PATHS`: torch bfloat16 indexes on AMX and AVX-512 BF16 CPUs, and
     serves on AMX).
     """
-    from condsearch.encoders.cpu_kind import auto_case_runner
+    from condsearch.base.cpu_kind import auto_case_runner
 
     return onnx_allowed(backend, device) and auto_case_runner(serving=serving) == "onnxruntime"
 
@@ -77,11 +77,11 @@ def _router_path(
     Its checked float32 export where that is faster than torch (the export is written even where bulk
     work then runs in bfloat16, so that one-shot queries find it); for bulk work, on a CPU kind whose
     measured router path is bfloat16, torch under bfloat16 autocast
-    (:data:`condsearch.encoders.cpu_kind.PATHS`). A long-running reader (``serving``) keeps the export.
+    (:data:`condsearch.base.cpu_kind.PATHS`). A long-running reader (``serving``) keeps the export.
     """
+    from condsearch.base.cpu_kind import auto_router_dtype
     from condsearch.csr.encoder import CsrEncoder
     from condsearch.csr.onnx import FASTER_ON_ONNX
-    from condsearch.encoders.cpu_kind import auto_router_dtype
 
     encoder = vec.encoder
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or not onnx_allowed(backend, device):

@@ -1,4 +1,4 @@
-"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.model.spec.EncoderSpec` or an index.
+"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.encoders.spec.EncoderSpec` or an index.
 
 :func:`load_vectorizer` loads a spec (the CLI's flags, the Python API's arguments, Ray's actors);
 :func:`vectorizer_for` loads what an index was built with and refuses anything else (another
@@ -18,11 +18,11 @@ import numpy as np
 from condsearch.artifacts.adapters import adapter_checksum
 from condsearch.artifacts.heads import check_head, head_checksum
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, resolve_profile
-from condsearch.build.faiss_indexes import normalize
+from condsearch.base.faiss_indexes import normalize
+from condsearch.base.model_sources import resolve_model
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
+from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import ModelError
-from condsearch.model.sources import resolve_model
-from condsearch.model.spec import EncoderSpec
 
 if TYPE_CHECKING:
     from condsearch.model.head import ProjectionHead

@@ -3,8 +3,8 @@
 A score is the cosine of a query's and a row's vectors made under the index's condition, and where
 scores sit depends on the model, profile and condition: the default's top scores crowd near 0.95,
 plain MiniLM's spread lower and wider. So a raw threshold means little across indexes. When an
-index is written the store records its *background* (:func:`score_background`): the scores between
-its own rows, over every distinct pair of a seeded sample of up to :data:`SAMPLE_ROWS` rows of the
+index is written the store records its *background* (:func:`condsearch.store.background.score_background`):
+the scores between its own rows, over every distinct pair of a seeded sample of up to 1,000 rows of the
 vectors written (no self pairs), summarised as their count, mean, standard deviation and a few
 upper quantiles. A calibrated query reports beside each raw score its standard score against that
 background, ``z = (score - mean) / std`` (:class:`Background`): a z of 3 is three standard
@@ -16,73 +16,15 @@ probability. The sample is seeded, so writing the same vectors records the same 
 
 from __future__ import annotations
 
-import logging
-import math
 import shlex
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from condsearch.errors import CondsearchError
-from condsearch.query.hits import SCORE_PLACES
 
 if TYPE_CHECKING:
     from condsearch.query.hits import Hits
     from condsearch.store.manifest import Manifest
-
-log = logging.getLogger(__name__)
-
-#: rows sampled for the background: their distinct pairs (499,500 of them) are scored in one product
-SAMPLE_ROWS = 1000
-#: the sample's seed, recorded with it
-SEED = 0
-#: the upper quantiles of the pair scores recorded, named by str(q) in the manifest
-QUANTILES = (0.5, 0.9, 0.99, 0.999)
-#: the fields of a recorded background (the manifest's ``score_background``; {} where none is recorded)
-
-
-class Rows(Protocol):
-    """An (n, d) array of vectors read by rows: a NumPy array or a :class:`condsearch.store.vectors.VectorFile`."""
-
-    def __len__(self) -> int: ...
-
-    def take(self, rows: np.ndarray, axis: int = 0) -> np.ndarray: ...
-
-
-def sample_rows(n: int) -> np.ndarray:
-    """Return the sorted rows of an n-row index its background scores: all up to SAMPLE_ROWS, else a seeded sample."""
-    if n <= SAMPLE_ROWS:
-        return np.arange(n, dtype=np.int64)
-    return np.sort(np.random.default_rng(SEED).choice(n, size=SAMPLE_ROWS, replace=False)).astype(np.int64)
-
-
-def pair_scores(sample: np.ndarray) -> np.ndarray:
-    """Return the inner products (cosines, for unit vectors) of every distinct pair of the sample's rows, as float64."""
-    x = np.ascontiguousarray(sample, dtype=np.float32)
-    upper = np.triu_indices(len(x), k=1)
-    return (x @ x.T)[upper].astype(np.float64)
-
-
-def score_background(vectors: Rows) -> dict[str, object]:
-    """Return the background an index of these vectors records; {} for fewer than 2 rows or scores not finite."""
-    rows = sample_rows(len(vectors))
-    if len(rows) < 2:
-        return {}
-    scores = pair_scores(vectors.take(rows, axis=0))
-    mean, std = float(scores.mean()), float(scores.std())
-    quantiles = {str(q): float(v) for q, v in zip(QUANTILES, np.quantile(scores, QUANTILES), strict=True)}
-    if not all(math.isfinite(v) for v in (mean, std, *quantiles.values())):
-        log.warning("the index's vectors score pairs that are not finite; recording no score background")
-        return {}
-    return {
-        "sample_rows": len(rows),
-        "pairs": len(scores),
-        "seed": SEED,
-        "mean": round(mean, SCORE_PLACES),
-        "std": round(std, SCORE_PLACES),
-        "quantiles": {q: round(v, SCORE_PLACES) for q, v in quantiles.items()},
-    }
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """How a query is answered when the asker says no more: the one home of its defaults.
 
-`condsearch query`, the Python API (:meth:`condsearch.api.Store.search`) and the server
-(:class:`condsearch.serve.config.ServeConfig`, for a request that names no k) read them here.
+`condsearch query`, the Python API (:meth:`condsearch.api.Store.search`), the server
+(:class:`condsearch.serve.config.ServeConfig`, for a request that names no k) and the loaded indexes
+(:class:`condsearch.query.resident.Resident`, how long they stay) read them here.
 Free of imports beyond the standard library, so that the CLI reads it for --help cheaply.
 """
 
@@ -16,3 +17,7 @@ class QueryConfig:
 
     #: results per query (every row when the index holds fewer)
     k: int = 10
+    #: how often resident indexes' store listing is re-read to notice replaced, added or removed ones (seconds)
+    reload_interval_s: float = 0.5
+    #: indexes kept loaded at most; past it the least recently used is dropped (loaded again when asked for)
+    max_resident_indexes: int = 256

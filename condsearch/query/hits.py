@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.errors import CondsearchError
+from condsearch.store.background import SCORE_PLACES  # noqa: F401 - a score's places, named here too
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
 COLUMNS = ("rank", "id", "score", "text", "row")
 #: the column calibrated hits add (:mod:`condsearch.query.calibration`)
 Z_COLUMN = "z"
-#: decimal places of a score, and of a calibrated hit's z, in an answer (JSON) and a background
-SCORE_PLACES = 6
+#: decimal places of a calibrated hit's z in an answer (JSON); a score's are SCORE_PLACES
 Z_PLACES = 4
 
 

@@ -5,7 +5,7 @@ condition needs: its rows (each sibling's ``rows.parquet`` keeps ids and texts, 
 is not read) and the spec its model was loaded from (the manifest's ``spec``). :func:`build_on_demand`
 loads that model as `condsearch index` does, refuses it when its router or encoder is no longer the
 one the siblings were built with, and indexes the rows through the one ingest path
-(:func:`condsearch.build.ingest.build_condition_index`: the writer lock, atomic publish, resumable
+(:func:`condsearch.ingest.chunks.build_condition_index`: the writer lock, atomic publish, resumable
 staging) with the sibling's factory and search parameters. The index is the one `condsearch index -c
 CONDITION` on those rows gives. The router's state cache makes it cheap: only the per-pair
 remainder runs. Where the cache lacks a row's states (another machine, a cleared cache) they are
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
 from condsearch.encoders.cpu import Backend, CpuConfig
 from condsearch.encoders.first_use import LoadedOnce
+from condsearch.encoders.spec import Runtime
 from condsearch.errors import (
     AmbiguousCondition,
     CondsearchError,
@@ -35,9 +36,8 @@ from condsearch.errors import (
     UnknownCondition,
     first_line,
 )
-from condsearch.model.spec import Runtime
-from condsearch.query.conditions import check_new_condition
 from condsearch.query.search import vectorizer_key
+from condsearch.store.conditions import check_new_condition
 from condsearch.store.listing import MAX_LISTED, Listing, condition_key, known_note
 from condsearch.store.manifest import Manifest
 
@@ -127,10 +127,10 @@ def build_on_demand(
     errors; ``unknown``, the front end's refusal of the unindexed condition, leads any refusal to
     build, so that its list of what is indexed stays in view. Raises CondsearchError in one line,
     before anything is written: a condition that is empty, too long or has control characters
-    (:func:`condsearch.query.conditions.check_new_condition`), no index of the corpus, several corpora and
+    (:func:`condsearch.store.conditions.check_new_condition`), no index of the corpus, several corpora and
     none named, a corpus indexed with --mode case or with several models, or a router or encoder that
     changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
-    goes, a chunk of the ingest at a time (:data:`condsearch.build.ingest.CHUNK_ROWS` rows). With
+    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.chunks.CHUNK_ROWS` rows). With
     ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus file or router folder.
     """
     from filelock import FileLock
@@ -167,7 +167,7 @@ def build_on_demand(
                 f"the sentence states of {encoded} of {len(rows)} rows of corpus {corpus_name!r} are not in the "
                 "cache (another machine, or a cleared cache): encoding them again"
             )
-        from condsearch.build.ingest import build_condition_index
+        from condsearch.ingest.chunks import build_condition_index
 
         report = build_condition_index(
             rows,
@@ -304,7 +304,7 @@ def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: B
     Builds under way at once share one copy per model (:data:`_BUILD_MODELS`): the first loads it and
     the others wait, rather than each loading its own at the same moment (issue 58, item 4).
     """
-    from condsearch.encoders.cpu_kind import cpu_kind
+    from condsearch.base.cpu_kind import cpu_kind
 
     key = (vectorizer_key(source), runtime, backend, cpu_kind())  # the CPU kind picks auto's path
     return _BUILD_MODELS.get(key, lambda: _checked_model(source, corpus_name, runtime, backend, name_paths))
@@ -314,9 +314,9 @@ def _checked_model(
     source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool
 ) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
+    from condsearch.encoders.spec import EncoderSpec
     from condsearch.model.identity import ModelIdentity
     from condsearch.model.policy import load_bulk_vectorizer
-    from condsearch.model.spec import EncoderSpec
 
     vectorizer = load_bulk_vectorizer(EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
     info = ModelIdentity.of_vectorizer(vectorizer)

@@ -24,17 +24,17 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from condsearch.build.ann import walks_lists_or_graph
-from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES, WALK_SEARCH_THREADS
-from condsearch.build.faiss_indexes import search_threads as set_search_threads
-from condsearch.encoders.cpu import Backend
+from condsearch.base.ann import walks_lists_or_graph
+from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES, WALK_SEARCH_THREADS
+from condsearch.base.faiss_indexes import search_threads as set_search_threads
+from condsearch.encoders.cpu import Backend, CpuConfig
+from condsearch.encoders.spec import Runtime
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
 from condsearch.model.policy import backend_of, load_index_model
-from condsearch.model.spec import Runtime
 from condsearch.model.vectorizer import Vectorizer
+from condsearch.query.config import QueryConfig
 from condsearch.query.search import Answer, Request, answer_batch, vectorizer_key
 from condsearch.query.tokens import TextCutter, estimate_tokens, text_cutter
-from condsearch.serve.config import ServeConfig
 from condsearch.store.listing import Listing, find_index
 from condsearch.store.manifest import Manifest
 from condsearch.store.searchable import Found, IndexSource, Searchable
@@ -120,7 +120,7 @@ def split_job(job: QueryJob, max_queries: int, max_tokens: int) -> list[QueryJob
     """Split job into parts of at most max_queries queries and max_tokens tokens, in order.
 
     A query over max_tokens is a part alone. Where the job holds twice
-    :data:`~condsearch.build.faiss_indexes.FLAT_BLAS_MIN_QUERIES` queries or more, the last part is evened out with
+    :data:`~condsearch.base.faiss_indexes.FLAT_BLAS_MIN_QUERIES` queries or more, the last part is evened out with
     the one before it to hold that many too, so every part is searched as the whole job would be
     (by one matrix product; fewer queries scan the rows, which may differ in the last bits).
     """
@@ -149,15 +149,15 @@ class Resident:
         store: IndexSource,
         load_vectorizer: Callable[[Manifest], Vectorizer] | None = None,
         *,
-        reload_interval_s: float = ServeConfig.reload_interval_s,
+        reload_interval_s: float = QueryConfig.reload_interval_s,
         device: str | None = None,
         trust_remote_code: bool = False,
         quantize: str | None = None,
         threads: int | None = None,
-        backend: Backend = ServeConfig.backend,
-        search_threads: int | None = ServeConfig.search_threads,
+        backend: Backend = CpuConfig.backend,
+        search_threads: int | None = None,
         corpus_option: str = CORPUS_FIELD,
-        max_indexes: int = ServeConfig.max_resident_indexes,
+        max_indexes: int = QueryConfig.max_resident_indexes,
     ) -> None:
         self.store = store
         self.max_indexes = max_indexes

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from condsearch.build.faiss_indexes import SearchResult
+from condsearch.base.faiss_indexes import SearchResult
 from condsearch.errors import CondsearchError, first_line
 from condsearch.query.calibration import Background
 from condsearch.query.hits import Hit, Hits

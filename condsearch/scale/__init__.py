@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from condsearch.errors import CondsearchError
 
-#: how a store location names a Milvus Lite file and a Milvus server (:mod:`condsearch.store.sources`)
+#: how a store location names a Milvus Lite file and a Milvus server (:mod:`condsearch.query.sources`)
 MILVUS_LITE = "milvus-lite:"
 MILVUS_SERVER = "milvus://"
 

@@ -44,8 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from condsearch.build.ann import parse_search_params
-from condsearch.build.faiss_indexes import SearchResult
+from condsearch.base.ann import parse_search_params
+from condsearch.base.faiss_indexes import SearchResult
 from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.model.identity import ModelIdentity
 from condsearch.scale import MILVUS_LITE, MILVUS_SERVER, missing_extra

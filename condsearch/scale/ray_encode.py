@@ -9,7 +9,7 @@ index through the store exactly as a local build does (vectors and text hashes k
 so a later local re-index reuses them). The work folder must be one path that the driver and
 every worker see (the index folder on one machine; a shared file system on a cluster).
 
-The actors load their vectorizer from the :class:`~condsearch.model.spec.EncoderSpec` the driver ships:
+The actors load their vectorizer from the :class:`~condsearch.encoders.spec.EncoderSpec` the driver ships:
 the same loader and spec the local path uses, so the vectors are the local path's (up to float
 rounding from other batch compositions; the tests check both modes).
 """
@@ -29,7 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.build.ingest import (
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.encoders.spec import EncoderSpec
+from condsearch.errors import CondsearchError, first_line
+from condsearch.ingest.chunks import (
     CHUNK_ROWS,
     BuildReport,
     CorpusSource,
@@ -37,10 +40,7 @@ from condsearch.build.ingest import (
     publish_staged,
     write_tables,
 )
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.errors import CondsearchError, first_line
 from condsearch.model.identity import ModelIdentity
-from condsearch.model.spec import EncoderSpec
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
 from condsearch.store.folder import ROWS_FILE, IndexStore, rows_table

@@ -6,5 +6,33 @@ files in ``static/``: HTML, JavaScript, CSS).
 
 Importing this package is cheap; FastAPI, uvicorn, torch and FAISS load only in the modules that
 need them (``app``, ``page``, ``server``); the resident indexes and models are
-:class:`condsearch.query.resident.Resident`.
+:class:`condsearch.query.resident.Resident`. Front door: the names below, each loaded on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+    from condsearch.serve.server import BackgroundServer, build_app, run_server
+
+__all__ = ["API_KEY_ENV", "BackgroundServer", "ServeConfig", "build_app", "is_loopback", "run_server"]
+
+#: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
+_HOMES = {
+    "API_KEY_ENV": "config",
+    "BackgroundServer": "server",
+    "ServeConfig": "config",
+    "build_app": "server",
+    "is_loopback": "config",
+    "run_server": "server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{home}"), name)

@@ -24,8 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from condsearch import __version__
-from condsearch.build.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
+from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
 from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
@@ -43,6 +42,7 @@ from condsearch.serve.paths import hide_paths
 from condsearch.serve.refusals import ErrorResponse, RequestError, check_request_condition, check_text
 from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import Manifest
+from condsearch.version import __version__
 
 log = logging.getLogger(__name__)
 

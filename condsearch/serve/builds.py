@@ -34,9 +34,9 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from condsearch.build.ann import parse_memory
+from condsearch.base.ann import parse_memory
+from condsearch.encoders.spec import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
-from condsearch.model.spec import Runtime
 from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.paths import hide_paths

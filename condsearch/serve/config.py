@@ -67,7 +67,7 @@ class ServeConfig:
     #: 4096 doubled the wait of a small request beside a large one and answered the large one no sooner
     max_batch_tokens: int = 2048
     #: how often the store listing is re-read to notice replaced, added or removed indexes (seconds)
-    reload_interval_s: float = 0.5
+    reload_interval_s: float = QueryConfig.reload_interval_s
     #: a request waiting longer than this for its batch gets a 503
     request_timeout_s: float = 120.0
     #: a query under a condition that a router (--mode csr) corpus has no index for builds it, from the
@@ -91,7 +91,7 @@ class ServeConfig:
     #: gets a 202 naming a job to poll (GET /builds/ID). 1,000 rows took about 2 s here (docs/serve.md)
     build_inline_rows: int = 1000
     #: indexes kept loaded at most; past it the least recently used is dropped (loaded again when asked for)
-    max_resident_indexes: int = 256
+    max_resident_indexes: int = QueryConfig.max_resident_indexes
     #: load every index and its model at startup instead of on first use
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built

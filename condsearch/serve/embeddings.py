@@ -35,7 +35,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from condsearch.errors import StoreError, UnknownCondition
-from condsearch.model.vectorizer import Vectorizer
+from condsearch.model import Vectorizer
 from condsearch.query.resident import QueryJob, Resident
 from condsearch.query.search import vectorizer_key
 from condsearch.query.tokens import estimate_tokens

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from condsearch.errors import CondsearchError
-from condsearch.query.conditions import check_new_condition
+from condsearch.store.conditions import check_new_condition
 
 
 class ErrorResponse(BaseModel):
@@ -41,7 +41,7 @@ def check_text(text: str) -> str:
 
 
 def check_request_condition(condition: str) -> str:
-    """Return a request's condition in its normal form (:func:`condsearch.query.conditions.normalize_condition`);
+    """Return a request's condition in its normal form (:func:`condsearch.store.conditions.normalize_condition`);
     a ValueError (a 422 from a validator) where it is not text, empty, only invisible characters, holds a
     control character or is too long: what no index is built under.
 

@@ -20,10 +20,10 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from condsearch.query.resident import Resident
+from condsearch.query.sources import open_source
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.headers import with_security_headers
-from condsearch.store.sources import open_source
 
 
 def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:

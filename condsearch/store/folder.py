@@ -25,7 +25,7 @@ modification time has changed; :meth:`IndexStore.verify` hashes every file of th
 :meth:`IndexStore.kept_vectors` hashes the rows and vectors before a re-index reuses them.
 
 Every version's manifest records the scores between a seeded sample of its kept vectors' rows
-(:func:`condsearch.query.calibration.score_background`), which calibrated queries measure scores against.
+(:func:`condsearch.store.background.score_background`), which calibrated queries measure scores against.
 
 Every file is opened without blocking and read only if it is a regular file (a FIFO or a link to
 ``/dev/zero`` is refused in one line, never waited on), and a manifest only up to 1 MiB. A manifest
@@ -53,11 +53,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
-from condsearch.build.ann import apply_search_params
+from condsearch.base.ann import apply_search_params
+from condsearch.base.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
-from condsearch.query.calibration import score_background
-from condsearch.store.atomic import fsync_dir, link_or_copy, open_regular, read_capped, replacing_file
+from condsearch.store.background import score_background
 from condsearch.store.listing import check_condition, damaged_note, find_index, same_condition
 from condsearch.store.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
@@ -180,7 +180,7 @@ class IndexStore:
         """Hold the write lock of one index and yield a :class:`Draft` to publish its next version through.
 
         condition is written as given (the caller normalises it:
-        :func:`condsearch.query.conditions.normalize_condition`), into the index of the same condition that an
+        :func:`condsearch.store.conditions.normalize_condition`), into the index of the same condition that an
         older condsearch named after another spelling, if there is one.
         """
         name = self.name_for(corpus_name, condition)
@@ -566,7 +566,7 @@ def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None
 
 
 def _background(path: Path) -> dict[str, object]:
-    """Return the score background (:func:`condsearch.query.calibration.score_background`) of a version's kept vectors.
+    """Return the score background (:func:`condsearch.store.background.score_background`) of a version's kept vectors.
 
     A version without kept vectors (:meth:`IndexStore.write` given none) records none.
     """

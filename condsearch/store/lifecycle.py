@@ -25,8 +25,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
+from condsearch.base.atomic import fsync_dir, open_regular
 from condsearch.errors import CondsearchError, StoreError, first_line
-from condsearch.store.atomic import fsync_dir, open_regular
 from condsearch.store.folder import PARTIAL, ROWS_FILE, VERSIONS, IndexStore
 from condsearch.store.manifest import Manifest
 

@@ -13,9 +13,9 @@ import os
 from collections.abc import Sequence
 
 from condsearch.artifacts.profiles import MODES, Mode
+from condsearch.base.model_sources import model_lowercases
 from condsearch.errors import AmbiguousCondition, UnknownCondition, first_line
-from condsearch.model.sources import model_lowercases
-from condsearch.query.conditions import check_condition, normalize_condition
+from condsearch.store.conditions import check_condition, normalize_condition
 from condsearch.store.manifest import Manifest
 
 #: a store's indexes: (name, manifest, or the error that stops it from loading)

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import StoreError
 from condsearch.store.vectors import VECTORS_FILE
 
@@ -59,8 +59,8 @@ class Manifest:
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
-    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.model.spec.EncoderSpec.to_dict()
-    # format 6: condsearch.query.calibration.score_background of the kept vectors ({}: none recorded)
+    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.encoders.spec.EncoderSpec.to_dict()
+    # format 6: condsearch.store.background.score_background of the kept vectors ({}: none recorded)
     score_background: dict[str, object] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
     condsearch_version: str = ""
@@ -76,7 +76,7 @@ def encoder_precision(encoder: Mapping[str, object]) -> str:
     """Return what an encoder record's vectors are encoded in: int8, a dtype asked for or chosen by auto, else float32.
 
     Every vector of an index is in its manifest's precision: a re-index keeps the vectors of the last
-    one only when they are in the precision it encodes in (condsearch.build.ingest).
+    one only when they are in the precision it encodes in (condsearch.ingest.chunks).
     """
     if encoder.get("quantize") == "int8":
         return "int8"

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import numpy as np
 
-from condsearch.build.faiss_indexes import GPU_MAX_K, SearchResult, on_gpu, search, to_search_device
+from condsearch.base.faiss_indexes import GPU_MAX_K, SearchResult, on_gpu, search, to_search_device
 from condsearch.errors import StoreError, first_line
 from condsearch.store.manifest import Manifest
 

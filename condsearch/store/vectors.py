@@ -17,8 +17,8 @@ from typing import IO
 
 import numpy as np
 
-from condsearch.encoders.cpu_kind import AUTO_DTYPE_KEY
-from condsearch.store.atomic import open_regular
+from condsearch.base.atomic import open_regular
+from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 
 VECTORS_FILE = "vectors.npy"
 HASH_BYTES = 16
@@ -45,7 +45,7 @@ def vector_fingerprint(described: dict[str, object], *, mode: str, head_checksum
     kept by the other (docs/indexing.md); an int8 export is named by ``quantize``. Nor is a dtype that
     ``--dtype auto`` chose for the CPU (``auto_dtype``: bfloat16 on AMX and AVX-512 BF16): within the bound measured of
     float32's, so the model is the same on every CPU kind. Whether a re-index keeps vectors is decided
-    with their precision too (:mod:`condsearch.build.ingest`): an index's vectors are all
+    with their precision too (:mod:`condsearch.ingest.chunks`): an index's vectors are all
     in the precision its manifest records.
     """
     payload = {

@@ -286,7 +286,7 @@ def adapt(
     val_plain = None
     if config.anchor == "wise" and val_plans:
         from condsearch.encoders import load_encoder
-        from condsearch.model.spec import EncoderSpec, Runtime
+        from condsearch.encoders.spec import EncoderSpec, Runtime
 
         plain = load_encoder(EncoderSpec(model, profile="none", runtime=Runtime(device=device)))
         val_plain = mean(score_plan(val_plans, plain_embed(plain)))
@@ -341,13 +341,13 @@ def _save_and_report(
     started: float,
 ) -> dict[str, object]:
     """Write the router beside out, score it as saved, add report.json, move the folder into place whole."""
-    from condsearch.artifacts.files import ADAPT_REPORT, write_json
+    from condsearch.base.artifact_files import ADAPT_REPORT, write_json
+    from condsearch.base.atomic import check_replaceable, replacing_dir, temporary_name
     from condsearch.csr.context import ContextRouter
     from condsearch.csr.context_weights import backbone_delta, base_weights, save_context_router
     from condsearch.csr.encoder import load_csr_encoder
     from condsearch.encoders import load_encoder
-    from condsearch.model.spec import EncoderSpec, Runtime
-    from condsearch.store.atomic import check_replaceable, replacing_dir, temporary_name
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.adapt_score import mean, plain_embed, router_embed, score_plan
     from condsearch.train.checkpoint import remove_checkpoint
     from condsearch.train.finite import finite_record
@@ -413,8 +413,8 @@ def csts_spearman(encoder: CsrEncoder, dev_csv: Path) -> float:
 
 def check_adapt_paths(table: Path, out: Path) -> None:
     """Refuse an out that is the table, holds it, or lies inside the index folder (ModelError; nothing written)."""
+    from condsearch.base.atomic import check_replaceable
     from condsearch.defaults import default_index_dir
-    from condsearch.store.atomic import check_replaceable
 
     real_out = Path(os.path.realpath(out))
     real_table = Path(os.path.realpath(table))

@@ -23,16 +23,16 @@ from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, ha
     peft_names,
     write_lora_meta,
 )
-from condsearch.artifacts.files import (
+from condsearch.artifacts.weights import check_finite, save_weights
+from condsearch.base.artifact_files import (
     NATIVE_ADAPTER_CONFIG,
     NATIVE_ADAPTER_WEIGHTS,
     PEFT_WEIGHTS,
     check_own_artifact,
     write_json,
 )
-from condsearch.artifacts.weights import check_finite, save_weights
+from condsearch.base.atomic import replacing_dir
 from condsearch.model.head import ProjectionHead, write_head_files
-from condsearch.store.atomic import replacing_dir
 from condsearch.train.lora import LoraConfig, lora_state
 
 if TYPE_CHECKING:

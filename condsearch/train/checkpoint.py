@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
-from condsearch.artifacts.files import (
+from condsearch.artifacts.weights import load_weights, save_weights
+from condsearch.base.artifact_files import (
     CHECKPOINT_BEST,
     CHECKPOINT_EPOCHS,
     CHECKPOINT_FORMAT_VERSION,
@@ -36,10 +37,9 @@ from condsearch.artifacts.files import (
     CHECKPOINT_TRAINABLE,
     check_own_artifact,
 )
-from condsearch.artifacts.weights import load_weights, save_weights
-from condsearch.corpus.regular_files import open_regular_file
+from condsearch.base.atomic import OutputDirError, recover_dir, replacing_dir
+from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import CondsearchError, ModelError, first_line
-from condsearch.store.atomic import OutputDirError, recover_dir, replacing_dir
 from condsearch.train.finite import dumps_record
 
 if TYPE_CHECKING:
@@ -344,7 +344,7 @@ def kept_checkpoint(folder: Path, keep: bool) -> str | None:
 
 def default_checkpoint_dir(out: Path) -> Path:
     """Return the checkpoint folder for an output folder: under the cache, never beside the output."""
-    from condsearch.model.output_cache import default_cache_dir
+    from condsearch.base.output_cache import default_cache_dir
 
     out = Path(out).expanduser().resolve()
     digest = hashlib.sha256(str(out).encode("utf-8")).hexdigest()[:10]

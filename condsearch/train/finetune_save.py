@@ -13,12 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from condsearch.artifacts.files import MODEL_SUMMARY, check_own_artifact
 from condsearch.artifacts.weights import check_finite
+from condsearch.base.artifact_files import MODEL_SUMMARY, check_own_artifact
+from condsearch.base.atomic import replacing_dir
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, ModelError, os_reason
 from condsearch.model.head import write_head_files
-from condsearch.store.atomic import replacing_dir
 from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
 from condsearch.train.finetune import EpochCallback, FinetuneConfig, FinetuneResult, TrainableEncoder, fit_encoder
 from condsearch.train.finite import dumps_record, finite_record
@@ -36,7 +36,7 @@ def resolve_init_head(spec: str | None, model: str | None) -> str | None:
         return None
     from condsearch.artifacts.adapters import has_adapter
     from condsearch.artifacts.profiles import ProfileError
-    from condsearch.model.sources import resolve_model
+    from condsearch.base.model_sources import resolve_model
     from condsearch.model.vectorizer import head_folder
 
     try:
@@ -87,7 +87,7 @@ def fit_and_save_encoder(
     from condsearch.encoders import load_encoder
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.decoder import PromptEncoder
-    from condsearch.model.spec import EncoderSpec, Runtime
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.mixture import read_training
 

@@ -16,11 +16,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from condsearch.base.output_cache import EmbeddingCache
 from condsearch.corpus.csts import CstsData, scale_labels
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.metrics import correlations
 from condsearch.model.head import HeadConfig, ProjectionHead
-from condsearch.model.output_cache import EmbeddingCache
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.finite import check_finite_fields, finite_record
 from condsearch.train.mixture import TrainData, describe_sources
@@ -151,11 +151,11 @@ def fit_and_save_head(
     ``encoder_options`` (pooling, prompt_template, unconditional_template, dtype, max_length)
     go to :func:`condsearch.encoders.load_encoder`.
     """
+    from condsearch.base.output_cache import default_cache_dir
     from condsearch.corpus.csts import read_csts
     from condsearch.encoders import load_encoder
+    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.head import save_head
-    from condsearch.model.output_cache import default_cache_dir
-    from condsearch.model.spec import EncoderSpec, Runtime
     from condsearch.train.mixture import read_training
 
     train = read_training(train_csv, config.seed)

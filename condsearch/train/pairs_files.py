@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from condsearch.base.atomic import check_replaceable_file, replacing_file
+from condsearch.base.regular_files import check_regular_file
 from condsearch.corpus.csts import COLUMNS, CstsData
 from condsearch.corpus.formats import EXTENSIONS, CorpusConfig, CorpusFormat, format_of, read_table
-from condsearch.corpus.regular_files import check_regular_file
 from condsearch.errors import CorpusError
-from condsearch.store.atomic import check_replaceable_file, replacing_file
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,7 @@ def evaluate_router(encoder: CsrEncoder, feats: _Featurizer, batch_size: int = 1
 def merge_full_profile(encoder: CsrEncoder) -> None:
     """Merge the shipped full CASE profile's weight change into the context router's backbone, in place."""
     from condsearch.artifacts.adapters import read_adapter
-    from condsearch.artifacts.files import FULL_PROFILE_DIR
+    from condsearch.base.artifact_files import FULL_PROFILE_DIR
     from condsearch.encoders.lora import merge_adapter
 
     adapter = read_adapter(FULL_PROFILE_DIR)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from condsearch.build.faiss_indexes import DEFAULT_FACTORY, build_index, normalize, to_search_device
+from condsearch.base.faiss_indexes import DEFAULT_FACTORY, build_index, normalize, to_search_device
 from condsearch.csr.cache import Tensors, collate
 from condsearch.csr.context import ContextCode, ContextRouter
 from condsearch.csr.encoder import CsrEncoder

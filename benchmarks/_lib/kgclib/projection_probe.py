@@ -43,7 +43,7 @@ def tower_losses(
     """Return squared norms of a tower's update since ``before`` and of what projecting it now loses, by part."""
     from condsearch.csr.compact_delta import decode
     from condsearch.csr.context_weights import backbone_delta
-    from condsearch.train.lowrank import low_rank
+    from condsearch.encoders.lowrank import low_rank
 
     delta, rank = backbone_delta(base, tower.model, max_bytes=max_bytes)
     shapes = {n: tuple(p.shape) for n, p in tower.model.named_parameters()}

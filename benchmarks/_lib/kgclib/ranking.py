@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from condsearch.build.faiss_indexes import search
+from condsearch.base.faiss_indexes import search
 
 HITS = (1, 3, 10)
 
@@ -72,7 +72,7 @@ def filtered_ranks(
 ) -> np.ndarray:
     """Return the filtered rank of each query's gold entity: (n,) int64.
 
-    index: a FAISS inner-product index (or ``condsearch.build.faiss_indexes.TorchFlatIndex``) over ``entity_vectors``
+    index: a FAISS inner-product index (or ``condsearch.base.faiss_indexes.TorchFlatIndex``) over ``entity_vectors``
     (n_entities, d); queries (n, d) float32; golds (n,) entity rows; filters[i]: entity rows
     to remove for query i (the gold among them is kept); bonus_sets[i]: rows that get
     ``bonus`` added to their score before ranking.

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 import click
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES
+from condsearch.base.model_sources import DEFAULT_MODEL
 from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
-from condsearch.model.sources import DEFAULT_MODEL
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -163,7 +163,7 @@ def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
 
     Nested: one folder, or either inside the other (each save replaces its folder whole).
     """
-    from condsearch.store.atomic import check_artifact_outputs
+    from condsearch.base.atomic import check_artifact_outputs
     from condsearch.train.checkpoint import check_checkpoint_dir
 
     try:

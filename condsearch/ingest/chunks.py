@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from condsearch.build.ann import (
+from condsearch.base.ann import (
     AUTO,
     IndexConfig,
     apply_search_params,
@@ -36,12 +36,12 @@ from condsearch.build.ann import (
     parse_memory,
     parse_search_params,
 )
-from condsearch.build.faiss_indexes import build_index
+from condsearch.base.atomic import open_regular, read_capped, replacing_file
+from condsearch.base.faiss_indexes import build_index
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
 from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
-from condsearch.store.atomic import open_regular, read_capped, replacing_file
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
 from condsearch.store.listing import check_condition, condition_key
 from condsearch.store.manifest import encoder_precision

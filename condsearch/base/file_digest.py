@@ -6,7 +6,7 @@ inode, size, modification and change times) and reused while that identity stand
 file moves its change time, which no one but the clock can set back; a file changed within
 :data:`SETTLE_NS` of its check could keep the same timestamp tick, so files that young are hashed
 every time, never stamped. The ONNX export cache (:mod:`condsearch.encoders.onnx_files`) stamps
-its verified exports so; a local model folder's revision (:mod:`condsearch.model.sources`) keeps its
+its verified exports so; a local model folder's revision (:mod:`condsearch.base.model_sources`) keeps its
 weights' digests under the cache dir's ``digests/``.
 """
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from condsearch.store.atomic import replacing_file
+from condsearch.base.atomic import replacing_file
 
 #: a file whose change time is younger than this (ns) may change again within the same timestamp tick: never stamped
 SETTLE_NS = 2_000_000_000

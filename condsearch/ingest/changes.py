@@ -2,7 +2,7 @@
 
 Each index of the corpus gets the new row set: its rows minus those deleted, an upserted id's text
 replaced where it stands, new ids appended in the order given. As in an incremental re-index
-(:mod:`condsearch.build.ingest`), a row whose id and text hash match a kept row takes its kept vector
+(:mod:`condsearch.ingest.chunks`), a row whose id and text hash match a kept row takes its kept vector
 (checked against the manifest's sha256 first); only new or changed texts are encoded, and a delete
 encodes nothing and loads no model. The FAISS index is built again from the vectors with the index's
 own factory and search parameters, so the result is what ``condsearch index`` of the new row set gives.
@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from condsearch.build.ann import IndexConfig
-from condsearch.build.faiss_indexes import build_index
-from condsearch.build.ingest import plan_index
+from condsearch.base.ann import IndexConfig
+from condsearch.base.faiss_indexes import build_index
 from condsearch.errors import CondsearchError, StoreError
+from condsearch.ingest.chunks import plan_index
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, write_rows
 from condsearch.store.lifecycle import UnknownIds, corpus_indexes, match_ids, read_rows
 from condsearch.store.manifest import Manifest

@@ -22,8 +22,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from condsearch.artifacts.files import ARTIFACT_MARKERS, artifact_kind, check_own_artifact
-from condsearch.corpus.regular_files import file_kind
+from condsearch.base.artifact_files import ARTIFACT_MARKERS, artifact_kind, check_own_artifact
+from condsearch.base.regular_files import file_kind
 from condsearch.errors import CondsearchError, StoreError, os_reason
 
 

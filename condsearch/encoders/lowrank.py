@@ -18,6 +18,7 @@ import torch
 
 from condsearch.artifacts.adapters import DELTA_KIND  # noqa: F401 - the adapter kind this module's output is
 from condsearch.artifacts.weights import load_weights
+from condsearch.base.artifact_files import CHECKPOINT_STATE, CHECKPOINT_TRAINABLE
 from condsearch.encoders.lora import apply_deltas  # noqa: F401 - applying a delta adapter is inference's
 from condsearch.errors import ModelError
 
@@ -56,12 +57,10 @@ def read_tuned(path: Path) -> dict[str, torch.Tensor]:
     A checkpoint's tensors are keyed ``encoder.<name>`` (and ``head.``/``contrastive.``, dropped here);
     a model folder's ``model.safetensors`` by the names themselves.
     """
-    from condsearch.train.checkpoint import STATE_FILE, TRAINABLE_FILE
-
     path = Path(path)
-    checkpoint = not path.is_dir() or (path / STATE_FILE).is_file()
+    checkpoint = not path.is_dir() or (path / CHECKPOINT_STATE).is_file()
     if path.is_dir():
-        path = path / (TRAINABLE_FILE if checkpoint else "model.safetensors")
+        path = path / (CHECKPOINT_TRAINABLE if checkpoint else "model.safetensors")
     state = load_weights(path, "fine-tuned weights")
     if checkpoint:
         state = {k.removeprefix("encoder."): v for k, v in state.items() if k.startswith("encoder.")}

@@ -5,7 +5,7 @@ Two spellings that a reader (and an uncased model) cannot tell apart name one in
 spaces and joiners, the byte-order mark, bidirectional marks), reads every space character (NBSP, the
 ideographic space, a tab on lookup) as one space, collapses runs of them and strips the ends; for a
 model whose tokenizer lower-cases its input (the default MiniLM) it lower-cases too
-(:func:`condsearch.model.sources.model_lowercases`). An index is written under the normal form and found by
+(:func:`condsearch.base.model_sources.model_lowercases`). An index is written under the normal form and found by
 it (:func:`condsearch.store.listing.find_index` normalises both sides, so an index written before, under
 another spelling, is still found). Every front end, the CLI, the Python API and the server, goes through
 these functions.

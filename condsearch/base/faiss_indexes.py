@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import faiss
 import numpy as np
 
-from condsearch.build.ann import IndexConfig, apply_search_params, check_factory, sample_rows, train_rows
+from condsearch.base.ann import IndexConfig, apply_search_params, check_factory, sample_rows, train_rows
 from condsearch.errors import first_line
 
-if TYPE_CHECKING:
-    from condsearch.store.vectors import VectorFile
+
+class Rows(Protocol):
+    """An (n, d) float32 file of vectors read by rows (:class:`condsearch.store.vectors.VectorFile`)."""
+
+    shape: tuple[int, int]
+
+    def __getitem__(self, rows: slice) -> np.ndarray: ...
+
+    def take(self, rows: Sequence[int] | np.ndarray, axis: int = 0) -> np.ndarray: ...
+
 
 DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default is IndexConfig
 
@@ -58,7 +67,7 @@ def normalize(vectors: np.ndarray) -> np.ndarray:
 
 
 def build_index(
-    vectors: np.ndarray | VectorFile,
+    vectors: np.ndarray | Rows,
     factory: str = DEFAULT_FACTORY,
     *,
     search_params: str = "",
@@ -69,11 +78,11 @@ def build_index(
 
     ``vectors`` is an array or anything with ``shape``, row slicing and ``take(rows, axis=0)``
     (a file of vectors read by rows): an index that needs training is trained on a seeded sample
-    of ``train_size`` rows [default: :func:`condsearch.build.ann.train_rows`], then rows are added
+    of ``train_size`` rows [default: :func:`condsearch.base.ann.train_rows`], then rows are added
     ``chunk_rows`` at a time, so no copy of all vectors is made. ``search_params`` (e.g.
     ``nprobe=32``) are set with FAISS's ParameterSpace.
 
-    Raises ValueError for a factory string of another form than :data:`condsearch.build.ann.FACTORY_FORMS`
+    Raises ValueError for a factory string of another form than :data:`condsearch.base.ann.FACTORY_FORMS`
     (checked before FAISS sees it), a training set too small for it, search parameters that do not
     apply or are out of range, and anything else FAISS refuses.
     """

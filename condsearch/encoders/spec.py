@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from condsearch.artifacts.profiles import ADAPTER_KEY, MODE_CASE, MODE_CSR, PROFILE_NONE, Mode, recorded_profile
 from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig, Quantize
@@ -25,7 +25,28 @@ from condsearch.errors import StoreError
 
 if TYPE_CHECKING:
     from condsearch.artifacts.profiles import Profile
-    from condsearch.store.manifest import Manifest
+
+
+class Recorded(Protocol):
+    """What an index records of its model: a manifest (:class:`condsearch.store.manifest.Manifest`) or its identity."""
+
+    @property
+    def spec(self) -> dict[str, object]: ...
+
+    @property
+    def encoder(self) -> dict[str, object]: ...
+
+    @property
+    def mode(self) -> str: ...
+
+    @property
+    def head(self) -> str: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+    @property
+    def model_revision(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -61,7 +82,7 @@ class EncoderSpec:
     unconditional_template: str | None = None
     max_length: int | None = None
     # auto: bfloat16 for LLM embedders on CUDA, and for BERT-style CASE encoders on an AMX or AVX-512 BF16
-    # CPU (recorded as the encoder's auto_dtype, while the spec keeps auto: condsearch.encoders.cpu_kind),
+    # CPU (recorded as the encoder's auto_dtype, while the spec keeps auto: condsearch.base.cpu_kind),
     # else float32
     dtype: str = "auto"
     bidirectional_layers: int | None = None
@@ -153,7 +174,7 @@ class EncoderSpec:
         )
 
     @classmethod
-    def of_manifest(cls, manifest: Manifest, *, runtime: Runtime | None = None) -> EncoderSpec:
+    def of_manifest(cls, manifest: Recorded, *, runtime: Runtime | None = None) -> EncoderSpec:
         """Return the spec an index was built with: its manifest's, else read from its encoder record (before 5)."""
         if manifest.spec:
             return cls.from_dict(manifest.spec, runtime=runtime)

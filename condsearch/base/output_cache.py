@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.store.atomic import replacing_file
+from condsearch.base.atomic import replacing_file
 
 #: bytes of vectors an :class:`EmbeddingCache` keeps in memory at most (the rest stay on disk, read again when asked)
 MEMORY_BYTES = 256 << 20
