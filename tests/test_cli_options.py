@@ -94,8 +94,8 @@ def _read_names(function: object) -> tuple[set[str], set[str]]:
 
 #: commands that take their options as **params; each has a test that every option changes the library call
 #: or is refused (tests/test_cli_train.py::test_every_option_changes_the_call_or_is_refused;
-#: index: test_every_index_option_changes_the_call below)
-PARAMS_COMMANDS = {("train", "head"), ("train", "lora"), ("train", "full"), ("train", "router"), ("index",)}
+#: index: test_every_index_option_changes_the_call below; adapt: test_every_adapt_option_changes_its_config)
+PARAMS_COMMANDS = {("train", "head"), ("train", "lora"), ("train", "full"), ("train", "router"), ("index",), ("adapt",)}
 
 
 @pytest.mark.parametrize(("path", "command"), COMMANDS, ids=IDS)
@@ -391,3 +391,52 @@ def test_finite_float_keeps_ranges_and_their_help() -> None:
     with pytest.raises(click.BadParameter, match="0<x<=1"):
         unit.convert("0", None, None)
     assert unit._describe_range() == "0<x<=1"  # what --help shows, as click.FloatRange's
+
+
+#: a value unlike AdaptConfig's default for each option adapt takes as **params
+ADAPT_VALUES = {
+    "--holdout": "0.3",
+    "--validation": "0.2",
+    "--n-pairs": "300",
+    "--epochs": "3",
+    "--lr": "0.001",
+    "--train-batch-size": "16",
+    "--contrast-weight": "0.5",
+    "--distill-weight": "0.25",
+    "--anchor": "none",
+    "--train-backbone": "all",
+    "--report-rows": "50",
+    "--queries": "7",
+    "--seed": "3",
+}
+
+
+def test_every_adapt_option_changes_its_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from condsearch.train import adapt as adapt_module
+
+    seen: list[object] = []
+
+    def fake_adapt(table: Path, labels: object, out: Path, config: object, **kwargs: object) -> dict[str, int]:
+        seen.append(config)
+        return {"ok": 1}
+
+    monkeypatch.setattr(adapt_module, "adapt", fake_adapt)
+    table = tmp_path / "t.csv"
+    table.write_text("id,text,kind\n" + "".join(f"{i},text number {i},{'ab'[i % 2]}\n" for i in range(40)))
+    base = ["adapt", str(table), "--label", "kind=the kind", "--out", str(tmp_path / "out"), "--json"]
+    command = main.commands["adapt"]
+    named = set(inspect.signature(inspect.unwrap(command.callback)).parameters)  # type: ignore[arg-type]
+    fields = {f.name for f in dataclasses.fields(adapt_module.AdaptConfig)}
+    result = CliRunner().invoke(main, base)
+    assert result.exit_code == 0, result.output
+    reference = seen[-1]
+    for option in command.params:
+        if not isinstance(option, click.Option) or option.name in named or option.name == "help":
+            continue
+        assert option.name in fields, f"adapt {option.opts[-1]}: not a field of AdaptConfig (a dead option)"
+        flag = option.opts[-1]
+        result = CliRunner().invoke(main, [*base, flag, ADAPT_VALUES[flag]])
+        assert result.exit_code == 0, (flag, result.output)
+        assert seen[-1] != reference, f"adapt {flag} changed nothing"
