@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._lib.common import exit_code, log, quiet_transformers, write_outputs
+from benchmarks._lib.common import exit_code, log, quiet_transformers, run_info, write_outputs
 from benchmarks.studies.heldout import read_sources, smoke_sources
 from condsearch.base.artifact_files import ADAPT_REPORT
 from condsearch.errors import CorpusError
@@ -215,7 +215,14 @@ def main(argv: list[str] | None = None) -> int:
                     f"{row['source']}/{way}: {row['mean']} ({row['vs_plain']:+.1%}), {row['train_seconds']} s to train",
                 )
                 rows.append(row)
-    result = {"benchmark": "adapt", "smoke": args.smoke, "config": keep, "sources": str(args.sources), "rows": rows}
+    result = {
+        "benchmark": "adapt",
+        "smoke": args.smoke,
+        "config": keep,
+        "sources": str(args.sources),
+        "rows": rows,
+        "run": run_info("cpu"),  # the CPU model and its instruction sets: figures differ between kinds
+    }
     write_outputs(result, table(rows), args.json_out, args.md_out)
     return 0
 
