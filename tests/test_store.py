@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import condsearch
+import condsearch.store.file_checks
 import condsearch.store.folder
 from condsearch.base.faiss_indexes import build_index, exact_search, normalize, search
 from condsearch.errors import StoreError
@@ -320,8 +321,8 @@ def test_load_does_not_hash_the_whole_index_file(tmp_path: Path, monkeypatch: py
     store = IndexStore(tmp_path)
     name, _ = _write(store, n=20)
     hashed: list[str] = []
-    real = condsearch.store.folder._sha256
-    monkeypatch.setattr(condsearch.store.folder, "_sha256", lambda fh: hashed.append(fh.name) or real(fh))
+    real = condsearch.store.file_checks.sha256_of
+    monkeypatch.setattr(condsearch.store.file_checks, "sha256_of", lambda fh: hashed.append(fh.name) or real(fh))
     assert store.load(name).index.ntotal == 20 and hashed == []
     assert store.verify(name).n_vectors == 20 and hashed == [INDEX_FILE, ROWS_FILE]
 

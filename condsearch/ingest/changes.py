@@ -29,9 +29,10 @@ from condsearch.base.ann import IndexConfig
 from condsearch.base.faiss_indexes import build_index
 from condsearch.errors import CondsearchError, StoreError
 from condsearch.ingest.chunks import plan_index
-from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, write_rows
+from condsearch.store.folder import ROWS_FILE, Draft, IndexStore
 from condsearch.store.lifecycle import UnknownIds, corpus_indexes, match_ids, read_rows
 from condsearch.store.manifest import Manifest
+from condsearch.store.rows import KeptVectors, write_rows
 from condsearch.store.vectors import VECTORS_FILE, text_hash
 
 if TYPE_CHECKING:

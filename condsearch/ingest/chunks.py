@@ -42,9 +42,10 @@ from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
 from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
-from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, KeptVectors, Manifest
+from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, Manifest
 from condsearch.store.listing import check_condition, condition_key
 from condsearch.store.manifest import encoder_precision
+from condsearch.store.rows import KeptVectors
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
 
 if TYPE_CHECKING:

@@ -43,8 +43,9 @@ from condsearch.ingest.chunks import (
 from condsearch.model.identity import ModelIdentity
 from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
-from condsearch.store.folder import ROWS_FILE, IndexStore, rows_table
+from condsearch.store.folder import ROWS_FILE, IndexStore
 from condsearch.store.listing import check_condition
+from condsearch.store.rows import rows_table
 from condsearch.store.vectors import VECTORS_FILE, VectorWriter
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,6 @@ import logging
 import os
 import re
 import shutil
-import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -58,6 +57,15 @@ from condsearch.base.atomic import fsync_dir, link_or_copy, open_regular, read_c
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.store.background import score_background
+from condsearch.store.file_checks import (
+    check_file,
+    check_index_file,
+    check_vectors,
+    is_regular,
+    parquet_columns,
+    probe_of,
+    sha256_of,
+)
 from condsearch.store.listing import check_condition, damaged_note, find_index, same_condition
 from condsearch.store.manifest import (  # re-exported: the store's readers and writers name them from here
     FORMAT_VERSION,
@@ -68,8 +76,9 @@ from condsearch.store.manifest import (  # re-exported: the store's readers and 
     Manifest,
     manifest_from_dict,
 )
+from condsearch.store.rows import KeptVectors, write_rows
 from condsearch.store.searchable import FaissIndex, StoredIndex
-from condsearch.store.vectors import VECTORS_FILE, VectorFile, text_hash
+from condsearch.store.vectors import VECTORS_FILE, VectorFile
 from condsearch.version import __version__
 
 log = logging.getLogger(__name__)
@@ -78,18 +87,7 @@ MANIFEST_MAX_BYTES = 1 << 20  # a manifest is a few KiB; more is not one
 VERSIONS = ".versions"
 PARTIAL = ".partial"  # <root>/.versions/<name>.partial: a build's resumable work
 _TRASH = ".trash-"
-_PROBE = 64 << 10
 _ATTEMPTS = 20
-
-
-@dataclass(frozen=True)
-class KeptVectors:
-    """The vectors kept beside an index, with the ids and text hashes of their rows (row i ↔ vector i)."""
-
-    manifest: Manifest
-    ids: list[str | int]
-    hashes: list[bytes]
-    vectors: VectorFile
 
 
 def index_name(corpus_name: str, condition: str) -> str:
@@ -97,24 +95,6 @@ def index_name(corpus_name: str, condition: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", condition.lower()).strip("-")[:40].strip("-") or "condition"
     digest = hashlib.sha256(f"{corpus_name}\x00{condition}".encode()).hexdigest()[:10]
     return f"{slug}-{digest}"
-
-
-def _sha256(fh: IO[bytes]) -> str:
-    h = hashlib.sha256()
-    fh.seek(0)
-    for chunk in iter(lambda: fh.read(1 << 20), b""):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-def _probe(fh: IO[bytes], size: int) -> str:
-    """Return the sha256 of the first and last 64 KiB: catches a damaged header or tail without reading all."""
-    h = hashlib.sha256()
-    fh.seek(0)
-    h.update(fh.read(_PROBE))
-    fh.seek(max(0, size - _PROBE))
-    h.update(fh.read(_PROBE))
-    return h.hexdigest()
 
 
 class _Moved(Exception):
@@ -207,16 +187,16 @@ class IndexStore:
                 faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]  # SWIG, untyped
                 fh.flush()
                 os.fsync(fh.fileno())
-                checksum = _sha256(fh)
+                checksum = sha256_of(fh)
                 size = os.fstat(fh.fileno()).st_size
-                probe = _probe(fh, size)
+                probe = probe_of(fh, size)
             files: dict[str, dict[str, object]] = {INDEX_FILE: {"sha256": checksum, "size": size}}
             background = _background(version / VECTORS_FILE)
             for kept in (ROWS_FILE, VECTORS_FILE):
                 if (version / kept).is_file():
                     with open(version / kept, "rb") as fh:
                         os.fsync(fh.fileno())
-                        files[kept] = {"sha256": _sha256(fh), "size": os.fstat(fh.fileno()).st_size}
+                        files[kept] = {"sha256": sha256_of(fh), "size": os.fstat(fh.fileno()).st_size}
             final = Manifest(
                 **{
                     **asdict(manifest),
@@ -447,14 +427,16 @@ class IndexStore:
             manifest = self._parse_manifest(files.folder / MANIFEST, files.manifest)
             index_fh, rows_fh = files.opened[INDEX_FILE], files.opened[ROWS_FILE]
             try:
-                self._check_index_file(files.folder / INDEX_FILE, index_fh, manifest, verify=verify)
-                _check_file(files.folder / ROWS_FILE, rows_fh, manifest, full=verify)
+                check_index_file(files.folder / INDEX_FILE, index_fh, manifest, verify=verify)
+                check_file(files.folder / ROWS_FILE, rows_fh, manifest, full=verify)
                 if verify:
-                    _check_vectors(files.folder / VECTORS_FILE, files.opened.get(VECTORS_FILE), manifest)
+                    check_vectors(files.folder / VECTORS_FILE, files.opened.get(VECTORS_FILE), manifest)
                 index_fh.seek(0)
                 index = faiss.read_index(faiss.PyCallbackIOReader(index_fh.read))  # type: ignore[attr-defined]  # SWIG, untyped
                 # ParquetFile, not read_table: that imports pyarrow.dataset and with it pandas (1 s of a one-shot query)
-                rows = pq.ParquetFile(rows_fh).read(columns=[c for c in ("id", "text") if c in _columns(rows_fh)])
+                rows = pq.ParquetFile(rows_fh).read(
+                    columns=[c for c in ("id", "text") if c in parquet_columns(rows_fh)]
+                )
                 apply_search_params(index, manifest.search_params)
             except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
                 raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
@@ -498,32 +480,15 @@ class IndexStore:
         """Check one index in full (each file's sha256, the vectors' shape, the counts); return its manifest."""
         return self.load(name, verify=True).manifest
 
-    @staticmethod
-    def _check_index_file(path: Path, fh: IO[bytes], manifest: Manifest, *, verify: bool) -> None:
-        damaged = StoreError(f"{path}: checksum mismatch; the index file is damaged")
-        stat = os.fstat(fh.fileno())
-        if manifest.index_size:  # format 2: the cheap checks first
-            if stat.st_size != manifest.index_size:
-                raise StoreError(
-                    f"{path}: {stat.st_size} bytes where the manifest says {manifest.index_size}; "
-                    "the index file is damaged"
-                )
-            if _probe(fh, stat.st_size) != manifest.index_probe:
-                raise damaged
-            if stat.st_mtime_ns == manifest.index_mtime_ns and not verify:
-                return
-        if _sha256(fh) != manifest.index_checksum:
-            raise damaged
-
 
 def _read_kept(files: _Files, manifest: Manifest) -> KeptVectors:
     """Check the kept rows and vectors of an open index against its manifest in full, then open them."""
     folder, vectors_fh = files.folder, files.opened.get(VECTORS_FILE)
     if ROWS_FILE not in manifest.files or VECTORS_FILE not in manifest.files:
         raise StoreError(f"{folder}: the kept vectors carry no checksums (format {manifest.format_version})")
-    _check_vectors(folder / VECTORS_FILE, vectors_fh, manifest)
-    assert vectors_fh is not None  # _check_vectors refuses a missing file that the manifest records
-    _check_file(folder / ROWS_FILE, files.opened[ROWS_FILE], manifest, full=True)
+    check_vectors(folder / VECTORS_FILE, vectors_fh, manifest)
+    assert vectors_fh is not None  # check_vectors refuses a missing file that the manifest records
+    check_file(folder / ROWS_FILE, files.opened[ROWS_FILE], manifest, full=True)
     try:
         rows = pq.ParquetFile(files.opened[ROWS_FILE]).read(columns=["id", "text_hash"])
     except (OSError, ValueError, KeyError) as exc:  # pyarrow's errors derive from these
@@ -534,75 +499,18 @@ def _read_kept(files: _Files, manifest: Manifest) -> KeptVectors:
     return KeptVectors(manifest, ids, hashes, VectorFile(folder / VECTORS_FILE, vectors_fh))
 
 
-def _check_file(path: Path, fh: IO[bytes], manifest: Manifest, *, full: bool) -> None:
-    """Check a file against the size (and with full, the sha256) the manifest records for it, if any."""
-    record = manifest.files.get(path.name)
-    if record is None:
-        return
-    size = os.fstat(fh.fileno()).st_size
-    if size != record["size"]:
-        raise StoreError(f"{path}: {size} bytes where the manifest says {record['size']}; the file is damaged")
-    if full and _sha256(fh) != record["sha256"]:
-        raise StoreError(f"{path}: checksum mismatch; the file is damaged")
-
-
-def _check_vectors(path: Path, fh: IO[bytes] | None, manifest: Manifest) -> None:
-    """Check the kept vectors in full: checksum where recorded, and an (n_vectors, dim) float32 array."""
-    if fh is None:
-        if VECTORS_FILE in manifest.files:
-            raise StoreError(f"{path}: missing, though the manifest records it; the index is damaged")
-        return
-    _check_file(path, fh, manifest, full=True)
-    try:
-        vectors = VectorFile(path, fh)
-    except ValueError as exc:
-        raise StoreError(f"{first_line(exc)}; the file is damaged") from exc
-    vectors.close()
-    if vectors.shape != (manifest.n_vectors, manifest.dim):
-        raise StoreError(
-            f"{path}: {vectors.shape} vectors where the manifest says {(manifest.n_vectors, manifest.dim)}; "
-            "the file is damaged"
-        )
-
-
 def _background(path: Path) -> dict[str, object]:
     """Return the score background (:func:`condsearch.store.background.score_background`) of a version's kept vectors.
 
     A version without kept vectors (:meth:`IndexStore.write` given none) records none.
     """
-    if not _is_regular(path):
+    if not is_regular(path):
         return {}
     vectors = VectorFile(path)
     try:
         return score_background(vectors)
     finally:
         vectors.close()
-
-
-def _is_regular(path: Path) -> bool:
-    """Return whether path is a regular file itself (not a link to one)."""
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-def _columns(fh: IO[bytes]) -> list[str]:
-    fh.seek(0)
-    names = pq.read_schema(fh).names
-    fh.seek(0)
-    return names
-
-
-def rows_table(ids: list[str | int], texts: list[str]) -> pa.Table:
-    """Return an index's rows: id, text and the text's hash (which re-indexing compares)."""
-    hashes = pa.array([text_hash(t) for t in texts], type=pa.binary(16))
-    return pa.table({"id": ids, "text": texts, "text_hash": hashes})
-
-
-def write_rows(path: Path, ids: list[str | int], texts: list[str]) -> None:
-    """Write an index's rows file (:func:`rows_table`)."""
-    pq.write_table(rows_table(ids, texts), path)
 
 
 class Draft:
@@ -632,7 +540,7 @@ class Draft:
 
         def link(version: Path) -> None:
             for kept in (ROWS_FILE, VECTORS_FILE):
-                if _is_regular(self.staging / kept):
+                if is_regular(self.staging / kept):
                     link_or_copy(self.staging / kept, version / kept)
 
         self.store._replace(self.name, manifest, index, place or link)  # noqa: SLF001 - the draft is the store's
