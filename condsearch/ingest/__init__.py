@@ -8,8 +8,9 @@ each loaded on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from condsearch.base.front_door import lazy_names
 
 if TYPE_CHECKING:
     from condsearch.ingest.changes import ChangeReport, change_corpus
@@ -27,8 +28,4 @@ _HOMES = {
 __all__ = ["BuildReport", "ChangeReport", "build_condition_index", "change_corpus", "index_conditions", "index_corpus"]
 
 
-def __getattr__(name: str) -> Any:
-    # looked up on each use, not bound once: importing stays cheap, and what a test replaces in chunks is what runs
-    if name in _HOMES:
-        return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)

@@ -11,8 +11,9 @@ need them (``app``, ``page``, ``server``); the resident indexes and models are
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from condsearch.base.front_door import lazy_names
 
 if TYPE_CHECKING:
     from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
@@ -31,8 +32,4 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{home}"), name)
+__getattr__ = lazy_names(__name__, _HOMES)
