@@ -21,6 +21,7 @@ from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES,
 from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
 from condsearch.base.ann import IndexConfig
 from condsearch.corpus.formats import CorpusConfig
+from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
 from condsearch.query.config import QueryConfig
@@ -77,15 +78,34 @@ class Model:
             return None
         return str(self.vectorizer.encoder.describe().get("router"))
 
-    def encode(self, texts: Sequence[str], condition: str) -> np.ndarray:
-        """Return the vectors of texts under condition: (n, dim) float32, unit length."""
+    def encode(
+        self,
+        texts: Sequence[str],
+        condition: str,
+        *,
+        batch_size: int = ENCODE_BATCH_SIZE,
+        show_progress_bar: bool = False,
+        normalize_embeddings: bool = True,
+    ) -> np.ndarray:
+        """Return the vectors of texts under condition: (n, dim) float32, unit length.
+
+        batch_size, show_progress_bar: as sentence-transformers' ``encode`` spells them.
+        normalize_embeddings: the vectors are always unit length (the index's cosine); False is refused.
+        """
         if isinstance(texts, str):
             raise CondsearchError("encode takes a list of texts; wrap one text in a list")
+        if not normalize_embeddings:
+            raise CondsearchError("normalize_embeddings=False: condsearch's vectors are always unit length")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise CondsearchError(f"batch_size must be a positive integer, not {batch_size!r}")
         from condsearch.store.listing import condition_key
 
         # in the form that names an index of this model, as the server's /v1/embeddings encodes it
         return self.vectorizer.encode(
-            _strings(texts, "texts", "text"), condition_key(_condition(condition), self.model_id)
+            _strings(texts, "texts", "text"),
+            condition_key(_condition(condition), self.model_id),
+            batch_size=batch_size,
+            progress=show_progress_bar,
         )
 
 
@@ -112,6 +132,28 @@ def _ids(ids: object) -> list[str | int]:
         if isinstance(i, bool) or not isinstance(i, str | numbers.Integral):
             raise CondsearchError(f"ids must be strings or integers, not {type(i).__name__}")
     return [i if isinstance(i, str) else int(i) for i in out]
+
+
+def _metadata(metadata: object, n: int) -> builtins.list[dict[str, Any] | None] | None:
+    """Return upsert's metadata as one dict (or None) per row, refusing any other shape or count in one line."""
+    from condsearch.corpus.memory import is_table
+
+    if metadata is None:
+        return None
+    if is_table(metadata):
+        import pyarrow as pa
+
+        table = metadata if isinstance(metadata, pa.Table | pa.RecordBatch) else pa.Table.from_pandas(metadata)
+        metadata = table.to_pylist()
+    if isinstance(metadata, dict | str | bytes) or not isinstance(metadata, Iterable):
+        raise CondsearchError(f"metadata must be a list of dicts, one per text, not {type(metadata).__name__}")
+    rows = builtins.list(metadata)
+    if len(rows) != n:
+        raise CondsearchError(f"{len(rows)} metadata entries for {n} texts: give one per text")
+    for row in rows:
+        if row is not None and not (isinstance(row, dict) and all(isinstance(c, str) for c in row)):
+            raise CondsearchError(f"metadata entries must be dicts by column name (or None), not {type(row).__name__}")
+    return rows
 
 
 def _condition(condition: object, what: str = "the condition must be a string") -> str:
@@ -292,6 +334,7 @@ class Store:
         text_column: str = CorpusConfig.text_column,
         id_column: str | None = CorpusConfig.id_column,
         format: str | None = CorpusConfig.format,
+        keep_columns: Sequence[str] | None = CorpusConfig.keep_columns,
         factory: str = IndexConfig.factory,
         search_params: str = IndexConfig.search_params,
         full: bool = False,
@@ -303,7 +346,9 @@ class Store:
 
         ``data``: a list of texts (``ids``: one each [default: row numbers]), a pandas DataFrame, a
         pyarrow Table, or the path of a .parquet, .csv or .jsonl/.ndjson file (``format`` names
-        another's). ``name``: the corpus [default: the file's stem, else "corpus"]. Re-indexing
+        another's). ``keep_columns``: the table's or file's other columns kept beside each row, in their types, for
+        :meth:`search`'s ``where`` filters and each hit's ``metadata`` [default: all; ``[]``: none] (as
+        `condsearch index --keep-columns`). ``name``: the corpus [default: the file's stem, else "corpus"]. Re-indexing
         encodes only new or changed rows (``full``: all). ``mode`` and ``router`` are
         :func:`load_model`'s (as `condsearch index --mode --router`): the store's model, when it was
         opened with one, must be that mode and router (else a one-line CondsearchError); without
@@ -327,12 +372,12 @@ class Store:
         if isinstance(data, str | Path):
             if ids is not None:
                 raise CondsearchError("ids= goes with a list of texts; a file's ids are its id column")
-            corpus: Any = scan_corpus(data, text_column, id_column, format=format)
+            corpus: Any = scan_corpus(data, text_column, id_column, format=format, keep=keep_columns)
             name = named
         else:
             if format is not None:
                 raise CondsearchError("format= names a file's format; data in memory has none")
-            corpus = memory_corpus(data, ids=ids, text_column=text_column, id_column=id_column)
+            corpus = memory_corpus(data, ids=ids, text_column=text_column, id_column=id_column, keep=keep_columns)
             name = named
         vec = model.vectorizer
         store = self._store
@@ -374,6 +419,7 @@ class Store:
         corpus: str | None = ...,
         calibrated: bool = ...,
         build: bool = ...,
+        where: str | None = ...,
     ) -> Hits: ...
     @overload
     def search(
@@ -385,6 +431,7 @@ class Store:
         corpus: str | None = ...,
         calibrated: bool = ...,
         build: bool = ...,
+        where: str | None = ...,
     ) -> builtins.list[Hits]: ...
     def search(
         self,
@@ -395,6 +442,7 @@ class Store:
         corpus: str | None = None,
         calibrated: bool = False,
         build: bool = True,
+        where: str | None = None,
     ) -> Hits | list[Hits]:
         """Return the k best rows of condition's index for a query (Hits), or for each of a list (a list of Hits).
 
@@ -405,6 +453,10 @@ class Store:
         indexed with mode='csr' is indexed first, from the router's cached sentence states, as
         `condsearch query` does (:func:`condsearch.query.on_demand.build_on_demand`); False raises
         :class:`~condsearch.errors.UnknownCondition` instead, as does a Milvus store, which cannot build.
+        ``where``: a SQL condition on the index's kept columns (``"lang = 'en' AND year >= 2020"``,
+        :mod:`condsearch.query.filters`): only the rows it keeps are ranked, and each hit's ``metadata`` holds
+        its kept columns; a bad one raises :class:`~condsearch.errors.FilterError` in one line, and one that
+        keeps no row finds nothing.
         """
         from condsearch.query.search import answer
 
@@ -414,13 +466,15 @@ class Store:
             raise CondsearchError(f"build must be True or False, not {type(build).__name__}")
         if self._resident is not None:
             loaded = self._loaded_index(self._resident, condition, corpus, build=build)
-            found = answer(loaded, self._resident.vectorizer(loaded.model_key), texts, k, calibrated=calibrated)
+            vec = self._resident.vectorizer(loaded.model_key)
+            found = answer(loaded, vec, texts, k, calibrated=calibrated, where=where)
         else:
             from condsearch.query.sources import open_index
 
             try:
                 with open_index(self.location, condition, corpus, corpus_option=CORPUS_KEYWORD) as index:
-                    found = answer(index, self._vectorizer(index.manifest), texts, k, calibrated=calibrated)
+                    vec = self._vectorizer(index.manifest)
+                    found = answer(index, vec, texts, k, calibrated=calibrated, where=where)
             except UnknownCondition as exc:
                 if not build:
                     raise
@@ -467,13 +521,20 @@ class Store:
         return max(m.n_vectors for _, m in corpus_indexes(self._folder_store("count rows"), corpus)[1])
 
     def get(self, ids: Sequence[str | int], *, corpus: str | None = None) -> builtins.list[dict[str, Any]]:
-        """Return ``{"id", "text"}`` of each id, in the order given; ids not in the corpus raise one line."""
-        from condsearch.store.lifecycle import corpus_indexes, match_ids, read_rows
+        """Return ``{"id", "text"}`` of each id, in the order given (and ``metadata``, its kept columns, where the
+        corpus keeps any); ids not in the corpus raise one line."""
+        from condsearch.store.lifecycle import corpus_indexes, match_ids, read_kept_columns, read_rows
 
         store = self._folder_store("read rows")
         name, mine = corpus_indexes(store, corpus)
         stored, texts = read_rows(store, mine[0][0])
-        return [{"id": stored[p], "text": texts[p]} for p in match_ids(_ids(ids), stored, name)]
+        at = match_ids(_ids(ids), stored, name)
+        rows: builtins.list[dict[str, Any]] = [{"id": stored[p], "text": texts[p]} for p in at]
+        kept = read_kept_columns(store, mine[0][0])
+        if kept.num_columns:
+            for row, values in zip(rows, kept.take(at).to_pylist(), strict=True):
+                row["metadata"] = values
+        return rows
 
     def delete(self, ids: Sequence[str | int], *, corpus: str | None = None) -> ChangeReport:
         """Delete rows by id from every index of a corpus at once, encoding nothing (atomic per index, all or none)."""
@@ -481,15 +542,29 @@ class Store:
 
         return change_corpus(self._folder_store("delete rows"), corpus, delete=_ids(ids))
 
-    def upsert(self, texts: Sequence[str], *, ids: Sequence[str | int], corpus: str | None = None) -> ChangeReport:
-        """Insert or replace rows by id in every index of a corpus at once, encoding only new or changed texts."""
+    def upsert(
+        self,
+        texts: Sequence[str],
+        *,
+        ids: Sequence[str | int],
+        corpus: str | None = None,
+        metadata: Sequence[dict[str, Any] | None] | Any | None = None,
+    ) -> ChangeReport:
+        """Insert or replace rows by id in every index of a corpus at once, encoding only new or changed texts.
+
+        ``metadata``: the kept columns' values of each row (issue 59), one dict per text (or a pandas DataFrame or
+        pyarrow Table, a row per text): an upserted row takes the values given and keeps its other columns' (a new
+        row: null). A column the corpus does not keep, or a value not of its type, raises one line, changing nothing.
+        """
         from condsearch.ingest import change_corpus
 
         texts, given = _strings(texts, "texts", "text"), _ids(ids)
         if len(texts) != len(given):
             raise CondsearchError(f"{len(texts)} texts and {len(given)} ids: give one id per text")
         pairs = list(zip(given, texts, strict=True))
-        return change_corpus(self._folder_store("upsert rows"), corpus, upsert=pairs, vectorizer=self._changer)
+        values = _metadata(metadata, len(texts))
+        store = self._folder_store("upsert rows")
+        return change_corpus(store, corpus, upsert=pairs, vectorizer=self._changer, metadata=values)
 
     def drop(self, corpus: str | None = None, condition: str | None = None) -> builtins.list[str]:
         """Remove a corpus's indexes (or only condition's) and their files; return the names removed.

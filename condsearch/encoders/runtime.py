@@ -71,9 +71,18 @@ def attention_candidates(device: torch.device, dtype: torch.dtype) -> list[str |
 
 def load_pretrained(loader: Callable[..., T], location: str, **kwargs: Any) -> T:
     """Call ``loader(location, ...)`` such as ``AutoModel.from_pretrained``, spelling ``dtype`` as it expects."""
+    from transformers.utils import logging as hf_logging
+
     if "dtype" in kwargs:
         kwargs[_DTYPE_KW] = kwargs.pop("dtype")
-    return loader(location, **kwargs)
+    # transformers draws a "Loading weights" bar on stderr: noise in a library call (issue 59)
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        return loader(location, **kwargs)
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()
 
 
 def load_fastest(loader: Callable[..., T], location: str, device: torch.device, dtype: torch.dtype, **kwargs: Any) -> T:
