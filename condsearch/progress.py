@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tqdm import tqdm
 
+#: the bars of a router's encoding (:class:`condsearch.csr.encoder.CsrEncoder`): sentence states, then the routed rest
+CACHING_SENTENCES = "caching sentences"
+ROUTING = "routing"
+
 _quiet = False
+#: per thread, who is told of every bar's progress (:func:`listening`)
+_listeners = threading.local()
 
 
 def set_quiet(quiet: bool) -> None:
@@ -23,4 +32,37 @@ def progress_bar(*, total: int, desc: str, unit: str, initial: int = 0, enabled:
     """
     from tqdm.auto import tqdm  # imported here: `condsearch --help` need not load it
 
-    return tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=True if _quiet or not enabled else None)
+    bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, disable=True if _quiet or not enabled else None)
+    listener: Callable[[str, int, int], None] | None = getattr(_listeners, "listener", None)
+    if listener is not None:
+        bar.update = _told(bar.update, listener, desc, initial, total)  # type: ignore[method-assign]
+    return bar
+
+
+@contextmanager
+def listening(listener: Callable[[str, int, int], None]) -> Iterator[None]:
+    """Tell listener (desc, done, total) each time a bar this thread opens meanwhile advances, drawn or not.
+
+    How a build on demand reports its progress within an ingest chunk (issue 59): a chunk of 8,192
+    rows is encoded in batches, each a bar's step.
+    """
+    before = getattr(_listeners, "listener", None)
+    _listeners.listener = listener
+    try:
+        yield
+    finally:
+        _listeners.listener = before
+
+
+def _told(
+    update: Callable[..., Any], listener: Callable[[str, int, int], None], desc: str, done: int, total: int
+) -> Callable[..., Any]:
+    """Return update, telling listener the bar's count after each step."""
+    count = [done]
+
+    def told(n: float = 1) -> Any:
+        count[0] += int(n)
+        listener(desc, count[0], total)
+        return update(n)
+
+    return told

@@ -32,6 +32,7 @@ from condsearch.query.resident import QueryJob, Resident
 from condsearch.serve.app import create_app
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
+from condsearch.serve.refusals import MAX_K
 from condsearch.serve.server import BackgroundServer
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder, WriteCorpus
@@ -314,9 +315,11 @@ def test_texts_must_be_json_strings(client: TestClient, body: dict) -> None:
     assert_refused(post_json(client, body), 422)
 
 
-def test_k_may_be_any_positive_integer(client: TestClient) -> None:
-    body = post_json(client, {"query": "q", "condition": COLOUR, "k": 2**70}).json()
-    assert (body["k"], body["k_requested"], body["k_capped"]) == (len(SENTENCES), 2**70, True)
+def test_k_may_be_any_integer_from_1_to_max_k(client: TestClient) -> None:
+    body = post_json(client, {"query": "q", "condition": COLOUR, "k": MAX_K}).json()
+    assert (body["k"], body["k_requested"], body["k_capped"]) == (len(SENTENCES), MAX_K, True)
+    for k in (MAX_K + 1, 2**70):  # the page's box says 1000 at most, and so does the server (issue 59)
+        assert_refused(post_json(client, {"query": "q", "condition": COLOUR, "k": k}), 422, "k:", "1000")
 
 
 # ---------------------------------------------------------------- 5. the k an approximate index returned
@@ -349,7 +352,7 @@ def test_k_is_what_an_approximate_index_returned(tmp_path: Path, write_corpus: W
     store = IndexStore(tmp_path / "indexes")
     index_corpus(read_corpus(corpus), [COLOUR], hash_vectorizer(), store, corpus_name="big", factory="HNSW32")
     with TestClient(make_app(store), raise_server_exceptions=False) as http:
-        for k in (5, 200, n, 10 * n):
+        for k in (5, 200, n, MAX_K):
             body = post_json(http, {"queries": ["row 3 of the corpus", "another query"], "condition": COLOUR, "k": k})
             assert body.status_code == 200, body.text
             got = body.json()
@@ -435,7 +438,7 @@ def expected_ok(body: object) -> bool:
     if not all(_valid_text(t) for t in texts) or not _valid_text(body.get("condition")):
         return False
     k = body.get("k", 1)
-    if type(k) is not int or k < 1:
+    if type(k) is not int or not 1 <= k <= MAX_K:
         return False
     corpus = body.get("corpus")
     return str(body["condition"]).strip() in (COLOUR, SPORT) and corpus in (None, "corpus")

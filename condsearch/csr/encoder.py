@@ -29,7 +29,7 @@ from condsearch.encoders.base import EncodeStats
 from condsearch.encoders.bert import pick_device
 from condsearch.encoders.cpu import check_quantize
 from condsearch.errors import ModelError
-from condsearch.progress import progress_bar
+from condsearch.progress import CACHING_SENTENCES, ROUTING, progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ class CsrEncoder:
         todo = sorted(dict.fromkeys(keys[i] for i in states_of.missing(keys)))
         text_of = dict(zip(keys, texts, strict=True))
         todo.sort(key=lambda k: -len(text_of[k]))
-        bar = progress_bar(total=len(todo), desc="caching sentences", unit="sent", enabled=progress and bool(todo))
+        bar = progress_bar(total=len(todo), desc=CACHING_SENTENCES, unit="sent", enabled=progress and bool(todo))
         shard_keys: list[str] = []
         shard_states: list = []
         for start in range(0, len(todo), batch_size):
@@ -342,7 +342,7 @@ class CsrEncoder:
         length = dict(zip(distinct, held.lengths(distinct), strict=True))
         distinct.sort(key=lambda k: -length[k])
         out = np.empty((len(distinct), self.dim), dtype=np.float32)
-        bar = progress_bar(total=len(distinct), desc="routing", unit="sent", enabled=progress)
+        bar = progress_bar(total=len(distinct), desc=ROUTING, unit="sent", enabled=progress)
         for start in range(0, len(distinct), batch_size):
             chunk = distinct[start : start + batch_size]
             states = collate(held.get(chunk), device=self.device)

@@ -36,6 +36,7 @@ from condsearch.errors import (
     UnknownCondition,
     first_line,
 )
+from condsearch.progress import CACHING_SENTENCES, ROUTING, listening
 from condsearch.query.search import vectorizer_key
 from condsearch.store.conditions import check_new_condition
 from condsearch.store.listing import MAX_LISTED, Listing, condition_key, known_note
@@ -80,7 +81,7 @@ class Plan:
         return self.source.n_vectors
 
 
-@dataclass(frozen=True)
+@dataclass
 class _IndexedRows:
     """A sibling index's rows, read as ingestion reads a corpus, under the corpus path and checksum it records."""
 
@@ -89,19 +90,42 @@ class _IndexedRows:
     n_skipped: int
     ids: list[str | int]
     texts: list[str]
-    #: told (rows indexed, rows in all) as each batch is asked for, and once all are
+    #: told (rows indexed, rows in all) as each batch is asked for, as the router encodes it (:meth:`heard`), and
+    #: once all are
     on_rows: Callable[[int, int], None] | None = None
+    #: the batch being encoded: (its first row, its rows)
+    _batch: tuple[int, int] = (0, 0)
+    #: whether the batch being encoded had sentence states to encode again (the first half of its work then)
+    _encoding_states: bool = False
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
         for start in range(0, len(self.ids), rows):
+            self._batch, self._encoding_states = (start, min(rows, len(self.ids) - start)), False
             if self.on_rows is not None:  # the ingest asks for a batch once the previous one is written
                 self.on_rows(start, len(self.ids))
             yield self.ids[start : start + rows], self.texts[start : start + rows]
         if self.on_rows is not None:
             self.on_rows(len(self.ids), len(self.ids))
+
+    def heard(self, bar: str, done: int, total: int) -> None:
+        """Tell on_rows how far the batch's encoding is, from the router's bars (:func:`condsearch.progress.listening`).
+
+        A batch of 8,192 rows took 12.8 s with its progress at its first row throughout (issue 59); its rows
+        are told as they are routed, in steps of an encoding batch. Sentence states encoded again (a cleared
+        cache) count as the first half of the batch's work.
+        """
+        if self.on_rows is None or total <= 0 or bar not in (CACHING_SENTENCES, ROUTING):
+            return
+        share = min(done / total, 1.0)
+        if bar == CACHING_SENTENCES:
+            self._encoding_states, share = True, share / 2
+        elif self._encoding_states:
+            share = 0.5 + share / 2
+        start, size = self._batch
+        self.on_rows(start + int(size * share), len(self.ids))
 
 
 def build_on_demand(
@@ -125,13 +149,15 @@ def build_on_demand(
     --backend` does; ``announce`` is told, in one line, that a build starts, and ``notice`` when
     sentence states are encoded again; ``corpus_option`` is how the front end names the corpus in
     errors; ``unknown``, the front end's refusal of the unindexed condition, leads any refusal to
-    build, so that its list of what is indexed stays in view. Raises CondsearchError in one line,
+    build, so that its list of what is indexed stays in view (why no index can be under the condition,
+    too long or holding a control character, comes before it: issue 59). Raises CondsearchError in one line,
     before anything is written: a condition that is empty, too long or has control characters
     (:func:`condsearch.store.conditions.check_new_condition`), no index of the corpus, several corpora and
     none named, a corpus indexed with --mode case or with several models, or a router or encoder that
     changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
-    goes, a chunk of the ingest at a time (:data:`condsearch.ingest.chunks.CHUNK_ROWS` rows). With
-    ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus file or router folder.
+    goes, within each chunk of the ingest (:data:`condsearch.ingest.chunks.CHUNK_ROWS` rows) as the router
+    encodes it. With ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus
+    file or router folder.
     """
     from filelock import FileLock
 
@@ -169,16 +195,17 @@ def build_on_demand(
             )
         from condsearch.ingest.chunks import build_condition_index
 
-        report = build_condition_index(
-            rows,
-            condition,
-            vectorizer,
-            store,
-            corpus_name=corpus_name,
-            factory=source.factory,
-            search_params=source.search_params,
-            progress=progress,
-        )
+        with listening(rows.heard):  # the router's bars tell how far each batch is
+            report = build_condition_index(
+                rows,
+                condition,
+                vectorizer,
+                store,
+                corpus_name=corpus_name,
+                factory=source.factory,
+                search_params=source.search_params,
+                progress=progress,
+            )
     return OnDemand(report.name, corpus_name, True, report.n_rows, encoded)
 
 
@@ -200,6 +227,11 @@ def plan_on_demand(
     """
     try:
         condition = check_new_condition(condition)
+    except CondsearchError as exc:
+        if unknown is None:
+            raise
+        raise _reason_first(unknown, exc) from exc
+    try:
         listing = store.manifests() if listing is None else listing
         corpus_name, siblings = _siblings(store, listing, condition, corpus, corpus_option, name_paths)
         source_name, source = _one_model(corpus_name, siblings, condition, name_paths)
@@ -209,6 +241,12 @@ def plan_on_demand(
             raise
         raise _after(unknown, exc) from exc
     return Plan(condition, corpus_name, source_name, source, tuple(sorted(m.condition for _, m in siblings)))
+
+
+def _reason_first(unknown: UnknownCondition, exc: CondsearchError) -> CondsearchError:
+    """Return exc, of its type, its one line (why no index can be under the condition) before unknown's refusal."""
+    reason, asked = first_line(exc), first_line(unknown)
+    return type(exc)(asked if asked.startswith(reason) else f"{reason}; {asked}")
 
 
 def _after(unknown: UnknownCondition, exc: CondsearchError) -> CondsearchError:
@@ -250,7 +288,7 @@ def _siblings(
         raise UnknownCondition(
             f"no index of {scope}{where} to build condition {condition!r} from; index the corpus first: "
             f"condsearch index CORPUS --mode csr -c {shlex.quote(condition)}",
-            sorted({m.condition for _, m in readable})[:MAX_LISTED],
+            sorted({m.condition for _, m in readable if corpus in (None, m.corpus_name)})[:MAX_LISTED],
         )
     return chosen, siblings
 

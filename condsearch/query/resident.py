@@ -34,7 +34,7 @@ from condsearch.model.policy import backend_of, load_index_model
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.config import QueryConfig
 from condsearch.query.search import Answer, Request, answer_batch, vectorizer_key
-from condsearch.query.tokens import TextCutter, estimate_tokens, text_cutter
+from condsearch.query.tokens import TextCutter, UnknownCounter, estimate_tokens, text_cutter, unknown_counter
 from condsearch.store.listing import Listing, find_index
 from condsearch.store.manifest import Manifest
 from condsearch.store.searchable import Found, IndexSource, Searchable
@@ -171,6 +171,7 @@ class Resident:
         self._indexes: OrderedDict[str, LoadedIndex] = OrderedDict()  # least recently used first
         self._models: dict[str, Vectorizer] = {}
         self._cutters: dict[str, TextCutter | None] = {}
+        self._counters: dict[str, UnknownCounter | None] = {}  # [UNK] of a model whose texts are not cut
         self._listing: Listing = []
         self._listed_at = float("-inf")
         self._listed_stamp: object = None
@@ -290,6 +291,8 @@ class Resident:
         else:
             max_tokens = getattr(self.vectorizer(entry.model_key).encoder, "max_length", None)
             texts, tokens = list(queries), [estimate_tokens(q, max_tokens) for q in queries]
+            counter = self.counter(entry.model_key)  # a router's queries too (issue 59)
+            unknown = counter.unknown_shares(texts) if counter is not None else None
         shares = None if unknown is None else tuple(unknown)
         return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens), shares)
 
@@ -300,6 +303,14 @@ class Resident:
                 if key not in self._cutters:
                     self._cutters[key] = text_cutter(self.vectorizer(key).encoder)
         return self._cutters[key]
+
+    def counter(self, key: str) -> UnknownCounter | None:
+        """Return the server's one copy of a model's tokenizer for counting [UNK] in texts it does not cut."""
+        if key not in self._counters:
+            with self._cutter_lock:
+                if key not in self._counters:
+                    self._counters[key] = unknown_counter(self.vectorizer(key).encoder)
+        return self._counters[key]
 
     def preload(self) -> None:
         """Load every readable index and its model now; one that fails is logged and left for later."""
@@ -323,6 +334,7 @@ class Resident:
         for key in [k for k in self._models if k not in used]:
             del self._models[key]
             self._cutters.pop(key, None)
+            self._counters.pop(key, None)
 
     @property
     def n_indexes(self) -> int:

@@ -86,12 +86,51 @@ class TextCutter:
         vocabulary (Chinese or emoji for an English WordPiece model) reads as [UNK]s, and its
         results, however ordinary they look, answer nothing it said. Give texts already cut.
         """
-        unknown = getattr(self._tokenizer.model, "unk_token", None)
-        unknown_id = self._tokenizer.token_to_id(unknown) if isinstance(unknown, str) else None
-        if unknown_id is None:
-            return None
-        encodings = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
-        return [sum(i == unknown_id for i in e.ids) / len(e.ids) if e.ids else 0.0 for e in encodings]
+        return _unknown_shares(self._tokenizer, texts)
+
+
+class UnknownCounter:
+    """Count the share of [UNK] in texts for a model whose texts are not cut (a router's, :func:`unknown_counter`).
+
+    With its own copy of the model's tokenizer, as :class:`TextCutter`; each text is counted on its first
+    ``max_tokens * CHARS_PER_TOKEN`` characters at most (what the model reads, and a bound on the work).
+    """
+
+    def __init__(self, backend: Any, max_tokens: int) -> None:
+        from tokenizers import Tokenizer
+
+        self.max_chars = max_tokens * CHARS_PER_TOKEN
+        self._tokenizer = Tokenizer.from_str(backend.to_str())
+        self._tokenizer.no_truncation()
+        self._tokenizer.no_padding()
+
+    def unknown_shares(self, texts: Sequence[str]) -> list[float] | None:
+        """Return :meth:`TextCutter.unknown_shares` of texts (each its first ``max_chars``), or None."""
+        return _unknown_shares(self._tokenizer, [_prefix_at_word_end(t, self.max_chars) for t in texts])
+
+
+def _unknown_shares(tokenizer: Any, texts: Sequence[str]) -> list[float] | None:
+    """Return the share of each text's tokens that are tokenizer's unknown token, or None where it names none."""
+    unknown = getattr(tokenizer.model, "unk_token", None)
+    unknown_id = tokenizer.token_to_id(unknown) if isinstance(unknown, str) else None
+    if unknown_id is None:
+        return None
+    encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+    return [sum(i == unknown_id for i in e.ids) / len(e.ids) if e.ids else 0.0 for e in encodings]
+
+
+def unknown_counter(encoder: object) -> UnknownCounter | None:
+    """Return a counter of [UNK] for encoder's queries where its tokenizer is a fast one (a router's, issue 59), or
+    None: the share is then not counted."""
+    tokenizer = getattr(encoder, "tokenizer", None)
+    backend = getattr(tokenizer, "backend_tokenizer", None) or getattr(tokenizer, "backend", None)
+    max_length = getattr(encoder, "max_length", None)
+    if backend is None or not hasattr(backend, "to_str") or not isinstance(max_length, int) or max_length <= 0:
+        return None
+    try:
+        return UnknownCounter(backend, max_length)
+    except Exception:  # noqa: BLE001 - a tokenizer that cannot be copied: the share is not counted, the query is answered
+        return None
 
 
 def _prefix_at_word_end(text: str, at_least: int) -> str:

@@ -39,7 +39,7 @@ from condsearch.serve.hosts import HostCheck
 from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
 from condsearch.serve.paths import hide_paths
-from condsearch.serve.refusals import ErrorResponse, RequestError, check_request_condition, check_text
+from condsearch.serve.refusals import MAX_K, ErrorResponse, RequestError, check_request_condition, check_text
 from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import Manifest
 from condsearch.version import __version__
@@ -59,7 +59,9 @@ class QueryRequest(BaseModel):
     query: str | None = Field(None, description="One query text; or give `queries`.")
     queries: list[str] | None = Field(None, description="Several query texts, answered in order.")
     condition: str = Field(description="The condition whose index to search.")
-    k: int = Field(ServeConfig.k, ge=1, description="Results per query; more than the index holds returns every row.")
+    k: int = Field(
+        ServeConfig.k, ge=1, le=MAX_K, description="Results per query; more than the index holds returns every row."
+    )
     corpus: str | None = Field(None, description="Corpus name, when several corpora share the condition.")
     calibrated: bool = Field(
         False,
@@ -244,7 +246,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
 
         @app.middleware("http")
         async def require_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-            if request.method == "GET" and request.scope["path"] in PAGE_PATHS:
+            if request.method in ("GET", "HEAD") and request.scope["path"] in PAGE_PATHS:
                 return await call_next(request)  # the page holds no data; what it fetches needs the key
             if not hmac.compare_digest(_given_key(request), expected):
                 response = _error(401, f"missing or wrong API key (send it as {API_KEY_HEADER} or a Bearer token)")

@@ -46,7 +46,7 @@ PAGE_FILES = (
     PageFile("/static/docs.js", "docs.js", "text/javascript; charset=utf-8"),
     PageFile("/favicon.ico", "favicon.ico", "image/x-icon"),  # asked for on every load: a 404 each time
 )
-#: the paths a server with an API key answers without it (GET only): the page, never data
+#: the paths a server with an API key answers without it (GET and HEAD only): the page, never data
 PAGE_PATHS = frozenset(f.path for f in PAGE_FILES)
 
 
@@ -58,7 +58,8 @@ def read_page_file(name: str) -> bytes:
 def add_page(app: FastAPI) -> None:
     """Serve the page's files on app, read once now; they stay out of the OpenAPI schema."""
     for page_file in PAGE_FILES:
-        app.add_api_route(page_file.path, _responder(page_file), methods=["GET"], include_in_schema=False)
+        # HEAD too (a monitor's or a link checker's): its headers, no body (issue 59)
+        app.add_api_route(page_file.path, _responder(page_file), methods=["GET", "HEAD"], include_in_schema=False)
 
 
 def _responder(page_file: PageFile) -> Callable[[], Response]:

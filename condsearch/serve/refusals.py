@@ -14,6 +14,9 @@ from pydantic import BaseModel
 from condsearch.errors import CondsearchError
 from condsearch.store.conditions import check_new_condition
 
+#: the most results per query POST /query answers (the page's k box says so too)
+MAX_K = 1000
+
 
 class ErrorResponse(BaseModel):
     error: str

@@ -72,3 +72,24 @@ def check_condition_length(text: str) -> None:
             f"the condition is {len(text)} characters long; at most {MAX_CONDITION_CHARS} are allowed "
             f"(it names an aspect in a short phrase): {text[:40]!r}…"
         )
+
+
+#: characters of a condition a refusal quotes at most
+SHOWN_CHARS = 60
+
+
+def shown_condition(condition: str) -> str:
+    """Return condition quoted for a message: whole when short, else its first :data:`SHOWN_CHARS` characters and
+    "…" (a refusal of a condition of 10,000 characters is still one readable line)."""
+    if len(condition) <= MAX_CONDITION_CHARS // 2:
+        return repr(condition)
+    return f"{condition[:SHOWN_CHARS]!r}… ({len(condition):,} characters)"
+
+
+def new_condition_problem(condition: str) -> str | None:
+    """Return why no index can be built under condition (:func:`check_new_condition`'s refusal), or None."""
+    try:
+        check_new_condition(condition)
+    except CondsearchError as exc:
+        return str(exc)
+    return None

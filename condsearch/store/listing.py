@@ -15,7 +15,12 @@ from collections.abc import Sequence
 from condsearch.artifacts.profiles import MODES, Mode
 from condsearch.base.model_sources import model_lowercases
 from condsearch.errors import AmbiguousCondition, UnknownCondition, first_line
-from condsearch.store.conditions import check_condition, normalize_condition
+from condsearch.store.conditions import (
+    check_condition,
+    new_condition_problem,
+    normalize_condition,
+    shown_condition,
+)
 from condsearch.store.manifest import Manifest
 
 #: a store's indexes: (name, manifest, or the error that stops it from loading)
@@ -84,7 +89,10 @@ def find_index(
         )
     known = sorted({m.condition for _, m in manifests if corpus in (None, m.corpus_name)})
     scope = (f" for corpus {corpus!r}" if corpus is not None else "") + (f" in {where}" if where else "")
-    message = f"no index for condition {condition!r}{scope}; indexed: {known_note(known)}{damaged_note(listing, root)}"
+    # why no index can be under it (too long, a control character) comes first: the list is no answer to that
+    why = new_condition_problem(condition)
+    message = f"{f'{why}; ' if why else ''}no index for condition {shown_condition(condition)}{scope}; "
+    message += f"indexed: {known_note(known)}{damaged_note(listing, root)}"
     raise UnknownCondition(message, known[:MAX_LISTED])
 
 
