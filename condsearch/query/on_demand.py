@@ -43,6 +43,8 @@ from condsearch.store.listing import MAX_LISTED, Listing, condition_key, known_n
 from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from condsearch.model.vectorizer import Vectorizer
     from condsearch.store.folder import IndexStore
 
@@ -93,6 +95,8 @@ class _IndexedRows:
     #: told (rows indexed, rows in all) as each batch is asked for, as the router encodes it (:meth:`heard`), and
     #: once all are
     on_rows: Callable[[int, int], None] | None = None
+    #: the sibling's kept columns (issue 59), which the new index keeps too; None where it keeps none
+    metadata: pa.Table | None = None
     #: the batch being encoded: (its first row, its rows)
     _batch: tuple[int, int] = (0, 0)
     #: whether the batch being encoded had sentence states to encode again (the first half of its work then)
@@ -100,6 +104,17 @@ class _IndexedRows:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def metadata_schema(self) -> pa.Schema | None:
+        return self.metadata.schema if self.metadata is not None and self.metadata.num_columns else None
+
+    def chunks(self, rows: int) -> Iterator[tuple[list[str | int], list[str], pa.Table | None]]:
+        start = 0
+        for ids, texts in self.batches(rows):
+            kept = self.metadata.slice(start, len(ids)) if self.metadata is not None else None
+            yield ids, texts, kept
+            start += len(ids)
 
     def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]:
         for start in range(0, len(self.ids), rows):
@@ -185,7 +200,13 @@ def build_on_demand(
             return found
         stored = store.load(source_name, verify=True)  # every byte checked: no damaged row seeds a new index
         rows = _IndexedRows(
-            source.corpus_path, source.corpus_checksum, source.n_skipped, stored.ids, stored.texts, on_rows
+            source.corpus_path,
+            source.corpus_checksum,
+            source.n_skipped,
+            stored.ids,
+            stored.texts,
+            on_rows,
+            metadata=stored.metadata,
         )
         encoded = _uncached_states(vectorizer, rows.texts)
         if encoded:

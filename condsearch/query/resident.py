@@ -33,7 +33,7 @@ from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, U
 from condsearch.model.policy import backend_of, load_index_model
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.config import QueryConfig
-from condsearch.query.search import Answer, Request, answer_batch, vectorizer_key
+from condsearch.query.search import Answer, Request, answer_batch, filter_rows, vectorizer_key
 from condsearch.query.tokens import TextCutter, UnknownCounter, estimate_tokens, text_cutter, unknown_counter
 from condsearch.store.listing import Listing, find_index
 from condsearch.store.manifest import Manifest
@@ -98,6 +98,8 @@ class QueryJob:
     tokens: tuple[int, ...] | None = None
     #: each query's share of unknown tokens ([UNK]; TextCutter.unknown_shares), None where not counted
     unknown: tuple[float, ...] | None = None
+    #: the rows a filter keeps (:func:`condsearch.query.search.filter_rows`), only which are ranked; None: every row
+    allowed: np.ndarray | None = None
 
     @property
     def encoded(self) -> tuple[str, ...]:
@@ -113,7 +115,7 @@ class QueryJob:
         """Return the job of queries[start:stop]."""
         texts = None if self.texts is None else self.texts[start:stop]
         tokens = None if self.tokens is None else self.tokens[start:stop]
-        return QueryJob(self.index, self.queries[start:stop], self.k, texts, tokens)
+        return QueryJob(self.index, self.queries[start:stop], self.k, texts, tokens, allowed=self.allowed)
 
 
 def split_job(job: QueryJob, max_queries: int, max_tokens: int) -> list[QueryJob]:
@@ -277,12 +279,16 @@ class Resident:
             name, _ = self._indexes.popitem(last=False)
             log.info("%s: unloaded (the least recently used of %d)", name, self.max_indexes + 1)
 
-    def job(self, condition: str, corpus: str | None, queries: Sequence[str], k: int) -> QueryJob:
+    def job(
+        self, condition: str, corpus: str | None, queries: Sequence[str], k: int, where: str | None = None
+    ) -> QueryJob:
         """Return the job of queries under the index for condition: each cut to what its model reads, and counted.
 
-        Runs on the caller's thread (the tokenizer is the model's, copied), not the batching one.
+        Runs on the caller's thread (the tokenizer is the model's, copied), not the batching one. ``where``: a
+        filter on the index's kept columns, applied here (a bad one raises FilterError in one line).
         """
         entry = self.get(condition, corpus)
+        allowed = filter_rows(entry, where)
         cutter = self.cutter(entry.model_key)
         unknown = None
         if cutter is not None:
@@ -294,7 +300,7 @@ class Resident:
             counter = self.counter(entry.model_key)  # a router's queries too (issue 59)
             unknown = counter.unknown_shares(texts) if counter is not None else None
         shares = None if unknown is None else tuple(unknown)
-        return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens), shares)
+        return QueryJob(entry, tuple(queries), k, tuple(texts), tuple(tokens), shares, allowed)
 
     def cutter(self, key: str) -> TextCutter | None:
         """Return the server's one copy of a model's tokenizer for cutting texts (None where texts are not cut)."""
@@ -365,7 +371,9 @@ class Resident:
         if threads is None:
             threads = WALK_SEARCH_THREADS if all(job.index.walks for job in jobs) else DEFAULT_SEARCH_THREADS
         set_search_threads(threads)
-        requests = [Request(job.index, self.vectorizer(job.index.model_key), job.encoded, job.k) for job in jobs]
+        requests = [
+            Request(job.index, self.vectorizer(job.index.model_key), job.encoded, job.k, job.allowed) for job in jobs
+        ]
         answers = answer_batch(requests, one_pass=True)
         # each answer names the queries as sent, not as cut for the model
         return [

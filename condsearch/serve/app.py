@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
-from condsearch.errors import CondsearchError, NotBuildable, StoreError, first_line
+from condsearch.errors import CondsearchError, FilterError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
 from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
@@ -68,6 +68,11 @@ class QueryRequest(BaseModel):
         description="Also give each result's `z`: its score's standard score against the index's background "
         "(its rows' pair scores, recorded when it was written). An index that records none gets a 409.",
     )
+    where: str | None = Field(
+        None,
+        description="A SQL condition on the index's kept columns (`index --keep-columns`), e.g. "
+        "\"lang = 'en' AND year >= 2020\": only the rows it keeps are ranked. A bad one gets a 422.",
+    )
 
     @field_validator("query", "corpus")
     @classmethod
@@ -107,6 +112,7 @@ class Hit(BaseModel):
     score: float
     z: float | None = Field(None, description="With `calibrated`: (score - mean) / std of the index's background.")
     text: str
+    metadata: dict[str, Any] | None = Field(None, description="The row's kept columns, where its index keeps any.")
 
 
 class QueryAnswer(BaseModel):
@@ -274,6 +280,10 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     async def _ambiguous(_: Request, exc: AmbiguousCondition) -> JSONResponse:
         return _error(409, exc, corpora=exc.corpora)
 
+    @app.exception_handler(FilterError)
+    async def _bad_filter(_: Request, exc: FilterError) -> JSONResponse:
+        return _error(422, exc)  # "where": a syntax error, an unknown column, a type mismatch
+
     @app.exception_handler(CondsearchError)
     async def _unservable(_: Request, exc: CondsearchError) -> JSONResponse:
         # a damaged index, a model that changed since indexing: the server's state, not the request
@@ -299,7 +309,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")
         # found, and each query cut to the tokens its model reads, on a worker thread: not the batcher's
         try:
-            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
+            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k, body.where)
         except UnknownCondition as unknown:
             if builds is None:
                 raise _unbuilt(unknown) from None
@@ -308,7 +318,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             if (accepted := await _build(builds, body.condition, body.corpus, unknown, client)) is not None:
                 return accepted
             await run_in_threadpool(partial(resident.listing, fresh=True))  # the index just published
-            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k)
+            job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k, body.where)
         entry = job.index
         background = _background(entry.manifest) if body.calibrated else None
         # a large request is answered in parts, in turn with others (condsearch.serve.batching)

@@ -13,6 +13,8 @@
   const KEY_SAVED = "condsearch-api-key"; // sessionStorage: this tab only, gone when it closes
   const UNREADABLE_SHARE = 0.5; // a query with more unknown tokens ([UNK]) than this is flagged
   const POLL_MS = 500; // how often a build's progress is asked for
+  const MAX_K = 1000; // condsearch.serve.refusals.MAX_K: the server answers no more per query
+  const SAME_CONDITION = "Conditions A and B are the same condition: pick two different ones to compare.";
 
   const byId = (id) => document.getElementById(id);
   const form = byId("search");
@@ -249,13 +251,20 @@
     return name !== null ? indexes.get(name) : { condition, corpus, background: false, built: false };
   }
 
+  function shellWord(text) {
+    // a word a POSIX shell reads back as text: as it is when plain, else in single quotes
+    return /^[A-Za-z0-9_.,:@%+=\/-]+$/.test(text) ? text : `'${text.replaceAll("'", "'\\''")}'`;
+  }
+
   function showAddCommand(own) {
     const corpus = corpusPicker.value || "CORPUS";
     const first = own.length ? own[0][1] : null;
-    // the mode always: the default of condsearch index may not be the mode these indexes were built in
+    // the mode always: the default of condsearch index may not be the mode these indexes were built in;
+    // the corpus's name and the server's folder, or the index is another corpus's, or in another folder
     const mode = first && first.mode ? ` --mode ${first.mode}` : "";
     byId("add-file").textContent = corpus;
-    byId("add-command").textContent = `condsearch index FILE -c "the new condition"${mode}`;
+    byId("add-command").textContent =
+      `condsearch index FILE -c "the new condition"${mode} --name ${shellWord(corpus)} --index-dir INDEX_DIR`;
     // a router index's vectors are made by its router, as a CASE index's by its head
     const made = first && first.mode === "csr" ? `router ${first.router}` : `head ${first ? first.head : ""}`;
     byId("add-model").textContent = first ? `model ${first.model}, ${made}, mode ${first.mode}` : "none yet";
@@ -327,7 +336,14 @@
   function readK() {
     if (kBox.value === "") return null; // the server's default
     const k = Number(kBox.value);
-    return Number.isInteger(k) && k >= 1 ? k : undefined;
+    return Number.isInteger(k) && k >= 1 && k <= MAX_K ? k : undefined;
+  }
+
+  function sameCondition(a, b) {
+    // as the server names an index: composed, single spaces, no ends (an uncased model's case is
+    // told apart after the search, by the index that answered)
+    const norm = (text) => text.normalize("NFC").replace(/[\u200b-\u200f\u2060\ufeff]/g, "").replace(/\s+/g, " ").trim();
+    return norm(a) === norm(b);
   }
 
   function clearResults() {
@@ -350,7 +366,8 @@
     const k = readK();
     if (!query.trim()) return refuse("Type a query.");
     if (chosen.some((c) => !c)) return refuse("Pick a corpus and two conditions (type or choose them).");
-    if (k === undefined) return refuse("k must be a whole number, 1 or more.");
+    if (k === undefined) return refuse(`k must be a whole number from 1 to ${MAX_K.toLocaleString("en")}.`);
+    if (sameCondition(chosen[0].condition, chosen[1].condition)) return refuse(SAME_CONDITION);
     const calibrated = calibratedBox.checked;
     const corpus = chosen[0].corpus;
     const fragment = searchFragment({ query, corpus, left: chosen[0].condition, right: chosen[1].condition, k, calibrated });
@@ -374,6 +391,9 @@
     if (controller !== pending) return;
     pending = null;
     if (chosen.some((c) => c.built === false)) loadIndexes(true); // offer what was built
+    if (got.every((g) => g.answer) && got[0].answer.index === got[1].answer.index) {
+      return refuse(SAME_CONDITION); // two spellings of one condition (an uncased model reads "Color" as "color")
+    }
     const hits = got.map((g) => (g.answer && g.answer.results && g.answer.results[0] ? g.answer.results[0].results : null));
     const sameCorpus = hits.every(Boolean) && got[0].answer.corpus === got[1].answer.corpus;
     const idSets = hits.map((h) => new Set((h || []).map((hit) => idKey(hit.id))));
@@ -498,6 +518,7 @@
   keyBox.value = given ?? saved ?? "";
   if (given !== null) saveKey(given);
   showTab(0);
+  queryBox.focus(); // type at once (a server that wants a key moves the focus to its box)
   loadIndexes().then((ok) => {
     if (ok && stateFromFragment() !== null) followFragment();
   });
