@@ -19,6 +19,10 @@ class NotBuildable(StoreError):
     """A condition cannot be built on demand for this corpus: it was indexed in CASE mode (a 404 in the server)."""
 
 
+class FilterError(CondsearchError):
+    """A query's filter (``--where``) cannot be read or applied: a syntax error, an unknown column, a type mismatch."""
+
+
 class ModelError(CondsearchError):
     """A model or head cannot be resolved or loaded."""
 

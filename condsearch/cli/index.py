@@ -101,6 +101,14 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
     default=CorpusConfig.id_column,
     help="Column holding unique ids [default: 'id' if present, else row number].",
 )
+@click.option(
+    "--keep-columns",
+    default=None,
+    help=(
+        "The corpus's other columns to keep beside each row, in their types, comma-separated (e.g. 'lang,year'; "
+        "'' keeps none), for `query --where` filters and each result's metadata [default: every one]."
+    ),
+)
 @click.option("--name", "corpus_name", default=None, help="Corpus name in the store [default: the file's stem].")
 @click.option("--model", default=None, help=f"Model id or local folder [default: {DEFAULT_MODEL}].")
 @profile_options
@@ -181,7 +189,10 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
         for c in conditions:
             check_new_condition(c)
         _check_index_options(build["factory"], build["search_params"])
-        data = scan_corpus(corpus, params["text_column"], params["id_column"], format=params["corpus_format"])
+        keep = keep_columns_option(params["keep_columns"])
+        data = scan_corpus(
+            corpus, params["text_column"], params["id_column"], format=params["corpus_format"], keep=keep
+        )
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
         start = time.perf_counter()
@@ -192,6 +203,18 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_reports(store, reports, len(data), elapsed, backend, as_json=params["as_json"])
+
+
+def keep_columns_option(value: str | None) -> tuple[str, ...] | None:
+    """Return --keep-columns as column names: None (not given) keeps every column, '' none."""
+    if value is None:
+        return CorpusConfig.keep_columns
+    names = tuple(name.strip() for name in value.split(","))
+    if names == ("",):
+        return ()
+    if any(not name for name in names):
+        raise click.UsageError(f"--keep-columns {value!r}: a column name is empty")
+    return names
 
 
 #: index without -c: the states alone would leave no index that a later query could find the corpus by

@@ -100,6 +100,15 @@ _FEW_QUERIES = 16
     ),
 )
 @click.option(
+    "--where",
+    default=None,
+    help=(
+        "Rank only the rows this SQL condition on the index's kept columns keeps (`index --keep-columns`), e.g. "
+        "\"lang = 'en' AND year >= 2020\": comparisons, AND, OR, NOT, IN, BETWEEN, IS NULL, LIKE. Filtered before "
+        "ranking; a filter that keeps no row finds nothing."
+    ),
+)
+@click.option(
     "--no-build",
     is_flag=True,
     help=(
@@ -123,6 +132,7 @@ def query_cmd(
     profile: str | None,
     as_json: bool,
     calibrated: bool,
+    where: str | None,
     no_build: bool,
     index_dir: Path,
     device: str | None,
@@ -139,7 +149,7 @@ def query_cmd(
     from condsearch.encoders.spec import Runtime
     from condsearch.model import vectorizer_for
     from condsearch.query.calibration import Background
-    from condsearch.query.search import answer
+    from condsearch.query.search import answer, filter_rows
     from condsearch.store.searchable import FaissIndex
 
     refuse_index_dir_beside_store(store_spec, "query")
@@ -167,7 +177,8 @@ def query_cmd(
             with open_index(store_spec, condition, corpus_name) as index:
                 if calibrated:
                     Background.of(index.manifest)  # refused before the model loads
-                found = answer(index, checked(index.manifest), queries, k, calibrated=calibrated)
+                filter_rows(index, where)  # refused before the model loads (a Milvus index keeps no columns)
+                found = answer(index, checked(index.manifest), queries, k, calibrated=calibrated, where=where)
         except UnknownCondition as exc:
             cannot = "" if no_build else "; a Milvus store cannot build one on demand: index it into a folder"
             raise click.ClickException(first_line(exc) + cannot) from exc
@@ -180,6 +191,8 @@ def query_cmd(
         stored = store.load(_find_or_build(store, condition, corpus_name, runtime, build=not no_build))
         if calibrated:
             Background.of(stored.manifest)  # refused before any model loads
+        searched = FaissIndex.of(stored, on_device=False)
+        allowed = filter_rows(searched, where)  # a bad filter is refused before any model loads
         # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
         # can run the index's own model; otherwise, and for any override, torch loads it.
         light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
@@ -201,7 +214,10 @@ def query_cmd(
             vec = checked(stored.manifest, one_shot=light)
         # the onnxruntime path searches on the CPU too, without importing torch to ask
         on_device = vec.backend == "torch"
-        found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k, calibrated=calibrated)
+        if allowed is None:
+            found = answer(FaissIndex.of(stored, on_device=on_device), vec, queries, k, calibrated=calibrated)
+        else:  # filtered searches run on the CPU copy (condsearch.base.filtered_search)
+            found = answer(searched, vec, queries, k, calibrated=calibrated, where=where)
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_answers(found, as_json)
@@ -252,7 +268,8 @@ def _print_answers(found: Answer, as_json: bool) -> None:
         click.echo(f"query: {answer['query']}\ncondition: {answer['condition']}")
         for row in answer["results"]:
             z = f"  z={row['z']:+.2f}" if "z" in row else ""
-            click.echo(f"{row['rank']:>4}  {row['score']:.4f}{z}  {row['id']}  {row['text']}")
+            kept = "  " + json_line(row["metadata"]) if row.get("metadata") else ""
+            click.echo(f"{row['rank']:>4}  {row['score']:.4f}{z}  {row['id']}  {row['text']}{kept}")
         if qi + 1 < len(answers):
             click.echo("")
 

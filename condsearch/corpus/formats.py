@@ -45,6 +45,8 @@ class CorpusConfig:
     id_column: str | None = None
     #: None: told by the file's extension (see :func:`format_of`)
     format: CorpusFormat | None = None
+    #: the other columns kept beside each row in the index (issue 59); None: every one, () none
+    keep_columns: tuple[str, ...] | None = None
 
 
 def format_of(path: Path, fmt: str | None = None) -> CorpusFormat:
@@ -80,12 +82,18 @@ def read_schema(path: Path, fmt: CorpusFormat, text_column: str, id_column: str 
 
 
 def record_batches(
-    path: Path, fmt: CorpusFormat, columns: Sequence[str], *, prescan: bool = True
+    path: Path,
+    fmt: CorpusFormat,
+    columns: Sequence[str],
+    *,
+    prescan: bool = True,
+    strings: Sequence[str] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Yield the corpus's record batches holding only ``columns``, the text and id columns (read as strings from
-    a CSV file); parquet's of :data:`READ_BATCH_ROWS` rows.
+    """Yield the corpus's record batches holding only ``columns``; parquet's of :data:`READ_BATCH_ROWS` rows.
 
-    ``prescan=False`` skips :func:`~condsearch.corpus.prescan.check_text_file`, for a caller that has just made it.
+    ``strings``: the columns a CSV file's are read as strings, as written: the text and id columns [default:
+    every one of ``columns``]; its others are typed as pyarrow infers. ``prescan=False`` skips
+    :func:`~condsearch.corpus.prescan.check_text_file`, for a caller that has just made it.
     """
     import pyarrow.parquet as pq
 
@@ -93,7 +101,7 @@ def record_batches(
         if fmt == "parquet":
             yield from pq.ParquetFile(path).iter_batches(batch_size=READ_BATCH_ROWS, columns=list(columns))
             return
-        for batch in _open_stream(path, fmt, columns, columns, prescan=prescan):
+        for batch in _open_stream(path, fmt, columns if strings is None else strings, columns, prescan=prescan):
             yield batch.select(list(columns))
     except (ValueError, OSError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         raise _unreadable(path, fmt, exc) from exc

@@ -35,17 +35,21 @@ def memory_corpus(
     ids: Sequence[str | int] | None = None,
     text_column: str = CorpusConfig.text_column,
     id_column: str | None = CorpusConfig.id_column,
+    keep: Sequence[str] | None = CorpusConfig.keep_columns,
 ) -> Corpus:
     """Return the corpus of a list of texts (``ids``: one per text [default: row numbers]) or of a table.
 
     A table (pandas DataFrame, pyarrow Table) is read as a file is: ``text_column``, and ``id_column``
-    or else its 'id' column where there is one. Raises CorpusError in one line.
+    or else its 'id' column where there is one; ``keep``: its other columns kept beside each row [default:
+    all]. Raises CorpusError in one line.
     """
     if is_table(data):
         if ids is not None:
             raise CorpusError("ids= goes with a list of texts; name a table's id column with id_column=")
         kind = type(data).__name__
-        return table_corpus(_arrow(data), kind, text_column, id_column, path=IN_MEMORY)
+        return table_corpus(_arrow(data), kind, text_column, id_column, path=IN_MEMORY, keep=keep)
+    if keep:
+        raise CorpusError("keep_columns= names a table's columns; a list of texts has none")
     if isinstance(data, str | bytes | Path) or not isinstance(data, Sequence):
         kind = type(data).__name__
         raise CorpusError(f"a corpus is a list of texts, a DataFrame, a pyarrow Table or a file, not {kind}")

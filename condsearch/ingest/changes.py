@@ -17,20 +17,21 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pyarrow as pa
 
 from condsearch.base.ann import IndexConfig
 from condsearch.base.faiss_indexes import build_index
-from condsearch.errors import CondsearchError, StoreError
+from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.ingest.chunks import plan_index
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore
-from condsearch.store.lifecycle import UnknownIds, corpus_indexes, match_ids, read_rows
+from condsearch.store.lifecycle import UnknownIds, corpus_indexes, match_ids, read_kept_columns, read_rows
 from condsearch.store.manifest import Manifest
 from condsearch.store.rows import KeptVectors, write_rows
 from condsearch.store.vectors import VECTORS_FILE, text_hash
@@ -63,6 +64,7 @@ class _Prepared:
     ids: list[str | int]
     texts: list[str]
     vectors: np.ndarray
+    metadata: pa.Table | None = None
 
 
 def change_corpus(
@@ -72,16 +74,22 @@ def change_corpus(
     delete: Sequence[str | int] = (),
     upsert: Sequence[tuple[str | int, str]] = (),
     vectorizer: Callable[[Manifest], Vectorizer] | None = None,
+    metadata: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> ChangeReport:
     """Delete the ids in delete and upsert the (id, text) pairs, in every index of the corpus, all or none.
 
     ``vectorizer`` gives the model an index records (needed only where a text must be encoded).
+    ``metadata``: per upserted pair, values of the columns the corpus keeps (issue 59) by name: an upserted row
+    takes those, and keeps its other columns' values (a new row has none: null); None keeps them all. A column the
+    corpus does not keep, or a value not of its column's type, is refused.
     Raises in one line, with nothing changed: an unknown corpus, ids to delete that are not in it,
     an id given twice, every row deleted, an index that keeps no trusted vectors.
     """
     corpus, mine = corpus_indexes(store, corpus)
     _check_unique([i for i, _ in upsert], "upsert")
     _check_unique(list(delete), "delete")
+    if metadata is not None and len(metadata) != len(upsert):
+        raise CondsearchError(f"{len(metadata)} metadata entries for {len(upsert)} upserted rows: give one per row")
     with ExitStack() as held:
         prepared: list[_Prepared] = []
         n_encoded = 0
@@ -96,7 +104,7 @@ def change_corpus(
                     f"re-index corpus {corpus!r} before changing it by id"
                 )
             try:
-                one, encoded = _prepare(store, draft, kept, corpus, delete, upsert, vectorizer)
+                one, encoded = _prepare(store, draft, kept, corpus, delete, upsert, vectorizer, metadata)
             finally:
                 kept.vectors.close()
             prepared.append(one)
@@ -131,6 +139,7 @@ def _prepare(
     delete: Sequence[str | int],
     upsert: Sequence[tuple[str | int, str]],
     vectorizer: Callable[[Manifest], Vectorizer] | None,
+    metadata: Sequence[Mapping[str, Any] | None] | None = None,
 ) -> tuple[_Prepared, int]:
     """Return one index's next version (rows, vectors, FAISS index, manifest) and how many vectors it encoded."""
     manifest = kept.manifest
@@ -165,7 +174,49 @@ def _prepare(
     checksum = hashlib.sha256(repr(rows).encode())
     # the rows are no longer the corpus file's: its checksum now names the row set, as changed by id
     changed = replace(manifest, n_vectors=len(out_ids), corpus_checksum=checksum.hexdigest())
-    return _Prepared(draft, changed, index, out_ids, out_texts, vectors), len(encode_at)
+    columns = _changed_columns(store, draft.name, corpus, source, upsert, metadata, at)
+    return _Prepared(draft, changed, index, out_ids, out_texts, vectors, columns), len(encode_at)
+
+
+def _changed_columns(
+    store: IndexStore,
+    name: str,
+    corpus: str,
+    source: list[int],
+    upsert: Sequence[tuple[str | int, str]],
+    metadata: Sequence[Mapping[str, Any] | None] | None,
+    at: dict[str, int],
+) -> pa.Table | None:
+    """Return the kept columns of the new row set: the rows kept (``source``, old positions) with the values
+    ``metadata`` gives an upserted one, then the new rows'; None where the index keeps no columns."""
+    old = read_kept_columns(store, name)
+    given = [(str(i), dict(m or {})) for (i, _), m in zip(upsert, metadata or [None] * len(upsert), strict=True)]
+    named = sorted({c for _, m in given for c in m if c not in old.column_names})
+    if named:
+        keeps = ", ".join(old.column_names) or "none"
+        raise CondsearchError(
+            f"corpus {corpus!r} keeps no column {named[0]!r} (it keeps: {keeps}); re-index to add one"
+        )
+    if not old.num_columns:
+        return None
+    new_rows = [m for i, m in given if i not in at]
+    changed = {at[i]: m for i, m in given if i in at and m}
+    kept = old.take(pa.array(source, type=pa.int64()))
+    out: dict[str, pa.Array] = {}
+    for column in old.column_names:
+        kind = old.schema.field(column).type
+        values = kept.column(column).to_pylist()
+        for j, p in enumerate(source):
+            if column in changed.get(p, {}):
+                values[j] = changed[p][column]
+        values += [m.get(column) for m in new_rows]
+        try:
+            out[column] = pa.array(values, type=kind)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+            raise CondsearchError(
+                f"metadata: column {column!r} holds {kind}; a value given is not one ({first_line(exc)})"
+            ) from None
+    return pa.table(out)
 
 
 def _like(given: str | int, ids: Sequence[str | int]) -> str | int:
@@ -197,7 +248,7 @@ def _encode(texts: list[str], manifest: Manifest, vectorizer: Callable[[Manifest
 
 def _placer(one: _Prepared) -> Callable[[Path], None]:
     def place(version: Path) -> None:
-        write_rows(version / ROWS_FILE, one.ids, one.texts)
+        write_rows(version / ROWS_FILE, one.ids, one.texts, one.metadata)
         np.save(version / VECTORS_FILE, np.ascontiguousarray(one.vectors, dtype="<f4"), allow_pickle=False)
 
     return place

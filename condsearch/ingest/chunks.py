@@ -45,7 +45,7 @@ from condsearch.progress import progress_bar
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, Manifest
 from condsearch.store.listing import check_condition, condition_key
 from condsearch.store.manifest import encoder_precision
-from condsearch.store.rows import KeptVectors
+from condsearch.store.rows import KeptVectors, rows_table
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
 
 if TYPE_CHECKING:
@@ -76,6 +76,21 @@ class CorpusSource(Protocol):
     def __len__(self) -> int: ...
 
     def batches(self, rows: int) -> Iterator[tuple[list[str | int], list[str]]]: ...
+
+
+def corpus_chunks(corpus: CorpusSource, rows: int) -> Iterator[tuple[list[str | int], list[str], pa.Table | None]]:
+    """Yield (ids, texts, kept columns) ``rows`` at a time: a source's ``chunks``, else its batches with no columns."""
+    chunks = getattr(corpus, "chunks", None)
+    if chunks is not None:
+        yield from chunks(rows)
+        return
+    for ids, texts in corpus.batches(rows):
+        yield ids, texts, None
+
+
+def kept_schema(corpus: CorpusSource) -> pa.Schema | None:
+    """Return the columns a source keeps beside its rows (issue 59) and their types, None where it keeps none."""
+    return getattr(corpus, "metadata_schema", None)
 
 
 @dataclass(frozen=True)
@@ -291,7 +306,17 @@ def _encode_chunks(
     n, dim = len(corpus), vectorizer.dim
     staging = draft.staging
     # the precision too: a build cut off on one CPU kind is not resumed in another's dtype
-    fields = [corpus.checksum, corpus.path, condition, info.fingerprint, chunk_rows, n, dim]
+    # a build that kept other columns is not resumed into this one's rows
+    fields = [
+        corpus.checksum,
+        corpus.path,
+        condition,
+        info.fingerprint,
+        chunk_rows,
+        n,
+        dim,
+        str(kept_schema(corpus) or ""),
+    ]
     key = hashlib.sha256(json.dumps([*fields, encoder_precision(info.encoder)]).encode()).hexdigest()
     state = None if full else _load_progress(staging, key)
     if state is None:
@@ -312,14 +337,14 @@ def _encode_chunks(
         _save_progress(staging, state)
     bar = progress_bar(total=n, initial=resumed, unit="row", desc=f"indexing {condition[:30]!r}", enabled=progress)
     try:
-        for k, (ids, texts) in enumerate(corpus.batches(chunk_rows)):
+        for k, (ids, texts, columns) in enumerate(corpus_chunks(corpus, chunk_rows)):
             if k < state.chunks_done:
                 continue
             hashes = [text_hash(t) for t in texts]
             out, n_encoded = _chunk_vectors(ids, texts, hashes, previous, kept, condition, vectorizer, batch_size)
             writer.write(state.rows_done, out)
             writer.sync()
-            chunk = pa.table({"id": ids, "text": texts, "text_hash": pa.array(hashes, type=pa.binary(16))})
+            chunk = rows_table(ids, texts, columns, hashes)
             with replacing_file(staging / _CHUNKS / f"{k:08d}.parquet") as tmp:
                 pq.write_table(chunk, tmp)
             state.chunks_done, state.rows_done = k + 1, state.rows_done + len(ids)

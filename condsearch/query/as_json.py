@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import math
 from typing import TYPE_CHECKING, Any
 
 from condsearch.artifacts.profiles import MODE_CSR
@@ -11,21 +13,45 @@ if TYPE_CHECKING:
     from condsearch.store.manifest import Manifest
 
 
-from condsearch.query.hits import SCORE_PLACES, Z_PLACES
+from condsearch.query.hits import METADATA_COLUMN, SCORE_PLACES, Z_PLACES
 
 
 def query_answer(hits: Hits) -> dict[str, Any]:
     """Return one query's answer: ``{query, condition, results: [{rank, id, score, text}]}``, scores to 6 places.
 
-    Calibrated hits add ``z`` (4 places) to each result, after ``score``.
+    Calibrated hits add ``z`` (4 places) to each result, after ``score``; an index that keeps columns adds
+    ``metadata`` after ``text``, each value as :func:`json_value` writes it.
     """
     results = []
     for r, h in enumerate(hits):
         result: dict[str, Any] = {"rank": r + 1, "id": h.id, "score": round(h.score, SCORE_PLACES)}
         if hits.calibrated and h.z is not None:
             result["z"] = round(h.z, Z_PLACES)
-        results.append({**result, "text": h.text})
+        result["text"] = h.text
+        if hits.metadata_columns:
+            result[METADATA_COLUMN] = {name: json_value(value) for name, value in h.metadata.items()}
+        results.append(result)
     return {"query": hits.query, "condition": hits.condition, "results": results}
+
+
+def json_value(value: Any) -> Any:
+    """Return a kept column's value as JSON carries it: dates and times in ISO 8601, decimals and bytes as strings,
+    a NaN or an infinity as null (JSON has none); lists and dicts value by value."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, datetime.date | datetime.time):  # a datetime is a date
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return value.total_seconds()
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, dict):
+        return {str(k): json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v) for v in value]
+    return str(value)  # Decimal and the like: exactly as written
 
 
 def index_summary(name: str, manifest: Manifest | Exception) -> dict[str, Any]:

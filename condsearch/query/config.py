@@ -21,3 +21,6 @@ class QueryConfig:
     reload_interval_s: float = 0.5
     #: indexes kept loaded at most; past it the least recently used is dropped (loaded again when asked for)
     max_resident_indexes: int = 256
+    #: a filtered search (--where) ranks up to this many allowed rows exhaustively on an HNSW or IVF index (exact);
+    #: more are searched through the index with FAISS's selector (approximate). Flat, SQ and PQ are always exact
+    exact_filter_rows: int = 32768

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.errors import CondsearchError
@@ -19,6 +19,8 @@ COLUMNS = ("rank", "id", "score", "text", "row")
 Z_COLUMN = "z"
 #: decimal places of a calibrated hit's z in an answer (JSON); a score's are SCORE_PLACES
 Z_PLACES = 4
+#: the column of each hit's kept columns (a dict), where its index keeps any (issue 59)
+METADATA_COLUMN = "metadata"
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,8 @@ class Hit:
     """One row found for a query: its id, its score (cosine under the condition, higher is closer), text and row.
 
     ``z`` is set by a calibrated search only: the score's standard score against the index's background
-    (:mod:`condsearch.query.calibration`); the score itself is the same either way.
+    (:mod:`condsearch.query.calibration`); the score itself is the same either way. ``metadata``: the columns
+    of the corpus that the index keeps, in their types.
     """
 
     id: str | int
@@ -34,19 +37,24 @@ class Hit:
     text: str
     row: int  # the row's position in the index
     z: float | None = None
+    #: the row's kept columns (``index --keep-columns``, issue 59), by name; empty where the index keeps none
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
 class Hits(Sequence[Hit]):
     """One query's hits under one condition, best first (rank 1 is ``hits[0]``): a read-only sequence of Hit.
 
-    ``calibrated``: each hit carries its ``z``, and the tables a ``z`` column after ``row``.
+    ``calibrated``: each hit carries its ``z``, and the tables a ``z`` column after ``row``. An index that keeps
+    columns (``metadata_columns``) adds a ``metadata`` column last: each hit's dict of them.
     """
 
     query: str
     condition: str
     hits: tuple[Hit, ...]
     calibrated: bool = False
+    #: the index's kept columns: where there are any, the tables carry each hit's ``metadata``
+    metadata_columns: tuple[str, ...] = ()
 
     @overload
     def __getitem__(self, i: int) -> Hit: ...
@@ -54,7 +62,7 @@ class Hits(Sequence[Hit]):
     def __getitem__(self, i: slice) -> Hits: ...
     def __getitem__(self, i: int | slice) -> Hit | Hits:
         if isinstance(i, slice):
-            return Hits(self.query, self.condition, self.hits[i], self.calibrated)
+            return Hits(self.query, self.condition, self.hits[i], self.calibrated, self.metadata_columns)
         return self.hits[i]
 
     def __len__(self) -> int:
@@ -65,15 +73,21 @@ class Hits(Sequence[Hit]):
 
     @property
     def columns(self) -> tuple[str, ...]:
-        """Return the tables' columns: rank, id, score, text, row, and z when calibrated."""
-        return (*COLUMNS, Z_COLUMN) if self.calibrated else COLUMNS
+        """Return the tables' columns: rank, id, score, text, row, z when calibrated, metadata where any are kept."""
+        columns = (*COLUMNS, Z_COLUMN) if self.calibrated else COLUMNS
+        return (*columns, METADATA_COLUMN) if self.metadata_columns else columns
 
     def to_dicts(self) -> list[dict[str, Any]]:
-        """Return one ``{rank, id, score, text, row}`` dict per hit (with ``z`` when calibrated), best first."""
+        """Return one ``{rank, id, score, text, row}`` dict per hit (with ``z`` when calibrated, ``metadata`` where
+        the index keeps columns), best first."""
         out = []
         for r, h in enumerate(self):
-            row = {"rank": r + 1, "id": h.id, "score": h.score, "text": h.text, "row": h.row}
-            out.append({**row, Z_COLUMN: h.z} if self.calibrated else row)
+            row: dict[str, Any] = {"rank": r + 1, "id": h.id, "score": h.score, "text": h.text, "row": h.row}
+            if self.calibrated:
+                row[Z_COLUMN] = h.z
+            if self.metadata_columns:
+                row[METADATA_COLUMN] = dict(h.metadata)
+            out.append(row)
         return out
 
     def to_arrow(self) -> pa.Table:
@@ -89,6 +103,9 @@ class Hits(Sequence[Hit]):
         }
         if self.calibrated:
             columns[Z_COLUMN] = pa.array([h.z for h in self], type=pa.float64())
+        if self.metadata_columns:
+            fields = {name: pa.array([h.metadata.get(name) for h in self]) for name in self.metadata_columns}
+            columns[METADATA_COLUMN] = pa.StructArray.from_arrays(list(fields.values()), list(fields))
         return pa.table(columns)
 
     def to_pandas(self) -> pd.DataFrame:

@@ -16,13 +16,15 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import numpy as np
+import pyarrow as pa
 
 from condsearch.base.faiss_indexes import SearchResult
-from condsearch.errors import CondsearchError, first_line
+from condsearch.errors import CondsearchError, FilterError, first_line
 from condsearch.query.calibration import Background
+from condsearch.query.config import QueryConfig
 from condsearch.query.hits import Hit, Hits
 from condsearch.store.manifest import Manifest
 from condsearch.store.searchable import FaissIndex, Found, Searchable
@@ -82,12 +84,45 @@ def check_request(queries: Sequence[str], k: int) -> None:
 
 @dataclass(frozen=True)
 class Request:
-    """Queries for one index under its condition, k results each, encoded by vectorizer."""
+    """Queries for one index under its condition, k results each, encoded by vectorizer.
+
+    ``allowed``: the row positions a filter keeps (:func:`filter_rows`); only those are ranked. None: every row.
+    """
 
     index: Searchable
     vectorizer: Vectorizer
     queries: tuple[str, ...]
     k: int
+    allowed: np.ndarray | None = None
+
+
+class Filterable(Protocol):
+    """An index whose rows a filter can pick (a folder store's, :class:`~condsearch.store.searchable.FaissIndex`)."""
+
+    def filter_table(self) -> pa.Table: ...
+
+    def search_among(self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int) -> Found: ...
+
+
+def filterable(index: Searchable) -> Filterable:
+    """Return the index a filter applies to (a resident index's own), refusing one that keeps no columns (Milvus)."""
+    inner = getattr(index, "index", index)  # a resident index (LoadedIndex) wraps the one it searches
+    if not (hasattr(inner, "filter_table") and hasattr(inner, "search_among")):
+        raise FilterError("filters apply to the indexes of a folder store, not to a Milvus one")
+    return cast("Filterable", inner)
+
+
+def filter_rows(index: Searchable, where: str | None) -> np.ndarray | None:
+    """Return the row positions of index that the filter ``where`` keeps (None for no filter); refuse it in one line.
+
+    A filter that keeps no row is no error: its queries find nothing.
+    """
+    if where is None:
+        return None
+    from condsearch.query.filters import allowed_rows, parse_where
+
+    parsed = parse_where(where)  # the syntax first, before the index is looked at
+    return allowed_rows(parsed, filterable(index).filter_table())
 
 
 @dataclass(frozen=True)
@@ -116,9 +151,16 @@ class Answer:
     def hits(self) -> list[Hits]:
         """Return each query's hits, best first."""
         found, out = self.found, []
+        kept = found.metadata
+        columns = tuple(kept.column_names) if kept is not None else ()
         for q, scores, rows in zip(self.queries, found.result.scores.tolist(), found.result.ids.tolist(), strict=True):
-            named = tuple(Hit(found.ids[r], s, found.texts[r], r) for s, r in zip(scores, rows, strict=True) if r >= 0)
-            hits = Hits(q, self.condition, named)
+            pairs = [(s, r) for s, r in zip(scores, rows, strict=True) if r >= 0]
+            at = pa.array([r for _, r in pairs], type=pa.int64())
+            metadata = kept.take(at).to_pylist() if kept is not None else [{}] * len(pairs)
+            named = tuple(
+                Hit(found.ids[r], s, found.texts[r], r, metadata=m) for (s, r), m in zip(pairs, metadata, strict=True)
+            )
+            hits = Hits(q, self.condition, named, metadata_columns=columns)
             out.append(self.background.calibrate(hits) if self.background is not None else hits)
         return out
 
@@ -131,16 +173,20 @@ def answer(
     *,
     one_pass: bool = False,
     calibrated: bool = False,
+    where: str | None = None,
 ) -> Answer:
     """Rank the index's rows for each query under its condition; k larger than the index returns every row.
 
     Raises CondsearchError for a k below 1 or an empty query. ``one_pass`` encodes every query in one
     forward pass; otherwise in the vectorizer's batches. ``calibrated``: each hit also gets its score's
     standard score against the index's recorded background; an index that records none is refused
-    (CondsearchError naming the fix) before anything is encoded.
+    (CondsearchError naming the fix) before anything is encoded. ``where``: a filter on the index's kept
+    columns (:mod:`condsearch.query.filters`); only the rows it keeps are ranked, and a bad one is refused
+    (:class:`~condsearch.errors.FilterError`) before anything is encoded.
     """
     background = Background.of(index.manifest) if calibrated else None
-    [got] = answer_batch([Request(index, vectorizer, tuple(queries), k)], one_pass=one_pass)
+    allowed = filter_rows(index, where)
+    [got] = answer_batch([Request(index, vectorizer, tuple(queries), k, allowed)], one_pass=one_pass)
     if isinstance(got, BaseException):
         raise got
     return replace(got, background=background)
@@ -174,13 +220,13 @@ def answer_batch(requests: Sequence[Request], *, one_pass: bool = False) -> list
                 answers[j] = vecs
             else:
                 vectors[j] = vecs
-    by_index: dict[int, list[int]] = defaultdict(list)
-    for j in vectors:
-        by_index[id(requests[j].index)].append(j)
+    by_index: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for j in vectors:  # one search per index and filter (the parts of one request share its allowed rows)
+        by_index[(id(requests[j].index), id(requests[j].allowed))].append(j)
     for members in by_index.values():
-        index = requests[members[0]].index
+        index, allowed = requests[members[0]].index, requests[members[0]].allowed
         parts = [(vectors[j], capped_k(requests[j].k, index.manifest.n_vectors)) for j in members]
-        for j, found in zip(members, _each_or_alone(partial(_search, index), parts), strict=True):
+        for j, found in zip(members, _each_or_alone(partial(_search, index, allowed), parts), strict=True):
             answers[j] = found if isinstance(found, BaseException) else _answer(requests[j], found)
     return answers  # type: ignore[return-value]
 
@@ -202,14 +248,19 @@ def _encode(
     return np.split(vecs, np.cumsum([len(qs) for qs in queries])[:-1])
 
 
-def _search(index: Searchable, requests: list[tuple[np.ndarray, int]]) -> list[Found]:
-    """Return each (query vectors, k) request's results, searched in one call."""
-    found = index.search(np.concatenate([v for v, _ in requests]), max(k for _, k in requests))
+def _search(index: Searchable, allowed: np.ndarray | None, requests: list[tuple[np.ndarray, int]]) -> list[Found]:
+    """Return each (query vectors, k) request's results, searched in one call (among the allowed rows only)."""
+    vectors, k_most = np.concatenate([v for v, _ in requests]), max(k for _, k in requests)
+    if allowed is None:
+        found = index.search(vectors, k_most)
+    else:
+        found = filterable(index).search_among(vectors, k_most, allowed, QueryConfig.exact_filter_rows)
     scores, rows = found.result.scores, found.result.ids
     answers, start = [], 0
     for v, k in requests:
         stop = start + len(v)
-        answers.append(Found(SearchResult(scores[start:stop, :k], rows[start:stop, :k]), found.ids, found.texts))
+        part = SearchResult(scores[start:stop, :k], rows[start:stop, :k])
+        answers.append(Found(part, found.ids, found.texts, found.metadata))
         start = stop
     return answers
 

@@ -36,6 +36,7 @@ from condsearch.ingest.chunks import (
     CHUNK_ROWS,
     BuildReport,
     CorpusSource,
+    corpus_chunks,
     plan_index,
     publish_staged,
     write_tables,
@@ -242,7 +243,7 @@ def _publish(
             writer.close()
         if not seen.all():
             raise CondsearchError(f"ray: {int((~seen).sum())} row(s) of {condition!r} came back without a vector")
-        rows = (rows_table(ids, texts) for ids, texts in corpus.batches(CHUNK_ROWS))
+        rows = (rows_table(ids, texts, kept) for ids, texts, kept in corpus_chunks(corpus, CHUNK_ROWS))
         write_tables(draft.staging / ROWS_FILE, rows)
         publish_staged(draft, corpus, corpus_name, info, factory=factory, search_params=search_params)
     return BuildReport(draft.name, n, n, 0, 0, factory, search_params)

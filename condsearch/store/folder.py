@@ -1,7 +1,8 @@
 """Where indexes live: one index per (corpus, condition), replaced atomically, read without locks.
 
 Layout: ``<root>/<name>`` is a relative symlink to ``<root>/.versions/<name>/<version>/``, the
-folder that holds ``manifest.json``, ``index.faiss``, ``rows.parquet`` (ids, texts and text hashes)
+folder that holds ``manifest.json``, ``index.faiss``, ``rows.parquet`` (ids, texts, text hashes and the
+corpus's kept columns)
 and ``vectors.npy`` (the indexed vectors, so that a re-index encodes only changed rows and a new
 index type needs no encoder). A write fills a new
 version folder, then points the symlink at it with one ``os.replace`` (atomic on POSIX) and
@@ -76,7 +77,7 @@ from condsearch.store.manifest import (  # re-exported: the store's readers and 
     Manifest,
     manifest_from_dict,
 )
-from condsearch.store.rows import KeptVectors, write_rows
+from condsearch.store.rows import KeptVectors, kept_columns, write_rows
 from condsearch.store.searchable import FaissIndex, StoredIndex
 from condsearch.store.vectors import VECTORS_FILE, VectorFile
 from condsearch.version import __version__
@@ -140,13 +141,15 @@ class IndexStore:
         ids: list[str | int],
         texts: list[str],
         vectors: object | None = None,
+        metadata: pa.Table | None = None,
     ) -> str:
-        """Write one index (and the (n, d) float32 vectors it holds, if given); replace any earlier one."""
+        """Write one index (and the (n, d) float32 vectors it holds, and the kept columns, if given); replace any
+        earlier one."""
         if index.ntotal != len(ids) or len(ids) != len(texts):
             raise ValueError("index, ids and texts differ in length")
 
         def place(version: Path) -> None:
-            write_rows(version / ROWS_FILE, ids, texts)
+            write_rows(version / ROWS_FILE, ids, texts, metadata)
             if vectors is not None:
                 import numpy as np
 
@@ -434,9 +437,8 @@ class IndexStore:
                 index_fh.seek(0)
                 index = faiss.read_index(faiss.PyCallbackIOReader(index_fh.read))  # type: ignore[attr-defined]  # SWIG, untyped
                 # ParquetFile, not read_table: that imports pyarrow.dataset and with it pandas (1 s of a one-shot query)
-                rows = pq.ParquetFile(rows_fh).read(
-                    columns=[c for c in ("id", "text") if c in parquet_columns(rows_fh)]
-                )
+                # every column but the text hashes: ids, texts and the corpus's kept columns (issue 59)
+                rows = pq.ParquetFile(rows_fh).read(columns=[c for c in parquet_columns(rows_fh) if c != "text_hash"])
                 apply_search_params(index, manifest.search_params)
             except (OSError, RuntimeError, pa.ArrowInvalid) as exc:
                 raise StoreError(f"{files.folder}: index files unreadable ({type(exc).__name__})") from exc
@@ -447,7 +449,7 @@ class IndexStore:
         texts = rows.column("text").to_pylist() if "text" in rows.column_names else []
         if not (index.ntotal == manifest.n_vectors == len(ids) == len(texts)) or index.d != manifest.dim:
             raise StoreError(f"{folder}: index, rows and manifest disagree; rebuild this index")
-        return StoredIndex(name, manifest, index, ids, texts)
+        return StoredIndex(name, manifest, index, ids, texts, kept_columns(rows))
 
     def load_searchable(self, name: str) -> FaissIndex:
         """Load one index (checked as :meth:`load` does) and ready it to search, on the GPU where there is one."""

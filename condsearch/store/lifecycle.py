@@ -22,6 +22,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock, Timeout
 
@@ -29,6 +30,7 @@ from condsearch.base.atomic import fsync_dir, open_regular
 from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.store.folder import PARTIAL, ROWS_FILE, VERSIONS, IndexStore
 from condsearch.store.manifest import Manifest
+from condsearch.store.rows import ROW_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,18 @@ def read_rows(store: IndexStore, name: str) -> tuple[list[str | int], list[str]]
     except (OSError, ValueError, KeyError) as exc:
         raise StoreError(f"{path}: unreadable ({first_line(exc)})") from exc
     return rows.column("id").to_pylist(), rows.column("text").to_pylist()
+
+
+def read_kept_columns(store: IndexStore, name: str) -> pa.Table:
+    """Return one index's kept columns (issue 59), row i for row i: a table of no columns where it keeps none."""
+    path = store.root / name / ROWS_FILE
+    try:
+        with open_regular(path) as fh:
+            rows = pq.ParquetFile(fh)
+            names = [c for c in rows.schema_arrow.names if c not in ROW_COLUMNS]
+            return rows.read(columns=names) if names else pa.table({"": pa.nulls(rows.metadata.num_rows)}).select([])
+    except (OSError, ValueError, KeyError) as exc:
+        raise StoreError(f"{path}: unreadable ({first_line(exc)})") from exc
 
 
 def match_ids(given: Sequence[object], stored: Sequence[str | int], corpus: str) -> list[int]:

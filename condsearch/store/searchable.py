@@ -7,6 +7,7 @@ them; :class:`FaissIndex` is the folder store's adapter (a Milvus index answers 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -20,17 +21,29 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     import faiss
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
 class StoredIndex:
-    """An index loaded from disk with its row ids and texts."""
+    """An index loaded from disk with its row ids and texts, and the corpus's columns it keeps (issue 59)."""
 
     name: str
     manifest: Manifest
     index: faiss.Index
     ids: list[str | int]
     texts: list[str]
+    #: the kept columns, row i for row i (none: an index that keeps none, or one written before issue 59)
+    metadata: pa.Table | None = None
+
+    @functools.cached_property
+    def filter_table(self) -> pa.Table:
+        """Return what a filter may name: the kept columns, then ``id`` (made once per loaded index)."""
+        import pyarrow as pa
+
+        kept = self.metadata if self.metadata is not None else pa.table({})
+        columns = dict(zip(kept.column_names, kept.columns, strict=True))
+        return pa.table({**columns, "id": pa.array(self.ids)})
 
 
 T = TypeVar("T", covariant=True)
@@ -44,11 +57,14 @@ class RowLookup(Protocol[T]):
 
 @dataclass(frozen=True)
 class Found:
-    """One search's results: ``result`` (scores, rows: (n_queries, k), best first, -1 pads), the rows' ids and texts."""
+    """One search's results: ``result`` (scores, rows: (n_queries, k), best first, -1 pads), the rows' ids, texts and
+    kept columns."""
 
     result: SearchResult
     ids: RowLookup[str | int]
     texts: RowLookup[str]
+    #: the kept columns of every row (row i for row i), None where the index keeps none
+    metadata: pa.Table | None = None
 
 
 class Searchable(Protocol):
@@ -106,4 +122,27 @@ class FaissIndex:
             result = search(searcher, vectors, k)
         except RuntimeError as exc:  # FAISS's own errors are C++ assertions several lines long
             raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
-        return Found(result, self.stored.ids, self.stored.texts)
+        return Found(result, self.stored.ids, self.stored.texts, self._metadata)
+
+    @property
+    def _metadata(self) -> pa.Table | None:
+        kept = self.stored.metadata
+        return kept if kept is not None and kept.num_columns else None
+
+    def filter_table(self) -> pa.Table:
+        """Return the columns a filter may name (:attr:`StoredIndex.filter_table`)."""
+        return self.stored.filter_table
+
+    def search_among(self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int) -> Found:
+        """Return the k best of the allowed rows (sorted positions) for each query: filtered before ranking.
+
+        Searched on the CPU copy (:func:`condsearch.base.filtered_search.search_allowed`, which says how per index
+        type); ``exact_rows``: up to this many allowed rows are ranked exhaustively by an approximate index.
+        """
+        from condsearch.base.filtered_search import search_allowed
+
+        try:
+            result, _ = search_allowed(self.stored.index, vectors, k, allowed, exact_rows)
+        except RuntimeError as exc:
+            raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
+        return Found(result, self.stored.ids, self.stored.texts, self._metadata)
