@@ -541,7 +541,7 @@ def test_top_scope_trains_only_the_top_layers(deep_bert_dir: Path) -> None:
 
 
 def test_the_shipped_default_router_is_the_context_router_with_k_2() -> None:
-    """The default chosen on issue 22's accuracy-cost table (benchmarks/paper/README.md)."""
+    """The default chosen on issue 22's accuracy-cost table (benchmarks/paper/csr.md)."""
     from condsearch.artifacts.routers import router_model_id
     from condsearch.base.artifact_files import DEFAULT_ROUTER_DIR
     from condsearch.base.model_sources import DEFAULT_MODEL

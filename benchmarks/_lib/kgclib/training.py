@@ -250,7 +250,7 @@ def _linked_batch(
 #: rows per length-sorted chunk of a training batch: on a CPU the cost is the padded tokens. At batch
 #: 256, chunks of 64 pad WN18RR's texts to 1.28 tokens per real one (1.13 in the plain pass, about
 #: 512 texts) where one chunk of 256 padded them to 2.3; a step is 1.5x faster under bf16
-#: (benchmarks/paper/README.md, issue 38). A GPU runs larger chunks at the same cost.
+#: (benchmarks/paper/wn18rr-training.md, issue 38). A GPU runs larger chunks at the same cost.
 TRAIN_CHUNK_ROWS = {"cpu": 64}
 GPU_CHUNK_ROWS = 256
 
