@@ -171,12 +171,13 @@ def test_concurrent_requests_are_answered_together(index_dir: Path) -> None:
 
 def test_api_key_is_required_on_every_request(index_dir: Path) -> None:
     with serve(index_dir, api_key="s3cret") as server, httpx.Client(base_url=server.url, timeout=30) as http:
-        for path in ("/health", "/indexes", "/openapi.json"):  # /docs is a page: it holds no data
+        for path in ("/indexes", "/openapi.json"):  # /docs is a page: it holds no data
             assert http.get(path).status_code == 401
+        assert http.get("/health").status_code == 200  # a probe's: open unless --private-health (test_serve_ops)
         denied = http.post("/query", json={"query": "q", "condition": COLOUR}, headers={"X-API-Key": "wrong"})
         assert denied.status_code == 401 and "API key" in denied.json()["error"]
-        assert http.get("/health", headers={"Authorization": "Bearer nope"}).status_code == 401
-        assert http.get("/health", headers={"X-API-Key": "s3cret"}).status_code == 200
+        assert http.get("/indexes", headers={"Authorization": "Bearer nope"}).status_code == 401
+        assert http.get("/indexes", headers={"X-API-Key": "s3cret"}).status_code == 200
         ok = http.post("/query", json={"query": "q", "condition": COLOUR}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and ok.json()["k_requested"] == ServeConfig.k
 

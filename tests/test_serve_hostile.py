@@ -277,20 +277,20 @@ def test_a_non_ascii_api_key_is_compared_as_utf8(store: IndexStore) -> None:
 
     key = "clé-ßüñ-密钥"
     with server(key) as up, httpx.Client(base_url=up.url, timeout=30) as http:
-        assert http.get("/health", headers={"X-API-Key": key.encode()}).status_code == 200
-        assert http.get("/health", headers={"Authorization": b"Bearer " + key.encode()}).status_code == 200
+        assert http.get("/indexes", headers={"X-API-Key": key.encode()}).status_code == 200
+        assert http.get("/indexes", headers={"Authorization": b"Bearer " + key.encode()}).status_code == 200
         assert post_json(http, {"query": "q", "condition": COLOUR}, **{"X-API-Key": key.encode()}).status_code == 200
         for wrong in (key.encode()[:-1], "clé-ßüñ".encode("latin-1"), b"\xff\xfe\x80", b""):
-            assert_refused(http.get("/health", headers={"X-API-Key": wrong}), 401, "API key")
+            assert_refused(http.get("/indexes", headers={"X-API-Key": wrong}), 401, "API key")
     latin = "clé"
     with server(latin) as up, httpx.Client(base_url=up.url, timeout=30) as http:
-        assert http.get("/health", headers={"X-API-Key": latin.encode()}).status_code == 200
-        assert_refused(http.get("/health", headers={"X-API-Key": latin.encode("latin-1")}), 401)
+        assert http.get("/indexes", headers={"X-API-Key": latin.encode()}).status_code == 200
+        assert_refused(http.get("/indexes", headers={"X-API-Key": latin.encode("latin-1")}), 401)
     # a key from an argv or environment that is not UTF-8 (click hands it over surrogate-escaped)
     raw = b"k\xe9y".decode("utf-8", "surrogateescape")
     with server(raw) as up, httpx.Client(base_url=up.url, timeout=30) as http:
-        assert http.get("/health", headers={"X-API-Key": b"k\xe9y"}).status_code == 200
-        assert_refused(http.get("/health", headers={"X-API-Key": "kéy".encode()}), 401)
+        assert http.get("/indexes", headers={"X-API-Key": b"k\xe9y"}).status_code == 200
+        assert_refused(http.get("/indexes", headers={"X-API-Key": "kéy".encode()}), 401)
 
 
 @pytest.mark.parametrize("k", [True, False, "5", 5.0, 2.5, None, [5], {"n": 5}, "many"])

@@ -20,7 +20,7 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CondsearchError
-from condsearch.serve import API_KEY_ENV, ServeConfig, is_loopback
+from condsearch.serve import API_KEY_ENV, LOG_FORMATS, ServeConfig, check_cors_origin, is_loopback
 
 
 def _memory(value: str) -> str:
@@ -32,6 +32,14 @@ def _memory(value: str) -> str:
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
     return value
+
+
+def _origins(values: tuple[str, ...]) -> tuple[str, ...]:
+    """Return --cors-origin's values as given, once each is an origin (a usage error otherwise)."""
+    try:
+        return tuple(check_cors_origin(v) for v in values)
+    except CondsearchError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @click.command("serve", context_settings=CONTEXT)
@@ -141,6 +149,31 @@ def _memory(value: str) -> str:
     help="A corpus of at most this many rows is built and answered in the request; a larger one gets a 202 "
     "naming a job to poll at GET /builds/ID.",
 )
+@click.option(
+    "--private-health/--public-health",
+    default=ServeConfig.private_health,
+    show_default=True,
+    help="With --api-key: whether GET /health and GET /metrics need the key too (public: probes and "
+    "Prometheus scrape them without it; they hold no data).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default=ServeConfig.log_format,
+    show_default=True,
+    help="Log lines as text, or as one JSON object each (time, level, message, request_id; an access line's "
+    "method, path, status, ms). Every line names its request's X-Request-ID.",
+)
+@click.option(
+    "--cors-origin",
+    "cors_origins",
+    multiple=True,
+    metavar="ORIGIN",
+    default=ServeConfig.cors_origins,
+    callback=lambda _ctx, _param, value: _origins(value),
+    help="Let pages from ORIGIN (scheme://host[:port]) call the API from a browser (CORS); repeatable. "
+    "[default: none, CORS off]",
+)
 @click.option("--preload", is_flag=True, help="Load every index and its model before answering (else on first use).")
 @backend_option(
     "What runs the encoders. auto: onnxruntime on the CPU where the index's model allows it "
@@ -177,6 +210,9 @@ def serve_cmd(
     open_builds: bool | None,
     max_resident_indexes: int,
     build_inline_rows: int,
+    private_health: bool,
+    log_format: str,
+    cors_origins: tuple[str, ...],
     preload: bool,
     backend: str,
     search_threads: int | None,
@@ -187,7 +223,8 @@ def serve_cmd(
     threads: int | None,
     store_spec: str | None,
 ) -> None:
-    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, docs at /docs; a search page at /.
+    """Answer queries over HTTP (JSON): POST /query, GET /indexes, GET /health, GET /metrics, POST /v1/embeddings,
+    GET /v1/models, docs at /docs; a search page at /.
 
     Each model is loaded once and shared by the indexes built with it; indexes load on first use
     and stay resident, and an index that `condsearch index` replaces is reloaded without a restart.
@@ -230,6 +267,9 @@ def serve_cmd(
         open_builds=open_builds,
         max_resident_indexes=max_resident_indexes,
         build_inline_rows=build_inline_rows,
+        private_health=private_health,
+        log_format=log_format,  # type: ignore[arg-type]  # click.Choice of LOG_FORMATS
+        cors_origins=tuple(cors_origins),
         preload=preload,
         quantize=quantize,
         threads=threads,

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.base.ann import walks_lists_or_graph
 from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES, WALK_SEARCH_THREADS
 from condsearch.base.faiss_indexes import search_threads as set_search_threads
@@ -351,11 +352,14 @@ class Resident:
         return len(self._models)
 
     def models(self) -> list[dict[str, str]]:
-        """Return each loaded model's id and what runs it (``backend``: onnxruntime or torch)."""
-        return [
-            {"model": vec.encoder.model_id, "profile": vec.profile_name, "backend": backend_of(vec)}
-            for vec in list(self._models.values())
-        ]
+        """Return each loaded model's id, what makes its vectors (a router's ``router``, else the ``profile``) and
+        what runs it (``backend``: onnxruntime or torch)."""
+        described = []
+        for vec in list(self._models.values()):
+            router = getattr(vec.encoder, "router_name", None) if vec.mode == MODE_CSR else None
+            made_by = {"router": str(router)} if router is not None else {"profile": vec.profile_name}
+            described.append({"model": vec.encoder.model_id, **made_by, "backend": backend_of(vec)})
+        return described
 
     # ------------------------------------------------------------ answering
 

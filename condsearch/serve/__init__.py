@@ -16,17 +16,28 @@ from typing import TYPE_CHECKING
 from condsearch.base.front_door import lazy_names
 
 if TYPE_CHECKING:
-    from condsearch.serve.config import API_KEY_ENV, ServeConfig, is_loopback
+    from condsearch.serve.config import API_KEY_ENV, LOG_FORMATS, ServeConfig, check_cors_origin, is_loopback
     from condsearch.serve.server import BackgroundServer, build_app, run_server
 
-__all__ = ["API_KEY_ENV", "BackgroundServer", "ServeConfig", "build_app", "is_loopback", "run_server"]
+__all__ = [
+    "API_KEY_ENV",
+    "LOG_FORMATS",
+    "BackgroundServer",
+    "ServeConfig",
+    "build_app",
+    "check_cors_origin",
+    "is_loopback",
+    "run_server",
+]
 
 #: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
 _HOMES = {
     "API_KEY_ENV": "config",
     "BackgroundServer": "server",
+    "LOG_FORMATS": "config",
     "ServeConfig": "config",
     "build_app": "server",
+    "check_cors_origin": "config",
     "is_loopback": "config",
     "run_server": "server",
 }

@@ -20,6 +20,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -29,9 +30,10 @@ from condsearch.errors import CondsearchError, FilterError, NotBuildable, StoreE
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
 from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
+from condsearch.serve.access import RequestLog
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds, add_builds, build_or_accept
-from condsearch.serve.config import API_KEY_HEADER, ServeConfig
+from condsearch.serve.config import API_KEY_HEADER, REQUEST_ID_HEADER, ServeConfig
 from condsearch.serve.drops import drop_route
 from condsearch.serve.embeddings import EmbedJob, add_embeddings, answer_jobs
 from condsearch.serve.headers import SecurityHeaders
@@ -40,11 +42,16 @@ from condsearch.serve.limits import BodyLimit
 from condsearch.serve.page import PAGE_PATHS, add_page
 from condsearch.serve.paths import hide_paths
 from condsearch.serve.refusals import MAX_K, ErrorResponse, RequestError, check_request_condition, check_text
+from condsearch.serve.statuses import error_responses
+from condsearch.serve.telemetry import ServeMetrics, add_metrics
 from condsearch.store.folder import IndexStore
 from condsearch.store.manifest import Manifest
 from condsearch.version import __version__
 
 log = logging.getLogger(__name__)
+
+#: answered without the API key (GET) unless the server has private_health: probes and scrapers, no data
+OPS_PATHS = frozenset({"/health", "/metrics"})
 
 
 class QueryRequest(BaseModel):
@@ -195,24 +202,28 @@ def _given_key(request: Request) -> bytes:
 
 
 class _SecuredApp(FastAPI):
-    """FastAPI with :class:`~condsearch.serve.headers.SecurityHeaders` outside every other layer.
+    """FastAPI with :class:`~condsearch.serve.headers.SecurityHeaders` outside every other layer, then
+    :class:`~condsearch.serve.access.RequestLog` (request ids, metrics, access lines), so every answer has both.
 
     ``add_middleware`` would put it inside Starlette's error middleware, whose 500s would then go out bare.
     """
 
     #: whether requests on a loopback connection must name this machine in Host (:mod:`condsearch.serve.hosts`)
     check_hosts = False
+    #: what counts the requests (:mod:`condsearch.serve.telemetry`)
+    metrics: ServeMetrics | None = None
 
     def build_middleware_stack(self) -> Any:
         stack = super().build_middleware_stack()
-        return SecurityHeaders(HostCheck(stack) if self.check_hosts else stack)
+        return SecurityHeaders(RequestLog(HostCheck(stack) if self.check_hosts else stack, self.metrics))
 
 
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
+    metrics = ServeMetrics(lambda: resident.n_indexes, lambda: resident.n_models)
     # one batcher for /query's jobs and /v1/embeddings' (an Answer or an array each), so they take turns
     batcher: MicroBatcher[QueryJob | EmbedJob, Any] = MicroBatcher(
-        partial(answer_jobs, resident),
+        metrics.counting_batches(partial(answer_jobs, resident), lambda job: len(job.queries)),
         max_batch=config.max_batch,
         window_s=config.batch_window_ms / 1000,
         size=lambda job: len(job.queries),
@@ -221,6 +232,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     )
 
     builds = Builds.of(resident.store, config)
+    if builds is not None:
+        builds.on_event = metrics.build_event
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -239,7 +252,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         redoc_url=None,
     )
     app.state.resident, app.state.batcher, app.state.config = resident, batcher, config
-    app.state.builds = builds
+    app.state.builds, app.state.metrics, app.metrics = builds, metrics, metrics
     # a keyless server's loopback connections answer this machine's names only (DNS rebinding)
     app.check_hosts = not config.api_key
 
@@ -249,11 +262,14 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         # compared as bytes: the key's UTF-8 (an argv or environment that is not UTF-8 gives its own
         # bytes back) against the header's raw bytes, which ASGI hands over undecoded
         expected = config.api_key.encode("utf-8", "surrogateescape")
+        open_ops = not config.private_health
 
         @app.middleware("http")
         async def require_key(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
             if request.method in ("GET", "HEAD") and request.scope["path"] in PAGE_PATHS:
                 return await call_next(request)  # the page holds no data; what it fetches needs the key
+            if open_ops and request.method == "GET" and request.scope["path"] in OPS_PATHS:
+                return await call_next(request)  # probes and scrapers (--private-health asks the key of them too)
             if not hmac.compare_digest(_given_key(request), expected):
                 response = _error(401, f"missing or wrong API key (send it as {API_KEY_HEADER} or a Bearer token)")
                 response.headers["WWW-Authenticate"] = "Bearer"
@@ -294,9 +310,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         log.error("unexpected error", exc_info=exc)
         return _error(500, f"internal error ({type(exc).__name__})")
 
-    errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 421, 422, 429, 500, 503, 507)
-    }
+    errors = error_responses(202, 400, 404, 409, 422, 429, 503, 507, model=ErrorResponse)
 
     @app.post("/query", response_model=QueryResponse, responses=errors)
     async def query(body: QueryRequest, request: Request) -> JSONResponse:
@@ -368,21 +382,21 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             status = 404 if isinstance(exc, NotBuildable) else 409 if isinstance(exc, StoreError) else 422
             raise RequestError(status, str(exc), conditions=unknown.conditions) from exc
 
-    @app.get("/indexes")
+    @app.get("/indexes", responses=error_responses())
     def indexes() -> dict[str, list[dict[str, Any]]]:
         """List the stored indexes, as `condsearch list --json` does."""
         # a folder name or error may hold bytes that are not UTF-8 (surrogate-escaped)
         listed = [_without_paths(index_summary(name, m)) for name, m in resident.listing(fresh=True)]
         return _printable({"indexes": listed})
 
-    @app.delete("/indexes/{corpus}", responses=errors)
+    @app.delete("/indexes/{corpus}", responses=error_responses(404, 405, 409, 422))
     def drop_indexes(corpus: str, condition: str | None = None) -> dict[str, Any]:
         """Remove a corpus's indexes, or only ``condition``'s (issue 59); 409 while a build of the corpus runs."""
         return drop_route(resident, corpus, condition)
 
-    @app.get("/health")
+    @app.get("/health", responses=error_responses())
     def health() -> dict[str, Any]:
-        """Say the server is up, and what it holds."""
+        """Say the server is up, and what it holds (open without the API key unless started with --private-health)."""
         stats = batcher.stats
         return {
             "status": "ok",
@@ -399,7 +413,16 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
             "batches": {"n": stats.n_batches, "requests": stats.n_items, "largest": stats.largest},
         }
 
+    add_metrics(app, metrics, error_responses())
     add_embeddings(app, resident, batcher, config)
+    if config.cors_origins:  # outside the key: a browser's preflight carries none
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Content-Type", "Authorization", API_KEY_HEADER, REQUEST_ID_HEADER],
+            expose_headers=[REQUEST_ID_HEADER],
+        )
     add_builds(app, builds)
     add_page(app)
     return app

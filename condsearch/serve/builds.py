@@ -40,6 +40,7 @@ from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.paths import hide_paths
+from condsearch.serve.statuses import error_responses
 from condsearch.store.built_on_demand import built_on_demand, mark_built_on_demand
 from condsearch.store.folder import IndexStore, Manifest, index_name
 from condsearch.store.listing import Listing, check_condition
@@ -131,6 +132,8 @@ class Builds:
         self._jobs: dict[str, BuildJob] = {}
         self._running: dict[tuple[str, str], BuildJob] = {}
         self._lock = threading.Lock()
+        #: told each build's "started", then "finished" or "failed" (the server's metrics count them)
+        self.on_event: Callable[[str], None] = lambda _event: None
 
     @classmethod
     def of(cls, store: object, config: ServeConfig) -> Builds | None:
@@ -187,6 +190,7 @@ class Builds:
             self._jobs[job.id] = job
             self._forget_finished()
             self._pool.submit(self._run, job, unknown)
+        self.on_event("started")
         log.info("building %r for corpus %r on demand (job %s, %d rows)", job.condition, job.corpus, job.id, job.rows)
         return job
 
@@ -254,6 +258,7 @@ class Builds:
                 log.error("building %r on demand failed", job.condition, exc_info=exc)
             job.exception, job.error = exc, first_line(exc) or type(exc).__name__
             self._finish(job, "failed")
+            self.on_event("failed")
             job.future.set_exception(exc)
             return
         job.rows_done = job.rows = made.n_rows
@@ -263,6 +268,7 @@ class Builds:
             except OSError as exc:  # the index is there; only the cap's count misses it
                 log.warning("cannot mark %s as built on demand (%s)", made.name, exc.strerror)
         self._finish(job, "done")
+        self.on_event("finished")
         log.info("built %r for corpus %r on demand in %.1f s", job.condition, job.corpus, job.seconds)
         job.future.set_result(made)
 
@@ -308,7 +314,7 @@ async def build_or_accept(
 def add_builds(app: FastAPI, builds: Builds | None) -> None:
     """Serve ``GET /builds/{id}``: a build's status, rows done of its rows, seconds, and its error once failed."""
 
-    @app.get("/builds/{job_id}", responses={404: {"description": "No such build (or forgotten)."}})
+    @app.get("/builds/{job_id}", responses=error_responses(404))
     def build_status(job_id: str) -> JSONResponse:
         """Report on a build on demand that a query started (its 202 named it)."""
         job = builds.get(job_id) if builds is not None else None

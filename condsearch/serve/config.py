@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
 from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
@@ -14,14 +16,22 @@ from condsearch.query.config import QueryConfig
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)
 API_KEY_HEADER = "X-API-Key"
+#: the header that names a request: echoed when the client sends a fitting one, made otherwise
+REQUEST_ID_HEADER = "X-Request-ID"
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
 
 __all__ = [
     "API_KEY_ENV",
     "API_KEY_HEADER",
+    "LOG_FORMATS",
+    "REQUEST_ID_HEADER",
     "BACKEND_CHOICES",
     "Backend",
+    "LogFormat",
     "ServeConfig",
     "available_cores",
+    "check_cors_origin",
     "is_loopback",
 ]
 
@@ -104,11 +114,21 @@ class ServeConfig:
     #: one for an IVF or HNSW index, whose queries FAISS walks on one thread). Encoding and searching
     #: take turns on the batcher's thread; what to measure before changing either is in docs/serve.md
     search_threads: int | None = None
+    #: the server's log lines (each naming its request's X-Request-ID): "text", or "json", one object a line
+    log_format: LogFormat = "text"
+    #: web origins (scheme://host[:port]) whose pages may call the API from a browser (CORS); none: CORS is off
+    cors_origins: tuple[str, ...] = ()
+    #: whether /health and /metrics need the API key too (else they answer without it, for probes and scrapers)
+    private_health: bool = False
 
     def __post_init__(self) -> None:
         if self.api_key is not None and not self.api_key.strip():
             # an empty key would turn authentication off without a word (issue 58)
             raise CondsearchError(f"the API key is empty: give a key, or unset {API_KEY_ENV} and leave out --api-key")
+        if self.log_format not in LOG_FORMATS:
+            raise CondsearchError(f"log format {self.log_format!r}: choose one of {', '.join(LOG_FORMATS)}")
+        for origin in self.cors_origins:
+            check_cors_origin(origin)
 
     @property
     def builds_open(self) -> bool:
@@ -121,6 +141,14 @@ class ServeConfig:
     def encode_threads(self) -> int:
         """Return the encoders' intra-op threads: ``threads``, else every core this process may use."""
         return self.threads or available_cores()
+
+
+def check_cors_origin(origin: str) -> str:
+    """Return origin if a browser could send it (scheme://host[:port], no path; or *), else raise CondsearchError."""
+    parts = urlsplit(origin)
+    if origin != "*" and (parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query):
+        raise CondsearchError(f"CORS origin {origin!r}: give scheme://host[:port], with no path (or *)")
+    return origin
 
 
 def is_loopback(host: str) -> bool:

@@ -15,8 +15,12 @@ A request is counted in tokens and split as ``POST /query``'s is: its parts (:cl
 through the server's one batcher in turn with the queries (:func:`answer_jobs`), so a large request
 holds no query up for longer than one part.
 
+``GET /v1/models`` lists, in OpenAI's shape, the names ``"model"`` takes that name a model
+(:func:`model_name`): a model's id, and for a router corpus its router beside it
+(``MODEL+router:ROUTER``), which is also the ``"model"`` an answer names.
+
 Its errors, one line each as everywhere, come in OpenAI's shape (:class:`OpenAIErrors`), where the
-``openai`` client reads the message to show.
+``openai`` client reads the message to show, ``param`` naming the field refused.
 """
 
 from __future__ import annotations
@@ -24,8 +28,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -34,6 +40,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.errors import StoreError, UnknownCondition
 from condsearch.model import Vectorizer
 from condsearch.query.resident import QueryJob, Resident
@@ -43,7 +50,8 @@ from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from condsearch.serve.paths import hide_paths
-from condsearch.serve.refusals import ErrorResponse, RequestError, check_request_condition, check_text
+from condsearch.serve.refusals import RequestError, check_request_condition, check_text
+from condsearch.serve.statuses import error_responses
 from condsearch.store.listing import Listing, condition_key
 from condsearch.store.manifest import Manifest
 
@@ -96,16 +104,12 @@ class EmbeddingsRequest(BaseModel):
     @model_validator(mode="after")
     def _texts_are_text(self) -> EmbeddingsRequest:
         texts = [self.input] if isinstance(self.input, str) else self.input
-        if not texts:
-            raise ValueError("input: empty")
         for i, text in enumerate(texts):
             if isinstance(text, str):
                 try:
                     check_text(text)
                 except ValueError as exc:
                     raise ValueError(f"input[{i}]: {exc}") from None
-                if not text.strip():
-                    raise ValueError(f"input[{i}]: empty")
         return self
 
     @field_validator("condition")
@@ -114,10 +118,16 @@ class EmbeddingsRequest(BaseModel):
         return None if value is None else check_request_condition(value)
 
     def texts(self) -> list[str]:
-        """Return the texts to embed; a 400 where the input is token ids."""
+        """Return the texts to embed; a 400 where the input is empty, holds an empty text or is token ids
+        (as OpenAI answers them)."""
         texts = [self.input] if isinstance(self.input, str) else self.input
+        if not texts:
+            raise RequestError(400, "input: empty", param="input")
         if not all(isinstance(t, str) for t in texts):
-            raise RequestError(400, TOKEN_IDS)
+            raise RequestError(400, TOKEN_IDS, param="input")
+        for i, text in enumerate(texts):
+            if not str(text).strip():
+                raise RequestError(400, f"input[{i}]: empty" if len(texts) > 1 else "input: empty", param="input")
         return list(texts)  # type: ignore[arg-type]
 
 
@@ -135,8 +145,33 @@ class Usage(BaseModel):
 class EmbeddingsResponse(BaseModel):
     object: Literal["list"] = "list"
     data: list[Embedding]
-    model: str = Field(description="The id of the model that made the vectors.")
+    model: str = Field(description="The model that made the vectors, as GET /v1/models names it.")
     usage: Usage
+
+
+class ModelCard(BaseModel):
+    id: str = Field(description="What `model` takes to name this model (a router corpus's: MODEL+router:ROUTER).")
+    object: Literal["model"] = "model"
+    created: int = Field(description="When its first index was written (Unix seconds; 0 where unknown).")
+    owned_by: Literal["condsearch"] = "condsearch"
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, not_found_error, server_error, ...")
+    param: str | None = Field(description="The request field refused, where one is.")
+    code: str | None = Field(description="A machine-readable code (invalid_api_key, model_not_found), or null.")
+
+
+class OpenAIError(BaseModel):
+    """An error on /v1, as OpenAI answers one."""
+
+    error: OpenAIErrorDetail
 
 
 @dataclass(frozen=True)
@@ -187,20 +222,63 @@ def choose_model(listing: Listing, name: str | None) -> tuple[str, Manifest]:
     manifests = sorted(((n, m) for n, m in listing if isinstance(m, Manifest)), key=lambda e: e[0])
     if not manifests:
         raise RequestError(404, "no index is served, so there is no model to embed with; index a corpus first")
-    fields = {"index": lambda n, m: n, "corpus": lambda n, m: m.corpus_name, "model": lambda n, m: m.model_id}
-    for what, field in fields.items():
+    fields = (
+        ("index", lambda n, m: n),
+        ("corpus", lambda n, m: m.corpus_name),
+        ("model", lambda n, m: m.model_id),
+        ("model", lambda n, m: model_name(m)),  # as GET /v1/models lists it
+    )
+    for what, field in fields:
         # a local model's folder is named by its last part, as GET /indexes shows it (condsearch.serve.paths)
         matches = [(n, m) for n, m in manifests if name is not None and name in (field(n, m), hide_paths(field(n, m)))]
         if len({vectorizer_key(m) for _, m in matches}) > 1:
             indexes = ", ".join(n for n, _ in matches)
-            raise RequestError(409, f"{what} {name!r} was indexed with different models; name an index: {indexes}")
+            raise RequestError(
+                409, f"{what} {name!r} was indexed with different models; name an index: {indexes}", param="model"
+            )
         if matches:
             return _smallest(matches)
     if len({vectorizer_key(m) for _, m in manifests}) == 1:
         return _smallest(manifests)
-    choices = sorted({m.corpus_name for _, m in manifests} | {hide_paths(m.model_id) for _, m in manifests})
+    choices = sorted({m.corpus_name for _, m in manifests} | {model_name(m) for _, m in manifests})
     asked = "no model named" if name is None else f"no index, corpus or model {name!r};"
-    raise RequestError(404, f"{asked} the served indexes have several models: name one of {choices}", models=choices)
+    raise RequestError(
+        404,
+        f"{asked} the served indexes have several models: name one of {choices}",
+        models=choices,
+        param="model",
+        code="model_not_found",
+    )
+
+
+def model_name(manifest: Manifest) -> str:
+    """Return the name of an index's model as /v1/models lists it and /v1/embeddings answers with it.
+
+    The model's id (a local folder's last part), and for a router (``--mode csr``) index the router beside it,
+    ``MODEL+router:ROUTER``: the router makes the vectors, and two routers over one model make different ones.
+    """
+    model = hide_paths(manifest.model_id)
+    router = manifest.encoder.get("router") if manifest.mode == MODE_CSR else None
+    return f"{model}+router:{hide_paths(router)}" if isinstance(router, str) and router else model
+
+
+def _created(manifest: Manifest) -> int:
+    """Return when the index was written, in Unix seconds (0 where its manifest does not say)."""
+    try:
+        return int(datetime.fromisoformat(manifest.created_at).timestamp())
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def model_list(listing: Listing) -> dict[str, Any]:
+    """Return GET /v1/models' answer: each name :func:`model_name` gives the listed indexes, once, oldest first."""
+    created: dict[str, int] = {}
+    for _, m in listing:
+        if isinstance(m, Manifest):
+            name, when = model_name(m), _created(m)
+            created[name] = min(created.get(name, when), when)
+    cards = [ModelCard(id=name, created=when) for name, when in sorted(created.items(), key=lambda e: (e[1], e[0]))]
+    return ModelList(data=cards).model_dump()
 
 
 def _smallest(entries: list[tuple[str, Manifest]]) -> tuple[str, Manifest]:
@@ -229,7 +307,7 @@ def embed_job(resident: Resident, model: str | None, condition: str, texts: Sequ
     else:
         max_tokens = getattr(vec.encoder, "max_length", None)
         cut, tokens = list(texts), [estimate_tokens(t, max_tokens) for t in texts]
-    return EmbedJob(vec, condition, tuple(cut), tuple(tokens)), hide_paths(entry.manifest.model_id)
+    return EmbedJob(vec, condition, tuple(cut), tuple(tokens)), model_name(entry.manifest)
 
 
 def embed_batch(jobs: Sequence[EmbedJob]) -> list[np.ndarray | BaseException]:
@@ -286,7 +364,17 @@ def _encoded(vector: np.ndarray, encoding_format: str) -> list[float] | str:
 
 
 #: OpenAI's error types, by status
-_ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 409: "conflict_error"}
+_ERROR_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "conflict_error",
+    429: "rate_limit_error",
+}
+#: OpenAI's error codes, by status (null for the others, as OpenAI's own are for most)
+_ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
+#: the field a one-line error begins with ("input[1]: empty", "dimensions: ...", "model.x: ..."): its ``param``
+_LEADING_FIELD = re.compile(r"([A-Za-z_]\w*)(?:\[\d+\])*(?:\.\w+)*: ")
 
 
 class OpenAIErrors:
@@ -294,7 +382,9 @@ class OpenAIErrors:
 
     The server's errors are ``{"error": "one line", ...}``; OpenAI's clients show ``error.message``
     only, so without this they would say no more than "Error code: 400". The line, the status and
-    any other fields are kept. Plain ASGI, outside the API key and body limits, so their errors too.
+    any other fields are kept; ``param`` names the field refused (a refusal's own ``param``, else the
+    field its line begins with), ``code`` is a string or null, as OpenAI's. Plain ASGI, outside the
+    API key and body limits, so their errors too.
     """
 
     def __init__(self, app: ASGIApp, prefix: str = "/v1/") -> None:
@@ -336,7 +426,12 @@ def _openai_error(status: int, body: bytes) -> bytes:
     if not isinstance(got, dict) or not isinstance(got.get("error"), str):
         return body
     kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    got["error"] = {"message": got["error"], "type": kind, "param": None, "code": status}
+    message = got["error"]
+    # a refusal may name its field and code (RequestError's extra fields); else the field its line begins with
+    param, code = got.pop("param", None), got.pop("code", None) or _ERROR_CODES.get(status)
+    if param is None and 400 <= status < 500 and (leading := _LEADING_FIELD.match(message)):
+        param = leading.group(1)
+    got["error"] = {"message": message, "type": kind, "param": param, "code": code}
     return json.dumps(got).encode()
 
 
@@ -346,18 +441,31 @@ def add_embeddings(app: FastAPI, resident: Resident, batcher: MicroBatcher[Any, 
     Call it after every other middleware is added: its errors' shape (:class:`OpenAIErrors`) goes outside them.
     """
     app.add_middleware(OpenAIErrors)
-    errors: dict[int | str, dict[str, Any]] = {
-        code: {"model": ErrorResponse} for code in (400, 401, 404, 409, 413, 422, 500, 503)
-    }
+    errors = error_responses(400, 404, 409, 422, 503, model=OpenAIError)
+
+    @app.get("/v1/models", response_model=ModelList, responses=error_responses(model=OpenAIError))
+    def models() -> dict[str, Any]:
+        """List the models /v1/embeddings encodes with, in OpenAI's shape: what its `model` takes to name each."""
+        return model_list(resident.listing())
+
+    @app.get("/v1/models/{model:path}", response_model=ModelCard, responses=error_responses(404, model=OpenAIError))
+    def model(model: str) -> dict[str, Any]:
+        """One of the models /v1/models lists, by its id."""
+        for card in model_list(resident.listing())["data"]:
+            if card["id"] == model:
+                return dict(card)
+        raise RequestError(
+            404, f"no model {model[:200]!r}: GET /v1/models lists them", param="model", code="model_not_found"
+        )
 
     @app.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=errors)
     async def embeddings(body: EmbeddingsRequest) -> JSONResponse:
         """Return the vectors of `input` under `condition`, as `condsearch.Model.encode` gives them (OpenAI's shape)."""
         texts = body.texts()
         if body.condition is None:
-            raise RequestError(400, NO_CONDITION)
+            raise RequestError(400, NO_CONDITION, param="condition")
         if len(texts) > config.max_queries:
-            raise RequestError(422, f"at most {config.max_queries} inputs per request, got {len(texts)}")
+            raise RequestError(422, f"at most {config.max_queries} inputs per request, got {len(texts)}", param="input")
         for name, text in ((f"input[{i}]", t) for i, t in enumerate(texts)):
             if len(text) > config.max_text_chars:
                 raise RequestError(422, f"{name}: longer than {config.max_text_chars:,} characters ({len(text):,})")

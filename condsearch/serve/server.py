@@ -21,6 +21,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from condsearch.query.resident import Resident
 from condsearch.query.sources import open_source
+from condsearch.serve.access import log_config
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.headers import with_security_headers
@@ -45,8 +46,16 @@ def build_app(config: ServeConfig, resident: Resident | None = None) -> FastAPI:
 
 
 def run_server(config: ServeConfig, *, log_level: str = "info") -> None:
-    """Serve until interrupted (Ctrl-C)."""
-    uvicorn.run(build_app(config), host=config.host, port=config.port, log_level=log_level, **uvicorn_limits(config))
+    """Serve until interrupted (Ctrl-C), logging as config's ``log_format`` says, each line naming its request."""
+    uvicorn.run(
+        build_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        log_config=log_config(config.log_format),
+        access_log=False,  # condsearch.serve.access writes each request's line, with its X-Request-ID
+        **uvicorn_limits(config),
+    )
 
 
 def uvicorn_limits(config: ServeConfig) -> dict[str, Any]:
