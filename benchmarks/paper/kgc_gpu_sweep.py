@@ -11,6 +11,11 @@ The best design's weights are saved. Use it where FAISS is not installed or a le
 
 A design is ``variant:first routed layer:towers``. The chosen weights are then scored on test
 with benchmarks/paper/kgc.py (FAISS) like any router folder.
+
+``--smoke`` runs the same sweep on the CPU in seconds: a synthetic 60-entity graph (scored on its
+training triples, as kgc.py's smoke does), two designs at batch 16 for a one-second budget each, a
+final run, and the weights saved into a temporary folder unless --out-dir is given (give --model a
+tiny BERT, or it uses the bundled MiniLM).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 import time
 import types
 from dataclasses import asdict, replace
@@ -32,7 +38,8 @@ if "faiss" not in sys.modules:
     except ImportError:  # only condsearch.base.faiss_indexes's import needs it here; ranking below is dense
         sys.modules["faiss"] = types.ModuleType("faiss")
 
-from benchmarks._lib.kgclib.data import known_answers, read_kg  # noqa: E402
+from benchmarks._lib.common import exit_code  # noqa: E402
+from benchmarks._lib.kgclib.data import known_answers, read_kg, write_synthetic_kg  # noqa: E402
 from benchmarks._lib.kgclib.encoding import (  # noqa: E402
     TAIL_FOLDER,
     direction_queries,
@@ -67,11 +74,11 @@ def dense_eval(encoder, states, data, triples, answers, tail) -> dict[str, float
     return {k: float(v) for k, v in out.items() if isinstance(v, (int, float))}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--data-dir", type=Path, required=True)
+    p.add_argument("--data-dir", type=Path, default=None, help="WN18RR folder (required but in --smoke)")
     p.add_argument("--model", default=None)
-    p.add_argument("--out-dir", type=Path, required=True)
+    p.add_argument("--out-dir", type=Path, default=None, help="sweep.json and router/ (required but in --smoke)")
     p.add_argument("--cache-dir", type=Path, default=None)
     p.add_argument("--designs", default="paper:-1:2,extended:-1:2")
     p.add_argument("--budget", type=float, default=100.0, help="seconds of training per design")
@@ -80,13 +87,38 @@ def main() -> None:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--max-dev", type=int, default=1000)
     p.add_argument("--eval-every", type=int, default=40)
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", default=None, help="[default: cuda; cpu in --smoke]")
     p.add_argument("--model-fp32", action="store_true", help="cast a half-precision model folder to float32")
-    args = p.parse_args()
+    p.add_argument(
+        "--smoke", action="store_true", help="synthetic 60-entity graph, two designs for a second each, on the CPU"
+    )
+    args = p.parse_args(argv)
+    if args.smoke:  # a rate and batch that move a tiny model within a few steps, as kgc.py's smoke
+        args.budget, args.final_budget, args.batch_size, args.lr = 1.0, 1.0, 16, 1e-3
+        args.max_dev, args.eval_every = 24, 2
+        args.designs = "paper:-1:2,extended:-1:1" if args.designs == p.get_default("designs") else args.designs
+    elif args.data_dir is None or args.out_dir is None:
+        p.error("--data-dir and --out-dir are required (or --smoke)")
+    args.device = args.device or ("cpu" if args.smoke else "cuda")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="kgc-gpu-sweep-") as tmp:
+        if args.smoke:
+            args.data_dir = args.data_dir or write_synthetic_kg(Path(tmp) / "kg")
+            args.out_dir = args.out_dir or Path(tmp) / "out"
+            args.cache_dir = args.cache_dir or Path(tmp) / "cache"
+        return sweep(args)
+
+
+def sweep(args: argparse.Namespace) -> int:
     args.out_dir.mkdir(parents=True, exist_ok=True)
     data = read_kg(args.data_dir)
     answers = known_answers(data.splits.values(), data.n_relations)
-    dev = data.splits["dev"][: args.max_dev]
+    # the smoke chooses on training triples: a tiny random model learns those within a few steps
+    dev = data.splits["train" if args.smoke else "dev"][: args.max_dev]
     steps_per_epoch = math.ceil(2 * len(data.splits["train"]) / args.batch_size)
     results: list[dict[str, object]] = []
     states_by_layer: dict[int, list] = {}
@@ -157,11 +189,11 @@ def main() -> None:
     write()
     if best["dev_best"]["step"] == 0:  # type: ignore[index]
         log("not saving: nothing beat the start on dev")
-        return
+        return 0
     meta = {
         "model_id": "sentence-transformers/all-MiniLM-L6-v2",
         "task": "link prediction (SimKGC protocol)",
-        "data": args.data_dir.name,
+        "data": "synthetic" if args.smoke else args.data_dir.name,
         "max_length": 50,
         "training": {k: v for k, v in best.items() if not k.startswith("_")},
     }
@@ -169,7 +201,8 @@ def main() -> None:
     if tail is not None:
         save_router(tail, args.out_dir / "router" / TAIL_FOLDER, {**meta, "role": "candidate tower"})
     log(f"saved {best['design']} to {args.out_dir / 'router'}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(exit_code(main, "kgc_gpu_sweep.py"))

@@ -21,6 +21,11 @@ and results back. ``recall@10`` is the share of the exact top-10 (cpu flat) each
 
     python -m benchmarks.systems.gpu_search --rows 1000000,10000000 --dims 256 \\
         --json-out benchmarks/systems/results/gpu_search.json
+
+``--smoke`` runs every path on 2,000 x 32-d vectors (16 clusters, IVF16 at nprobe 4) in seconds, and
+runs without a GPU: there ``gpu flat`` is what ``to_search_device`` returns on a CPU-only machine (the
+CPU index itself), ``torch flat`` and ``gpu IVF`` are left out, and ``cpu IVF`` is trained on the CPU
+with ``build_index``. The full mode needs a CUDA device.
 """
 
 from __future__ import annotations
@@ -115,6 +120,10 @@ def measure_paths(
     if gpu_available() and torch.cuda.is_available():
         start = time.perf_counter()
         paths.append(("torch flat", TorchFlatIndex(corpus, "cuda"), time.perf_counter() - start))
+    if nlist and not gpu_available():  # the smoke on a CPU: the CPU's own IVF (no card to train it on)
+        start = time.perf_counter()
+        cpu_ivf = build_index(corpus, f"IVF{nlist},Flat", search_params=f"nprobe={nprobe}")
+        paths.append(("cpu IVF", cpu_ivf, time.perf_counter() - start))
     if nlist and gpu_available():
         res = faiss.StandardGpuResources()
         start = time.perf_counter()
@@ -174,7 +183,7 @@ def measure(rows: int, dim: int, queries: int, batch: int, repeats: int, seed: i
     return out
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", default="1000000", help="one row count or several, comma-separated")
     p.add_argument("--dims", default="256")
@@ -188,11 +197,17 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json-out", type=Path)
     p.add_argument("--md-out", type=Path)
-    args = p.parse_args()
+    p.add_argument(
+        "--smoke", action="store_true", help="2,000 x 32-d rows, seconds; runs on a CPU (its own paths: see above)"
+    )
+    args = p.parse_args(argv)
     import torch
 
-    if not torch.cuda.is_available():
-        print("gpu_search: needs a CUDA device", file=sys.stderr)
+    if args.smoke:
+        args.rows, args.dims, args.clusters, args.nlist, args.nprobe = "2000", "32", 16, 16, 4
+        args.queries, args.batch, args.repeats = 5, 8, 1
+    elif not torch.cuda.is_available():
+        print("gpu_search: needs a CUDA device (or --smoke)", file=sys.stderr)
         return 2
     threads = search_threads(args.threads)
     cells = []
@@ -218,7 +233,8 @@ def main() -> int:
         "cpu_threads": threads,
         "faiss": faiss.__version__,
         "faiss_gpu": gpu_available(),
-        "run": run_info("cuda"),
+        "smoke": args.smoke,
+        "run": run_info("cuda" if torch.cuda.is_available() else "cpu"),
     }
     write_outputs(result, table, args.json_out, args.md_out)
     return 0
