@@ -1,5 +1,6 @@
-"""An index's rows: ids, texts and text hashes (which re-indexing compares), the corpus's kept columns, and the
-vectors kept beside them.
+"""An index's rows: ids, texts, text hashes and kept columns, and the vectors kept beside them.
+
+Re-indexing compares the text hashes.
 
 The rows file holds ``id``, ``text`` and ``text_hash``, then the columns of the corpus that ``index`` keeps
 (``--keep-columns``, issue 59), in their own types; query filters (``--where``) read those.
