@@ -14,7 +14,6 @@ MAX_LINES = 400
 #: pages over the limit that are not yet split into topic pages (issue 60); each leaves this list when it is
 NOT_YET_SPLIT = {
     "benchmarks/systems/README.md",
-    "benchmarks/studies/README.md",
 }
 
 PAGES = sorted(p for p in BENCHMARKS.rglob("*.md") if "results" not in p.parts)  # results/: generated tables
