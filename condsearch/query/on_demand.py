@@ -12,7 +12,8 @@ remainder runs. Where the cache lacks a row's states (another machine, a cleared
 encoded again, said in one line first.
 
 Builders of one index take its build lock (``.versions/<name>.build.lock``) and look again once they
-hold it: of two builds of one condition, the second finds the first's index and uses it.
+hold it: of two builds of one condition, the second finds the first's index and uses it. They claim the
+corpus first (:mod:`condsearch.store.claims`): a drop of it is refused while they build.
 """
 
 from __future__ import annotations
@@ -176,6 +177,7 @@ def build_on_demand(
     """
     from filelock import FileLock
 
+    from condsearch.store.claims import claim
     from condsearch.store.folder import VERSIONS, index_name
 
     plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown, name_paths=name_paths)
@@ -195,9 +197,12 @@ def build_on_demand(
         raise _after(unknown, exc) from exc
     name = index_name(corpus_name, condition)
     (store.root / VERSIONS).mkdir(parents=True, exist_ok=True)
-    with FileLock(store.root / VERSIONS / f"{name}{BUILD_LOCK}"):
+    with claim(store.root, corpus_name, name), FileLock(store.root / VERSIONS / f"{name}{BUILD_LOCK}"):
         if (found := _published(store, condition, corpus_name)) is not None:  # by a build this one waited for
             return found
+        if not (store.root / source_name).exists():  # dropped before this build claimed the corpus (issue 59)
+            gone = NotBuildable(f"corpus {corpus_name!r} was removed before {condition!r} could be built from it")
+            raise gone if unknown is None else _after(unknown, gone)
         stored = store.load(source_name, verify=True)  # every byte checked: no damaged row seeds a new index
         rows = _IndexedRows(
             source.corpus_path,

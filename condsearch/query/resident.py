@@ -18,9 +18,10 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -65,11 +66,16 @@ STAMP_GRACE_NS = 2_000_000_000
 
 @dataclass(frozen=True)
 class LoadedIndex:
-    """A resident index: its name in the source, the index itself (searched through it), and its model's key."""
+    """A resident index: its name in the source, the index itself (searched through it), and its model's key.
+
+    ``model`` keeps its model loaded for as long as a job holds the index, though the index leaves memory
+    (dropped from the store, or evicted) and the resident forgets the model meanwhile.
+    """
 
     name: str
     index: Searchable
     model_key: str
+    model: Vectorizer | None = field(default=None, repr=False, compare=False)
 
     @property
     def manifest(self) -> Manifest:
@@ -173,6 +179,8 @@ class Resident:
         self.reload_interval_s = reload_interval_s
         self._indexes: OrderedDict[str, LoadedIndex] = OrderedDict()  # least recently used first
         self._models: dict[str, Vectorizer] = {}
+        #: models forgotten while a job may still hold an index of theirs (LoadedIndex.model keeps them alive)
+        self._forgotten: weakref.WeakValueDictionary[str, Vectorizer] = weakref.WeakValueDictionary()
         self._cutters: dict[str, TextCutter | None] = {}
         self._counters: dict[str, UnknownCounter | None] = {}  # [UNK] of a model whose texts are not cut
         self._listing: Listing = []
@@ -258,9 +266,9 @@ class Resident:
             key = vectorizer_key(opened.manifest)
             if key not in self._models:
                 log.info("loading the model for %s", name)
-                self._models[key] = self._load_vectorizer(opened.manifest)
+                self._models[key] = self._forgotten.get(key) or self._load_vectorizer(opened.manifest)
                 log.info("%s: the model runs on %s", name, backend_of(self._models[key]))
-            loaded = LoadedIndex(name, opened, key)
+            loaded = LoadedIndex(name, opened, key, self._models[key])
             self._indexes[name] = loaded
             self._touch(name)
             self._evict()
@@ -333,12 +341,16 @@ class Resident:
         self.store.close()
 
     def vectorizer(self, key: str) -> Vectorizer:
-        """Return the loaded model an index refers to."""
-        return self._models[key]
+        """Return the loaded model an index refers to (one a job's index still holds, though forgotten meanwhile)."""
+        try:
+            return self._models[key]
+        except KeyError:
+            return self._forgotten[key]
 
     def _drop_unused_models(self) -> None:
         used = {entry.model_key for entry in list(self._indexes.values())}
         for key in [k for k in self._models if k not in used]:
+            self._forgotten[key] = self._models[key]  # first: a reader finds it in one or the other
             del self._models[key]
             self._cutters.pop(key, None)
             self._counters.pop(key, None)

@@ -58,6 +58,7 @@ from condsearch.base.atomic import fsync_dir, link_or_copy, open_regular, read_c
 from condsearch.defaults import default_index_dir  # re-exported: the store's default root
 from condsearch.errors import StoreError, first_line, os_reason
 from condsearch.store.background import score_background
+from condsearch.store.claims import claim
 from condsearch.store.file_checks import (
     check_file,
     check_index_file,
@@ -169,7 +170,7 @@ class IndexStore:
         name = self.name_for(corpus_name, condition)
         try:
             (self.root / VERSIONS / name).mkdir(parents=True, exist_ok=True)
-            with FileLock(self.root / VERSIONS / f"{name}.lock"):
+            with claim(self.root, corpus_name, name), FileLock(self.root / VERSIONS / f"{name}.lock"):
                 yield Draft(self, name, corpus_name, condition, self.root / VERSIONS / f"{name}{PARTIAL}")
         except OSError as exc:  # permission denied, disk full: the user's to fix, said in one line
             raise StoreError(f"{self.root}: cannot write the index of {condition!r} ({os_reason(exc)})") from exc

@@ -1,9 +1,11 @@
 """An index's life past its build (issue 59): the corpora a folder store holds, their rows by id, and dropping them.
 
-:func:`drop` removes a corpus's indexes (or one condition's). It first takes, without waiting, the writer
-lock and the build-on-demand lock of every index it removes: a build under way (``condsearch index``, a
-server's build on demand, a change by id) holds one, and the drop is refused in one line
-(:class:`CorpusBusy`) with nothing removed. It then removes each index's name (the symlink, one
+:func:`drop` removes a corpus's indexes (or one condition's). It first looks at the corpus's claims
+(:mod:`condsearch.store.claims`), holding its gate so that no build of it starts meanwhile, and takes,
+without waiting, the writer lock and the build-on-demand lock of every index it removes: a build under
+way (``condsearch index``, a server's build on demand, a change by id, of any condition of the corpus,
+one not indexed yet included) holds one, and the drop is refused in one line (:class:`CorpusBusy`) with
+nothing removed. It then removes each index's name (the symlink, one
 ``unlink``: a reader that resolves the name afterwards finds no index) and deletes its version folders
 at once, with its staging folder and marks. A reader mid-query is not disturbed: a loaded index lives in
 memory, and a reader that opened a version's files before the drop reads them whole, since POSIX keeps
@@ -28,6 +30,7 @@ from filelock import FileLock, Timeout
 
 from condsearch.base.atomic import fsync_dir, open_regular
 from condsearch.errors import CondsearchError, StoreError, first_line
+from condsearch.store.claims import claims_free
 from condsearch.store.folder import PARTIAL, ROWS_FILE, VERSIONS, IndexStore
 from condsearch.store.manifest import Manifest
 from condsearch.store.rows import ROW_COLUMNS
@@ -159,7 +162,9 @@ def drop(store: IndexStore, corpus: str | None, condition: str | None = None) ->
         name = store.find(condition, corpus)  # UnknownCondition names what the corpus holds
         mine = [(n, m) for n, m in mine if n == name]
     names = [n for n, _ in mine]
-    with quiet_locks(store, names, corpus):
+    with claims_free(store.root, corpus) as busy, quiet_locks(store, names, corpus):
+        if busy is not None:  # a build of the corpus under way, of a condition not indexed yet included
+            raise CorpusBusy(f"corpus {corpus!r} is being built or changed (index {busy}); try again when that ends")
         for name, m in mine:
             _remove(store, name)
             log.info("dropped index %s (corpus %r, condition %r, %d rows)", name, corpus, m.condition, m.n_vectors)
