@@ -123,6 +123,7 @@ INDEX_BOTH_MODES = {
     "--condition", "--format", "--text-column", "--id-column", "--name", "--model", "--index-factory",
     "--search-params", "--max-index-memory", "--full", "--batch-size", "--max-length", "--json", "--mode",
     "--threads", "--backend", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store", "--quantize",
+    "--keep-columns",
 }  # fmt: skip
 INDEX_CASE_ONLY = {
     "--profile", "--adapter", "--head", "--pooling", "--prompt-template", "--unconditional-template", "--dtype",
@@ -251,6 +252,7 @@ INDEX_VALUES: dict[str, list[str]] = {
     "--bidirectional-layers": ["1"],
     "--preset": ["bellm"],
     "--quantize": ["int8"],
+    "--keep-columns": ["lang"],
     "--backend": ["torch"],
     "--threads": ["1"],
     "--index-dir": ["{folder}/indexes"],
@@ -403,6 +405,7 @@ ADAPT_VALUES = {
     "--train-batch-size": "16",
     "--contrast-weight": "0.5",
     "--distill-weight": "0.25",
+    "--replay-weight": "0.5",
     "--anchor": "none",
     "--train-backbone": "all",
     "--report-rows": "50",

@@ -73,6 +73,14 @@ _DEFAULTS = AdaptConfig()
 )
 @config_option(
     _DEFAULTS,
+    "replay_weight",
+    "--replay-weight",
+    type=FiniteFloatRange(min=0),
+    help="Weight of the replay anchor: keeps the start router's vectors of the bundled captions under "
+    "their conditions (0: off).",
+)
+@config_option(
+    _DEFAULTS,
     "anchor",
     "--anchor",
     type=click.Choice(ANCHORS),

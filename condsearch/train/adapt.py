@@ -69,6 +69,8 @@ class AdaptConfig:
     contrast_weight: float = 1.0
     #: the plain-vector distillation term's weight (0: off)
     distill_weight: float = 0.0
+    #: the replay anchor's weight: the start router's vectors of the bundled captions under their conditions (0: off)
+    replay_weight: float = 0.0
     #: which weights train: the top k layers that see the condition, over cached states, or all
     train_backbone: Literal["top", "all"] = "top"
     anchor: Anchor = "wise"
@@ -201,6 +203,7 @@ def adapt(
     from condsearch.train.adapt_score import mean, plain_embed, plan_scoring, router_embed, score_plan
     from condsearch.train.checkpoint import default_checkpoint_dir, has_checkpoint, remove_checkpoint
     from condsearch.train.pairs_files import read_labelled
+    from condsearch.train.replay import demo_replay
     from condsearch.train.router import INIT_ROUTER, RouterTrainConfig, fit_router
 
     started = time.monotonic()
@@ -257,6 +260,7 @@ def adapt(
         init="router",
         contrast_weight=config.contrast_weight,
         distill_weight=config.distill_weight,
+        replay_weight=config.replay_weight,
     )
     if restart and has_checkpoint(checkpoint_dir):
         remove_checkpoint(checkpoint_dir)
@@ -273,6 +277,7 @@ def adapt(
             checkpoint_every=20,
             progress=True,
             values=values,
+            replay=demo_replay() if config.replay_weight > 0 else None,
         )
     except ModelError as exc:
         if resume:

@@ -21,6 +21,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -92,11 +93,18 @@ class RouterTrainConfig:
     #: ours (issue 57): weight of a term that keeps each batch text's plain vector (no condition) where the
     #: router put it before training, w · mean(1 − cos); an anchor on what the start router knows
     distill_weight: float = 0.0
+    #: ours (issue 57): weight of the replay anchor (:mod:`condsearch.train.replay`): w · mean(1 − cos)
+    #: between a sample of the bundled captions' conditioned vectors now and before training
+    replay_weight: float = 0.0
+    #: (caption, condition) rows the replay anchor routes per step
+    replay_batch: int = 16
 
     def __post_init__(self) -> None:
         check_finite_fields(self)
-        if self.contrast_weight < 0 or self.distill_weight < 0:
-            raise ValueError("contrast_weight and distill_weight must be 0 or more")
+        if self.contrast_weight < 0 or self.distill_weight < 0 or self.replay_weight < 0:
+            raise ValueError("contrast_weight, distill_weight and replay_weight must be 0 or more")
+        if self.replay_batch < 1:
+            raise ValueError("replay_batch must be at least 1")
 
     def resolved(self, variant: str) -> RouterTrainConfig:
         """Return the config with lr and train_backbone filled in for variant; ValueError when it does not apply."""
@@ -146,15 +154,23 @@ class _Featurizer:
         """Return the texts' routed vectors without a condition (the plain forward pass): (n, hidden)."""
         return self.encoder.route(self._sentences(texts), None)
 
-    def rows(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    def _codes(self, idx: list[int]) -> Any:
         d, enc = self.data, self.encoder
         conds = [d.condition[i] for i in idx]
         distinct = list(dict.fromkeys(conds))
         codes = enc.router.condition_codes(enc._tokenize(distinct))
-        code = codes.select(torch.tensor([distinct.index(c) for c in conds], device=enc.device))
+        return codes.select(torch.tensor([distinct.index(c) for c in conds], device=enc.device))
+
+    def rows(self, idx: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        d, enc = self.data, self.encoder
+        code = self._codes(idx)
         s1 = self._sentences([d.sentence1[i] for i in idx])
         s2 = self._sentences([d.sentence2[i] for i in idx])
         return enc.route(s1, code), enc.route(s2, code)
+
+    def first(self, idx: list[int]) -> torch.Tensor:
+        """Return the routed vectors of the rows' first sentences under their conditions: (len(idx), hidden)."""
+        return self.encoder.route(self._sentences([self.data.sentence1[i] for i in idx]), self._codes(idx))
 
 
 def pair_sensitivity(data: CstsData, v1: np.ndarray, v2: np.ndarray) -> float:
@@ -211,6 +227,7 @@ def fit_router(
     checkpoint_every: int = 0,
     progress: bool = False,
     values: Mapping[tuple[str, str], str] | None = None,
+    replay: CstsData | None = None,
 ) -> list[dict[str, float]]:
     """Fine-tune the router in place; with dev, keep the epoch with the best dev Spearman
     (the untrained start included, so training never returns weights that score below it).
@@ -224,7 +241,8 @@ def fit_router(
 
     values: ``(condition, text) -> label value`` for the rows' texts, when they were drawn from a
     labelled table (``adapt``): the in-condition term then leaves out every candidate known to share
-    the anchor's value, not only those the rows themselves connect.
+    the anchor's value, not only those the rows themselves connect. replay: the rows the replay
+    anchor keeps (``config.replay_weight``; :func:`condsearch.train.replay.demo_replay`).
     """
     config = config.resolved(encoder.variant)
     assert config.lr is not None
@@ -266,6 +284,8 @@ def fit_router(
     sched = linear_schedule(optim, config.epochs * steps_per_epoch, config.warmup, done_steps=state.step)
     y_all = torch.from_numpy(scale_labels(train.labels)).to(encoder.device)
     start_plain = _start_plain(train_f, train) if config.distill_weight > 0 else {}
+    replay_f = _Featurizer(encoder, replay, cached=cached) if replay is not None and config.replay_weight > 0 else None
+    start_replay = _start_routed(replay_f) if replay_f is not None else None
     best = BestEpoch(state.best_epoch, state.best_score, kept, state.history)
 
     def evaluate(epoch: int, loss: float | None) -> dict[str, float] | None:
@@ -340,6 +360,10 @@ def fit_router(
                 now = nn.functional.normalize(train_f.plain(texts).float(), dim=-1)
                 start = torch.stack([start_plain[t] for t in texts]).to(now.device)
                 loss = loss + config.distill_weight * (1.0 - (now * start).sum(dim=1)).mean()
+            if replay_f is not None and start_replay is not None:
+                pick = torch.randperm(len(start_replay))[: config.replay_batch].tolist()
+                now = nn.functional.normalize(replay_f.first(pick).float(), dim=-1)
+                loss = loss + config.replay_weight * (1.0 - (now * start_replay[pick].to(now.device)).sum(dim=1)).mean()
             optim.zero_grad()
             loss.backward()
             optim.step()
@@ -374,6 +398,20 @@ def _start_plain(feats: _Featurizer, data: CstsData, batch_size: int = 64) -> di
         out.update(zip(chunk, nn.functional.normalize(feats.plain(chunk).float(), dim=-1).cpu(), strict=True))
     feats.encoder.router.train(was_training)
     return out
+
+
+@torch.no_grad()
+def _start_routed(feats: _Featurizer, batch_size: int = 64) -> torch.Tensor:
+    """Return the unit routed vectors of every row's first sentence under its condition, before training (CPU)."""
+    was_training = feats.encoder.router.training
+    feats.encoder.router.eval()
+    n = len(feats.data)
+    parts = [
+        nn.functional.normalize(feats.first(list(range(s, min(n, s + batch_size)))).float(), dim=-1).cpu()
+        for s in range(0, n, batch_size)
+    ]
+    feats.encoder.router.train(was_training)
+    return torch.cat(parts)
 
 
 def fit_and_save_router(
