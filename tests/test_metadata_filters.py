@@ -19,6 +19,7 @@ from condsearch.cli import main
 from condsearch.errors import CondsearchError, CorpusError, FilterError
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.as_json import query_answer
+from condsearch.query.config import QueryConfig
 from condsearch.store.folder import ROWS_FILE, VECTORS_FILE, IndexStore
 from tests.conftest import HashEncoder
 
@@ -164,14 +165,14 @@ def test_search_allowed_by_index_type(factory: str) -> None:
     small = np.sort(rng.choice(n, 40, replace=False))
     large = np.sort(rng.choice(n, 2000, replace=False))
     for allowed in (small, large):
-        result, exact = search_allowed(index, q, 5, allowed, exact_rows=100)
+        result, exact = search_allowed(index, q, 5, allowed, exact_rows=100, widen_max=QueryConfig.filter_widen_max)
         assert result.ids.shape == (4, 5) and np.isin(result.ids, allowed).all()
         assert (np.diff(result.scores, axis=1) <= 1e-6).all()  # best first
         if exact and factory in ("Flat", "HNSW32", "IVF16,Flat"):  # exact vectors: equal to brute force
             brute = allowed[np.argsort(-(q @ x[allowed].T), axis=1)[:, :5]]
             np.testing.assert_array_equal(result.ids, brute)
         assert exact == (factory in ("Flat", "SQ8") or len(allowed) <= 100)
-    empty, exact = search_allowed(index, q, 5, np.array([], dtype=np.int64), exact_rows=100)
+    empty, exact = search_allowed(index, q, 5, np.array([], dtype=np.int64), exact_rows=100, widen_max=1)
     assert empty.ids.shape == (4, 0) and exact
 
 

@@ -14,6 +14,12 @@ rows among its k best. How, by index type:
   when at most ``exact_rows`` rows are allowed, which is exact among them.
 - **anything else**: over-fetched, the unfiltered search asked for more rows until k allowed ones come back.
 
+Searched with the selector, an HNSW or IVF index searches wider than unfiltered: a query's k best allowed rows
+lie about as far out as its k/share best rows, share being the part of the rows allowed. So efSearch (HNSW)
+and nprobe (IVF, at most every list; max_codes too where the index caps it) are multiplied by 1/share, at most
+``widen_max`` times (:func:`widening`): filtered recall stays about the unfiltered search's
+(``benchmarks/systems/filtered.py`` measures both).
+
 A query that an approximate search leaves short of k allowed rows is searched again exhaustively, so
 results are never short while k rows are allowed. Scores are the index's own (its codes' inner
 products), as unfiltered.
@@ -21,21 +27,24 @@ products), as unfiltered.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import faiss
 import numpy as np
 
+from condsearch.base.ann import SEARCH_PARAM_MAX
 from condsearch.base.faiss_indexes import SearchResult
 
 
 def search_allowed(
-    index: faiss.Index, queries: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int
+    index: faiss.Index, queries: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int, *, widen_max: float
 ) -> tuple[SearchResult, bool]:
     """Return the k best allowed rows (sorted int64 positions) for each query, and whether that is exact.
 
-    ``exact_rows``: at most this many allowed rows are ranked exhaustively by an HNSW or IVF index. The result
-    has min(k, len(allowed)) columns, best first.
+    ``exact_rows``: at most this many allowed rows are ranked exhaustively by an HNSW or IVF index; above, its
+    search is widened at most ``widen_max`` times (:func:`widening`; 1: as unfiltered). The result has
+    min(k, len(allowed)) columns, best first.
     """
     x = np.ascontiguousarray(queries, dtype=np.float32)
     allowed = np.asarray(allowed, dtype=np.int64)
@@ -51,7 +60,8 @@ def search_allowed(
         if len(allowed) <= exact_rows:
             return _score_rows(inner, x, k, allowed, exact_rows), True
         params = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # SWIG, untyped
-        params.efSearch = max(int(inner.hnsw.efSearch), k)
+        wider = widening(index.ntotal, len(allowed), widen_max)
+        params.efSearch = _scaled(max(int(inner.hnsw.efSearch), k), wider, SEARCH_PARAM_MAX["efSearch"])
         found = _with_selector(index, x, k, allowed, params)
         return _fill_short(found, lambda rows: _score_rows(inner, x[rows], k, allowed, exact_rows)), False
     try:
@@ -59,12 +69,23 @@ def search_allowed(
     except RuntimeError:
         return _over_fetch(index, x, k, allowed), False
     every = len(allowed) <= exact_rows
-    found = _with_selector(index, x, k, allowed, _ivf_params(ivf, every=every))
+    wider = widening(index.ntotal, len(allowed), widen_max)
+    found = _with_selector(index, x, k, allowed, _ivf_params(ivf, every=every, wider=wider))
     if every:
         return found, True
     return _fill_short(
         found, lambda rows: _with_selector(index, x[rows], k, allowed, _ivf_params(ivf, every=True))
     ), False
+
+
+def widening(n: int, allowed: int, widen_max: float) -> float:
+    """Return how many times wider a selector search of ``allowed`` of ``n`` rows goes: 1/share, in [1, widen_max]."""
+    return max(1.0, min(float(widen_max), n / max(1, allowed)))
+
+
+def _scaled(value: int, wider: float, most: int) -> int:
+    """Return value multiplied by wider, rounded up, at most ``most`` (and never below value)."""
+    return max(value, min(most, math.ceil(value * wider)))
 
 
 def _empty(n: int) -> SearchResult:
@@ -76,7 +97,7 @@ def _score_rows(index: faiss.Index, x: np.ndarray, k: int, allowed: np.ndarray, 
     flat = _flat_view(index)
     best_scores = np.empty((len(x), 0), dtype=np.float32)
     best_rows = np.empty((len(x), 0), dtype=np.int64)
-    step = max(1, chunk)
+    step = max(1 << 12, chunk)  # rows scored at once: a few MB of vectors at least
     for start in range(0, len(allowed), step):
         rows = allowed[start : start + step]
         vectors = flat[rows] if flat is not None else index.reconstruct_batch(rows)
@@ -94,7 +115,9 @@ def _score_rows(index: faiss.Index, x: np.ndarray, k: int, allowed: np.ndarray, 
 
 
 def _flat_view(index: faiss.Index) -> np.ndarray | None:
-    """Return a flat index's (n, d) vectors without copying them, None for other types."""
+    """Return a flat index's (n, d) vectors without copying them (an HNSW index's flat storage's), else None."""
+    if isinstance(index, faiss.IndexHNSW) and index.storage is not None:
+        index = faiss.downcast_index(index.storage)
     if not isinstance(index, faiss.IndexFlat) or index.ntotal == 0:
         return None
     data = faiss.rev_swig_ptr(index.get_xb(), index.ntotal * index.d)
@@ -103,8 +126,9 @@ def _flat_view(index: faiss.Index) -> np.ndarray | None:
 
 def _selector(n: int, allowed: np.ndarray) -> tuple[Any, np.ndarray]:
     """Return FAISS's selector of the allowed rows (a bitmap of n bits) and the bitmap, which must outlive it."""
-    bits = np.zeros((n + 7) // 8, dtype=np.uint8)
-    np.bitwise_or.at(bits, allowed >> 3, (1 << (allowed & 7)).astype(np.uint8))
+    keep = np.zeros(n, dtype=bool)
+    keep[allowed] = True
+    bits = np.packbits(keep, bitorder="little")  # row i is bit i % 8 of byte i // 8, as FAISS reads it
     return faiss.IDSelectorBitmap(n, faiss.swig_ptr(bits)), bits
 
 
@@ -116,10 +140,13 @@ def _with_selector(index: faiss.Index, x: np.ndarray, k: int, allowed: np.ndarra
     return SearchResult(scores, ids)
 
 
-def _ivf_params(ivf: Any, *, every: bool) -> Any:
+def _ivf_params(ivf: Any, *, every: bool, wider: float = 1.0) -> Any:
+    """Return IVF search parameters: every list (no cap on codes), else the index's own widened ``wider`` times."""
     params = faiss.SearchParametersIVF()
-    params.nprobe = int(ivf.nlist) if every else int(ivf.nprobe)
-    params.max_codes = 0 if every else int(ivf.max_codes)
+    nlist = int(ivf.nlist)
+    params.nprobe = nlist if every else _scaled(int(ivf.nprobe), wider, nlist)
+    codes = int(ivf.max_codes)  # 0: no cap
+    params.max_codes = 0 if every or codes == 0 else _scaled(codes, wider, SEARCH_PARAM_MAX["max_codes"])
     return params
 
 

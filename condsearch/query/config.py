@@ -21,6 +21,11 @@ class QueryConfig:
     reload_interval_s: float = 0.5
     #: indexes kept loaded at most; past it the least recently used is dropped (loaded again when asked for)
     max_resident_indexes: int = 256
-    #: a filtered search (--where) ranks up to this many allowed rows exhaustively on an HNSW or IVF index (exact);
-    #: more are searched through the index with FAISS's selector (approximate). Flat, SQ and PQ are always exact
-    exact_filter_rows: int = 32768
+    #: a filtered search (--where) ranks up to this many allowed rows exhaustively on an HNSW or IVF index (exact,
+    #: about as fast as a graph search at this size); more are searched through the index with FAISS's selector
+    #: (approximate). Flat, SQ and PQ are always exact (past it, Flat and SQ scan every row with the selector)
+    exact_filter_rows: int = 8192
+    #: past exact_filter_rows, that search goes wider by 1/(share of rows allowed), at most this many times:
+    #: HNSW's efSearch and IVF's nprobe, so filtered recall stays about the unfiltered search's (measured in
+    #: benchmarks/systems/filtered.py; 1 searches as unfiltered)
+    filter_widen_max: float = 32.0

@@ -101,7 +101,9 @@ class Filterable(Protocol):
 
     def filter_table(self) -> pa.Table: ...
 
-    def search_among(self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int) -> Found: ...
+    def search_among(
+        self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int, *, widen_max: float
+    ) -> Found: ...
 
 
 def filterable(index: Searchable) -> Filterable:
@@ -254,7 +256,9 @@ def _search(index: Searchable, allowed: np.ndarray | None, requests: list[tuple[
     if allowed is None:
         found = index.search(vectors, k_most)
     else:
-        found = filterable(index).search_among(vectors, k_most, allowed, QueryConfig.exact_filter_rows)
+        found = filterable(index).search_among(
+            vectors, k_most, allowed, QueryConfig.exact_filter_rows, widen_max=QueryConfig.filter_widen_max
+        )
     scores, rows = found.result.scores, found.result.ids
     answers, start = [], 0
     for v, k in requests:

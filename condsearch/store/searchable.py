@@ -133,16 +133,19 @@ class FaissIndex:
         """Return the columns a filter may name (:attr:`StoredIndex.filter_table`)."""
         return self.stored.filter_table
 
-    def search_among(self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int) -> Found:
+    def search_among(
+        self, vectors: np.ndarray, k: int, allowed: np.ndarray, exact_rows: int, *, widen_max: float
+    ) -> Found:
         """Return the k best of the allowed rows (sorted positions) for each query: filtered before ranking.
 
         Searched on the CPU copy (:func:`condsearch.base.filtered_search.search_allowed`, which says how per index
-        type); ``exact_rows``: up to this many allowed rows are ranked exhaustively by an approximate index.
+        type); ``exact_rows``: up to this many allowed rows are ranked exhaustively by an approximate index, whose
+        search of more is widened at most ``widen_max`` times.
         """
         from condsearch.base.filtered_search import search_allowed
 
         try:
-            result, _ = search_allowed(self.stored.index, vectors, k, allowed, exact_rows)
+            result, _ = search_allowed(self.stored.index, vectors, k, allowed, exact_rows, widen_max=widen_max)
         except RuntimeError as exc:
             raise StoreError(f"cannot search the index for {self.manifest.condition!r}: {first_line(exc)}") from exc
         return Found(result, self.stored.ids, self.stored.texts, self._metadata)
