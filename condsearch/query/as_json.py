@@ -23,8 +23,8 @@ def query_answer(hits: Hits) -> dict[str, Any]:
     ``metadata`` after ``text``, each value as :func:`json_value` writes it.
     """
     results = []
-    for r, h in enumerate(hits):
-        result: dict[str, Any] = {"rank": r + 1, "id": h.id, "score": round(h.score, SCORE_PLACES)}
+    for h in hits:
+        result: dict[str, Any] = {"rank": h.rank, "id": h.id, "score": round(h.score, SCORE_PLACES)}
         if hits.calibrated and h.z is not None:
             result["z"] = round(h.z, Z_PLACES)
         result["text"] = h.text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, overload
 
 from condsearch.errors import CondsearchError
@@ -29,7 +29,9 @@ class Hit:
 
     ``z`` is set by a calibrated search only: the score's standard score against the index's background
     (:mod:`condsearch.query.calibration`); the score itself is the same either way. ``metadata``: the columns
-    of the corpus that the index keeps, in their types.
+    of the corpus that the index keeps, in their types. ``rank``: the hit's place in its query's results, 1 for
+    the best, as :meth:`Hits.to_dicts` and the JSON answers give it; a Hit built without one (0) gets its place
+    when put in a :class:`Hits`. Two hits are equal by what they found (rank is not compared).
     """
 
     id: str | int
@@ -39,14 +41,18 @@ class Hit:
     z: float | None = None
     #: the row's kept columns (``index --keep-columns``, issue 59), by name; empty where the index keeps none
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: 1-based place in its query's results (issue 59); 0 until a :class:`Hits` places it
+    rank: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True)
 class Hits(Sequence[Hit]):
     """One query's hits under one condition, best first (rank 1 is ``hits[0]``): a read-only sequence of Hit.
 
-    ``calibrated``: each hit carries its ``z``, and the tables a ``z`` column after ``row``. An index that keeps
-    columns (``metadata_columns``) adds a ``metadata`` column last: each hit's dict of them.
+    Each hit's ``rank`` is its place, 1 first: given (a slice keeps its hits' ranks, so ``hits[5:10]`` holds
+    ranks 6 to 10), or, where a hit has none (0), its position here plus one. ``calibrated``: each hit carries
+    its ``z``, and the tables a ``z`` column after ``row``. An index that keeps columns (``metadata_columns``)
+    adds a ``metadata`` column last: each hit's dict of them.
     """
 
     query: str
@@ -55,6 +61,12 @@ class Hits(Sequence[Hit]):
     calibrated: bool = False
     #: the index's kept columns: where there are any, the tables carry each hit's ``metadata``
     metadata_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        hits = tuple(self.hits)
+        if any(h.rank <= 0 for h in hits):  # placed here: the position, 1 first
+            hits = tuple(h if h.rank > 0 else replace(h, rank=i + 1) for i, h in enumerate(hits))
+        object.__setattr__(self, "hits", hits)
 
     @overload
     def __getitem__(self, i: int) -> Hit: ...
@@ -79,10 +91,10 @@ class Hits(Sequence[Hit]):
 
     def to_dicts(self) -> list[dict[str, Any]]:
         """Return one ``{rank, id, score, text, row}`` dict per hit (with ``z`` when calibrated, ``metadata`` where
-        the index keeps columns), best first."""
+        the index keeps columns), best first; ``rank`` is each hit's :attr:`Hit.rank`."""
         out = []
-        for r, h in enumerate(self):
-            row: dict[str, Any] = {"rank": r + 1, "id": h.id, "score": h.score, "text": h.text, "row": h.row}
+        for h in self:
+            row: dict[str, Any] = {"rank": h.rank, "id": h.id, "score": h.score, "text": h.text, "row": h.row}
             if self.calibrated:
                 row[Z_COLUMN] = h.z
             if self.metadata_columns:
@@ -95,7 +107,7 @@ class Hits(Sequence[Hit]):
         import pyarrow as pa
 
         columns = {
-            "rank": pa.array(range(1, len(self) + 1), type=pa.int64()),
+            "rank": pa.array([h.rank for h in self], type=pa.int64()),
             "id": pa.array([h.id for h in self]),
             "score": pa.array([h.score for h in self], type=pa.float64()),
             "text": pa.array([h.text for h in self], type=pa.string()),

@@ -160,7 +160,8 @@ class Answer:
             at = pa.array([r for _, r in pairs], type=pa.int64())
             metadata = kept.take(at).to_pylist() if kept is not None else [{}] * len(pairs)
             named = tuple(
-                Hit(found.ids[r], s, found.texts[r], r, metadata=m) for (s, r), m in zip(pairs, metadata, strict=True)
+                Hit(found.ids[r], s, found.texts[r], r, metadata=m, rank=place)
+                for place, ((s, r), m) in enumerate(zip(pairs, metadata, strict=True), start=1)
             )
             hits = Hits(q, self.condition, named, metadata_columns=columns)
             out.append(self.background.calibrate(hits) if self.background is not None else hits)
