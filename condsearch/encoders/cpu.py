@@ -37,7 +37,7 @@ class CpuConfig:
 #: PASSIVE: a thread that waits for the others sleeps. The default lets it spin, which on a busy CPU (readers
 #: beside an `index`) keeps the core another process needs, so that every parallel region waits for a
 #: thread the spinning keeps off its core: `index` of 1,000 rows beside other work ran 76 s spinning,
-#: 21-25 s passive, at 2 threads on 2 cores (issue 58, item 12; benchmarks/systems/README.md)
+#: 21-25 s passive, at 2 threads on 2 cores (issue 58, item 12; benchmarks/systems/hostile.md)
 OMP_WAIT_POLICY = "PASSIVE"
 
 
