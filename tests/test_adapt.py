@@ -122,6 +122,17 @@ def test_choose_alpha_takes_the_smallest_within_tolerance() -> None:
     assert choose_alpha({1.0: 0.30, 0.5: 0.35, 0.0: 0.35}, 0.0) == 0.0
 
 
+def test_choose_alpha_keeps_a_share_of_the_gain_over_the_start() -> None:
+    scores = {1.0: 0.536, 0.75: 0.545, 0.5: 0.528, 0.25: 0.482, 0.0: 0.416}  # foldoc's validation rows
+    assert choose_alpha(scores, 0.005) == 0.75  # keep=1: within the tolerance of the best
+    assert choose_alpha(scores, 0.005, keep=0.8) == 0.5  # 0.416 + 0.8 * 0.129 = 0.519
+    assert choose_alpha(scores, 0.005, keep=0.5) == 0.25
+    assert choose_alpha(scores, 0.005, keep=0.0) == 0.0
+    assert choose_alpha({1.0: 0.30, 0.5: 0.31, 0.0: 0.33}, 0.005, keep=0.8) == 0.0  # training lost: the start
+    with pytest.raises(ValueError, match="wise_keep"):
+        AdaptConfig(wise_keep=1.5)
+
+
 # ----------------------------------------------------------------- the command, on a tiny model
 
 

@@ -123,7 +123,7 @@ INDEX_BOTH_MODES = {
     "--condition", "--format", "--text-column", "--id-column", "--name", "--model", "--index-factory",
     "--search-params", "--max-index-memory", "--full", "--batch-size", "--max-length", "--json", "--mode",
     "--threads", "--backend", "--index-dir", "--device", "--trust-remote-code", "--ray", "--store", "--quantize",
-    "--keep-columns",
+    "--keep-columns", "--yes",
 }  # fmt: skip
 INDEX_CASE_ONLY = {
     "--profile", "--adapter", "--head", "--pooling", "--prompt-template", "--unconditional-template", "--dtype",
@@ -407,6 +407,7 @@ ADAPT_VALUES = {
     "--distill-weight": "0.25",
     "--replay-weight": "0.5",
     "--anchor": "none",
+    "--wise-keep": "0.8",
     "--train-backbone": "all",
     "--report-rows": "50",
     "--queries": "7",

@@ -88,6 +88,14 @@ _DEFAULTS = AdaptConfig()
 )
 @config_option(
     _DEFAULTS,
+    "wise_keep",
+    "--wise-keep",
+    type=FiniteFloatRange(min=0, max=1),
+    help="wise: the share of the best validation gain over the start router that the chosen α keeps "
+    "(below 1: a smaller α, nearer the start router).",
+)
+@config_option(
+    _DEFAULTS,
     "train_backbone",
     "--train-backbone",
     type=click.Choice(("top", "all")),

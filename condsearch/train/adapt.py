@@ -10,7 +10,8 @@ contrastive term, whose candidates leave out every text known to share the ancho
 
 What it keeps of the start (the anchor, ``anchor``): ``wise`` interpolates the trained weights
 with the start's, ``θ₀ + α (θ₁ − θ₀)``, at the smallest α of :data:`WISE_ALPHAS` whose
-validation precision is within ``wise_tolerance`` of the best; ``distill_weight`` adds a term
+validation precision keeps ``wise_keep`` of the best gain over the start (α 0) and lies within
+``wise_tolerance`` of the best (:func:`choose_alpha`); ``distill_weight`` adds a term
 that keeps each text's plain vector where the start router put it; ``none`` keeps the trained
 weights. The router is saved as any trained context router is (its backbone's change from the
 base model), then loaded back from what was written and scored on the held rows beside plain
@@ -44,7 +45,7 @@ log = logging.getLogger(__name__)
 Anchor = Literal["wise", "none"]
 ANCHORS: tuple[Anchor, ...] = ("wise", "none")
 #: the interpolation weights tried by the wise anchor (1: the trained weights, 0: the start), largest first
-WISE_ALPHAS = (1.0, 0.75, 0.5, 0.25, 0.0)
+WISE_ALPHAS = (1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0)
 #: fewest rows with a text and a label that adapting accepts
 MIN_ROWS = 20
 #: the column whose value keys the split, where the table has it (else the text)
@@ -76,6 +77,8 @@ class AdaptConfig:
     anchor: Anchor = "wise"
     #: how far below the best validation precision (absolute) the chosen α may be
     wise_tolerance: float = 0.005
+    #: the share of the best validation gain over the start router that the chosen α keeps (1: all of it)
+    wise_keep: float = 1.0
     #: most held rows scored per column
     report_rows: int = 1000
     #: most validation rows scored per column (once per interpolation weight)
@@ -91,6 +94,8 @@ class AdaptConfig:
             raise ValueError(f"validation {self.validation:g} must lie in [0, 1)")
         if self.anchor not in ANCHORS:
             raise ValueError(f"anchor must be one of {', '.join(ANCHORS)}")
+        if not 0 <= self.wise_keep <= 1:
+            raise ValueError(f"wise_keep {self.wise_keep:g} must lie in [0, 1]")
         if self.anchor == "wise" and self.validation == 0:
             raise ValueError("the wise anchor chooses on validation rows: give validation above 0")
         for name in ("n_pairs", "epochs", "batch_size", "report_rows", "validation_rows", "queries"):
@@ -166,10 +171,13 @@ def _interpolate(
             p.copy_(start[name] + alpha * (end[name] - start[name]))
 
 
-def choose_alpha(scores: dict[float, float], tolerance: float) -> float:
-    """Return the smallest α whose validation score is within tolerance of the best (ties: the smaller α)."""
+def choose_alpha(scores: dict[float, float], tolerance: float, keep: float = 1.0) -> float:
+    """Return the smallest α whose validation score is within tolerance of the best and keeps ``keep`` of the
+    best gain over the start (α 0, else the lowest score); ties: the smaller α."""
     best = max(scores.values())
-    return min(a for a, s in scores.items() if s >= best - tolerance)
+    start = scores.get(0.0, min(scores.values()))
+    floor = min(best - tolerance, start + keep * (best - start))
+    return min(a for a, s in scores.items() if s >= floor)
 
 
 def adapt(
@@ -302,7 +310,7 @@ def adapt(
             _interpolate(params, start, end, a)
             val_scores[a] = mean(score_plan(val_plans, router_embed(encoder, states=kept)))
             say(f"interpolation α {a:g}: validation precision@10 {val_scores[a]:.3f}")
-        alpha = choose_alpha(val_scores, config.wise_tolerance)
+        alpha = choose_alpha(val_scores, config.wise_tolerance, config.wise_keep)
         _interpolate(params, start, end, alpha)
     encoder.refresh_identity()
 
