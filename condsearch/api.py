@@ -381,7 +381,7 @@ class Store:
             name = named
         vec = model.vectorizer
         store = self._store
-        build = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
+        build: dict[str, Any] = {"factory": factory, "search_params": search_params, "full": full, "progress": progress}
         reports = index_conditions(corpus, wanted, vec, store, corpus_name=name, **build)
         for report in reports:  # searches of these indexes reuse the model that built them
             self._models.setdefault(vectorizer_key(store.read_manifest(report.name)), vec)

@@ -56,6 +56,16 @@ class UnknownCondition(StoreError):
         self.conditions = conditions
 
 
+class CaseVariant(CondsearchError):
+    """A build under a condition that differs from one of the corpus's indexed conditions only in case (a cased
+    model's: an uncased one reads both alike and names one index); ``existing`` is that indexed condition,
+    ``condition`` the one asked for (normalised)."""
+
+    def __init__(self, message: str, existing: str, condition: str) -> None:
+        super().__init__(message)
+        self.existing, self.condition = existing, condition
+
+
 class AmbiguousCondition(StoreError):
     """Several corpora are indexed under the condition and none was named; ``corpora`` lists them."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,6 +12,7 @@ import click
 from condsearch.errors import CondsearchError, first_line
 
 if TYPE_CHECKING:
+    from condsearch.errors import CaseVariant
     from condsearch.store.folder import IndexStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -55,3 +57,30 @@ def open_store(index_dir: Path | None) -> IndexStore:
     from condsearch.store.folder import IndexStore
 
     return IndexStore(index_dir)
+
+
+#: a build under a case-only variant of an indexed condition: the flag that builds it without asking (issue 59)
+yes_option = click.option(
+    "--yes",
+    is_flag=True,
+    help=(
+        "Build under a condition that differs from one the corpus is indexed under only in case without asking "
+        "(a cased model's second index); required where stdin is not a terminal."
+    ),
+)
+
+
+def stdin_is_terminal() -> bool:
+    """Return whether a user can answer a question on stdin (a test puts a terminal in its place)."""
+    return sys.stdin.isatty()
+
+
+def confirm_case_variant(exc: CaseVariant, condition: str) -> None:
+    """Ask whether to build a second index under condition beside exc's existing one; refuse where none can answer.
+
+    Returns when the user says yes. Without a terminal on stdin, one line and exit 1; a no aborts (exit 1). Either
+    way nothing has been built.
+    """
+    if not stdin_is_terminal():
+        raise click.ClickException(f"{first_line(exc)}; query under that one, or pass --yes to build {condition!r}")
+    click.confirm(f"{first_line(exc)}. Build a second index under {condition!r}?", abort=True, err=True)

@@ -14,7 +14,7 @@ from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, resolve_mode
 from condsearch.artifacts.routers import ROUTER_AUTO
 from condsearch.base.ann import IndexConfig, check_index_options
 from condsearch.base.model_sources import DEFAULT_MODEL
-from condsearch.cli.common import CONTEXT, fail, open_store
+from condsearch.cli.common import CONTEXT, confirm_case_variant, fail, open_store, yes_option
 from condsearch.cli.options import (
     backend_option,
     device_option,
@@ -31,7 +31,7 @@ from condsearch.cli.options import (
 )
 from condsearch.corpus.formats import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.errors import CondsearchError
+from condsearch.errors import CaseVariant, CondsearchError
 
 if TYPE_CHECKING:
     from condsearch.corpus.reader import CorpusFile
@@ -166,6 +166,7 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
 @trust_option
 @ray_options
 @publish_store_option
+@yes_option
 def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     """Encode CORPUS (parquet, CSV or JSON lines) under each condition and store one index per condition.
 
@@ -176,7 +177,8 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     With --mode csr, sentence states are cached once (env CONDSEARCH_CACHE_DIR), so each
     further condition costs only the router's per-pair remainder. On the CPU a BERT-style model
     runs on onnxruntime where a one-shot query would (--backend). --ray encodes on Ray Data
-    (actors on workers and GPUs); --store also publishes the indexes to Milvus.
+    (actors on workers and GPUs); --store also publishes the indexes to Milvus. A condition that differs
+    from one the corpus is indexed under only in case (a cased model's) is built only once confirmed (--yes).
     """
     from condsearch.corpus.reader import scan_corpus
     from condsearch.store.conditions import check_new_condition
@@ -195,14 +197,30 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
         )
         if data.n_skipped:
             click.echo(f"condsearch: skipped {data.n_skipped} null or blank text(s)", err=True)
+        yes = params["yes"] or _confirmed(store, build["corpus_name"], conditions)
         start = time.perf_counter()
-        reports, backend = _encode(data, conditions, spec, store, params, build)
+        reports, backend = _encode(data, conditions, spec, store, params, build, case_variants=yes)
         elapsed = time.perf_counter() - start
         if params["store_spec"] is not None:
             _publish(store, reports, params["store_spec"])
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_reports(store, reports, len(data), elapsed, backend, as_json=params["as_json"])
+
+
+def _confirmed(store: IndexStore, corpus_name: str, conditions: tuple[str, ...]) -> bool:
+    """Ask before each build under a case-only variant of an indexed condition (issue 59); return whether any was
+    confirmed (False where none is a variant). Refuses, in one line, where stdin is not a terminal."""
+    from condsearch.store.listing import refuse_case_variants
+
+    listing, asked = store.manifests(), False
+    for condition in conditions:
+        try:
+            refuse_case_variants(listing, corpus_name, [condition])
+        except CaseVariant as exc:
+            confirm_case_variant(exc, condition)
+            asked = True
+    return asked
 
 
 def keep_columns_option(value: str | None) -> tuple[str, ...] | None:
@@ -290,14 +308,21 @@ def _encode(
     store: IndexStore,
     params: Mapping[str, Any],
     build: dict[str, Any],
+    *,
+    case_variants: bool,
 ) -> tuple[list[BuildReport], str]:
-    """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend."""
+    """Encode and index data under each condition, here or (--ray) on Ray Data; return the reports and the backend.
+
+    ``case_variants``: build under a condition that differs from an indexed one only in case (confirmed).
+    """
     if params["ray_address"] is None:
         from condsearch.ingest import index_conditions
         from condsearch.model import backend_of, load_bulk_vectorizer
 
         vec = load_bulk_vectorizer(spec, backend=params["backend"])
-        reports = index_conditions(data, conditions, vec, store, full=params["full"], progress=True, **build)
+        reports = index_conditions(
+            data, conditions, vec, store, full=params["full"], progress=True, case_variants=case_variants, **build
+        )
         return reports, backend_of(vec)
     # Ray encodes every row (--full is what it does anyway), with torch on its actors (int8: its export)
     from condsearch.scale.config import RayConfig
@@ -363,9 +388,16 @@ def _print_reports(
             click.echo(f"indexed {m.n_vectors} rows under {m.condition!r} -> {store.root / name} ({m.dim}-d)")
     total = n_rows * len(names)
     kept = sum(r.n_reused for r in reports)
-    if kept:  # say what was encoded, not that every pair was
-        encoded = sum(r.n_encoded for r in reports)
-        summary = f"{encoded} encoded on {ran}, {kept} kept from the last index"
-        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s): {summary}", err=True)
+    encoded = sum(r.n_encoded for r in reports)
+    if kept and not encoded:  # a re-run on an unchanged corpus: no rate of nothing (issue 59)
+        under = f"{len(names)} condition{'s' if len(names) != 1 else ''}"
+        click.echo(
+            f"condsearch: nothing to encode: all {n_rows} rows already indexed under {under} ({elapsed:.1f}s)",
+            err=True,
+        )
+    elif kept:  # say what was encoded, not that every pair was, and the rate of what was
+        rate = encoded / elapsed if elapsed > 0 else float("inf")
+        summary = f"{encoded} encoded on {ran} ({rate:.0f} pairs/s), {kept} kept from the last index"
+        click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s: {summary}", err=True)
     else:
         click.echo(f"condsearch: {total} pairs in {elapsed:.1f}s ({rate:.0f} pairs/s, encoded on {ran})", err=True)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from condsearch.artifacts.profiles import MODE_CASE
-from condsearch.cli.common import CONTEXT, check_utf8, fail, json_line, open_store
+from condsearch.cli.common import CONTEXT, check_utf8, confirm_case_variant, fail, json_line, open_store, yes_option
 from condsearch.cli.options import (
     device_option,
     index_dir_option,
@@ -25,7 +25,7 @@ from condsearch.cli.options import (
     threads_option,
     trust_option,
 )
-from condsearch.errors import CondsearchError, UnknownCondition, first_line
+from condsearch.errors import CaseVariant, CondsearchError, UnknownCondition, first_line
 from condsearch.query.config import QueryConfig
 
 if TYPE_CHECKING:
@@ -116,6 +116,7 @@ _FEW_QUERIES = 16
         "built first from the router's cached sentence states (a progress bar on stderr), then answered."
     ),
 )
+@yes_option
 @quantize_check_option
 @threads_option
 @index_dir_option
@@ -134,6 +135,7 @@ def query_cmd(
     calibrated: bool,
     where: str | None,
     no_build: bool,
+    yes: bool,
     index_dir: Path,
     device: str | None,
     trust_remote_code: bool,
@@ -144,7 +146,8 @@ def query_cmd(
     """Search the index of CONDITION for each TEXT ('-' reads queries from stdin, one per line).
 
     A condition not yet indexed for a corpus indexed with --mode csr is indexed first, from the
-    sentence states the router cached when the corpus was indexed (--no-build refuses instead).
+    sentence states the router cached when the corpus was indexed (--no-build refuses instead); one that
+    differs from an indexed condition only in case (a cased model's) is built only once confirmed (--yes).
     """
     from condsearch.encoders.spec import Runtime
     from condsearch.model import vectorizer_for
@@ -188,7 +191,7 @@ def query_cmd(
         return
     try:
         store = open_store(index_dir)
-        stored = store.load(_find_or_build(store, condition, corpus_name, runtime, build=not no_build))
+        stored = store.load(_find_or_build(store, condition, corpus_name, runtime, build=not no_build, yes=yes))
         if calibrated:
             Background.of(stored.manifest)  # refused before any model loads
         searched = FaissIndex.of(stored, on_device=False)
@@ -228,23 +231,42 @@ def query_cmd(
     _quick_exit()
 
 
-def _find_or_build(store: IndexStore, condition: str, corpus_name: str | None, runtime: Runtime, *, build: bool) -> str:
-    """Return the name of condition's index; where it has none, build it on demand first (with ``build``)."""
+def _find_or_build(
+    store: IndexStore, condition: str, corpus_name: str | None, runtime: Runtime, *, build: bool, yes: bool
+) -> str:
+    """Return the name of condition's index; where it has none, build it on demand first (with ``build``), asking
+    first where the corpus is indexed under a condition that differs from it only in case (unless ``yes``)."""
     try:
         return store.find(condition, corpus_name)
     except UnknownCondition as exc:
         if not build:
             raise
         unknown = exc
-    from condsearch.query.on_demand import build_on_demand
+    from condsearch.query.on_demand import OnDemand, build_on_demand
 
     def say(line: str) -> None:
         click.echo(f"condsearch: {line}", err=True)
 
+    def build_it(case_variants: bool) -> OnDemand:
+        return build_on_demand(
+            store,
+            condition,
+            corpus_name,
+            runtime=runtime,
+            progress=True,
+            notice=say,
+            announce=say,
+            unknown=unknown,
+            case_variants=case_variants,
+        )
+
     start = time.perf_counter()
-    made = build_on_demand(
-        store, condition, corpus_name, runtime=runtime, progress=True, notice=say, announce=say, unknown=unknown
-    )
+    try:
+        made = build_it(yes)
+    except CaseVariant as exc:  # refused before the model loads: ask, then build
+        confirm_case_variant(exc, condition)
+        start = time.perf_counter()
+        made = build_it(True)
     if made.built:
         elapsed = time.perf_counter() - start
         say(f"indexed {made.n_rows} rows under {condition!r} in {elapsed:.1f}s -> {store.root / made.name}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
@@ -85,6 +86,7 @@ def change_corpus(
     Raises in one line, with nothing changed: an unknown corpus, ids to delete that are not in it,
     an id given twice, every row deleted, an index that keeps no trusted vectors.
     """
+    start = time.perf_counter()
     corpus, mine = corpus_indexes(store, corpus)
     _check_unique([i for i, _ in upsert], "upsert")
     _check_unique(list(delete), "delete")
@@ -111,14 +113,15 @@ def change_corpus(
             n_encoded += encoded
         for one in prepared:
             one.draft.publish(one.manifest, one.index, _placer(one))
-            log.info(
-                "changed index %s (corpus %r, condition %r): %d rows now, %d deleted, %d upserted",
+            log.info(  # every change is logged: what, how many rows, how long (issue 59)
+                "changed index %s (corpus %r, condition %r): %d rows now, %d deleted, %d upserted, in %.1f s",
                 one.draft.name,
                 corpus,
                 one.manifest.condition,
                 len(one.ids),
                 len(delete),
                 len(upsert),
+                time.perf_counter() - start,
             )
     n_rows = len(prepared[0].ids) if prepared else 0
     return ChangeReport(corpus, [p.draft.name for p in prepared], n_rows, len(delete), len(upsert), n_encoded)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,7 +44,7 @@ from condsearch.errors import CondsearchError, first_line
 from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, Manifest
-from condsearch.store.listing import check_condition, condition_key
+from condsearch.store.listing import check_condition, condition_key, refuse_case_variants
 from condsearch.store.manifest import encoder_precision
 from condsearch.store.rows import KeptVectors, rows_table
 from condsearch.store.vectors import VECTORS_FILE, VectorFile, VectorWriter, text_hash
@@ -185,6 +186,7 @@ def build_condition_index(
     The index is written under the condition's normal form for the model
     (:func:`condsearch.store.listing.condition_key`).
     """
+    start = time.perf_counter()
     n, info = len(corpus), ModelIdentity.of_vectorizer(vectorizer)
     condition = condition_key(check_condition(condition), info.model_id)
     factory, search_params = plan_index(n, info.dim, factory, search_params, max_index_memory)
@@ -198,27 +200,38 @@ def build_condition_index(
             if kept is not None:
                 kept.vectors.close()
         publish_staged(draft, corpus, corpus_name, info, factory=factory, search_params=search_params)
-    log.info(
-        "built index %s (corpus %r, condition %r): %d rows, %d encoded",
+    log.info(  # every build is logged: what, how many rows, how long (issue 59)
+        "built index %s (corpus %r, condition %r): %d rows, %d encoded, in %.1f s",
         draft.name,
         corpus_name,
         condition,
         n,
         counts[0],
+        time.perf_counter() - start,
     )
     return BuildReport(draft.name, n, *counts, factory, search_params)
 
 
 def index_conditions(
-    corpus: CorpusSource, conditions: Sequence[str], vectorizer: Vectorizer, store: IndexStore, **build: Any
+    corpus: CorpusSource,
+    conditions: Sequence[str],
+    vectorizer: Vectorizer,
+    store: IndexStore,
+    *,
+    case_variants: bool = True,
+    **build: Any,
 ) -> list[BuildReport]:
     """Index the corpus under each distinct condition (streamed, incremental, resumable); return what each did.
 
     ``build`` takes :func:`build_condition_index`'s options (corpus_name, factory, search_params,
-    max_index_memory, full, batch_size, chunk_rows, progress).
+    max_index_memory, full, batch_size, chunk_rows, progress). With ``case_variants`` False, a condition that
+    differs from one the corpus is indexed under only in case is refused before anything is encoded
+    (:class:`~condsearch.errors.CaseVariant`, issue 59): the CLI asks first.
     """
     model_id = vectorizer.encoder.model_id
     conditions = list(dict.fromkeys(condition_key(check_condition(c), model_id) for c in conditions))
+    if not case_variants:
+        refuse_case_variants(store.manifests(), build["corpus_name"], conditions)
     factory = build.get("factory", IndexConfig.factory)
     if factory != AUTO:  # before FAISS sees it: some factory strings end the process inside FAISS
         try:

@@ -40,7 +40,14 @@ from condsearch.errors import (
 from condsearch.progress import CACHING_SENTENCES, ROUTING, listening
 from condsearch.query.search import vectorizer_key
 from condsearch.store.conditions import check_new_condition
-from condsearch.store.listing import MAX_LISTED, Listing, condition_key, known_note
+from condsearch.store.listing import (
+    MAX_LISTED,
+    Listing,
+    case_variant,
+    case_variant_refusal,
+    condition_key,
+    known_note,
+)
 from condsearch.store.manifest import Manifest
 
 if TYPE_CHECKING:
@@ -158,6 +165,7 @@ def build_on_demand(
     unknown: UnknownCondition | None = None,
     on_rows: Callable[[int, int], None] | None = None,
     name_paths: bool = True,
+    case_variants: bool = True,
 ) -> OnDemand:
     """Index corpus's rows under condition with the model of its router indexes, unless another build did first.
 
@@ -173,14 +181,24 @@ def build_on_demand(
     changed since the corpus was indexed. ``on_rows`` is told (rows indexed, rows in all) as the build
     goes, within each chunk of the ingest (:data:`condsearch.ingest.chunks.CHUNK_ROWS` rows) as the router
     encodes it. With ``name_paths`` False (a server), refusals name no path of this machine: the store, corpus
-    file or router folder.
+    file or router folder. With ``case_variants`` False, a condition that differs from one the corpus has an
+    index under only in case is refused (:class:`~condsearch.errors.CaseVariant`, naming that one), before
+    anything loads: the CLI asks first, the server answers 409 unless forced.
     """
     from filelock import FileLock
 
     from condsearch.store.claims import claim
     from condsearch.store.folder import VERSIONS, index_name
 
-    plan = plan_on_demand(store, condition, corpus, corpus_option=corpus_option, unknown=unknown, name_paths=name_paths)
+    plan = plan_on_demand(
+        store,
+        condition,
+        corpus,
+        corpus_option=corpus_option,
+        unknown=unknown,
+        name_paths=name_paths,
+        case_variants=case_variants,
+    )
     condition, corpus_name, source_name, source = plan.condition, plan.corpus_name, plan.source_name, plan.source
     try:  # every refusal comes before anything is written
         if (found := _published(store, condition, corpus_name)) is not None:
@@ -244,12 +262,15 @@ def plan_on_demand(
     unknown: UnknownCondition | None = None,
     name_paths: bool = True,
     listing: Listing | None = None,
+    case_variants: bool = True,
 ) -> Plan:
     """Return what building condition on demand would index, reading only manifests; refuse as build_on_demand does.
 
     Refuses, in one line: a bad condition, no index of the corpus, several corpora and none named, a
     corpus indexed with --mode case or with several models. A router that changed since is found only
     when the model loads (:func:`build_on_demand`). ``listing``: the store's, where the caller has it read.
+    With ``case_variants`` False, refuses a condition that differs from an indexed one of the corpus only in case
+    (:class:`~condsearch.errors.CaseVariant`).
     """
     try:
         condition = check_new_condition(condition)
@@ -266,6 +287,8 @@ def plan_on_demand(
         if unknown is None:
             raise
         raise _after(unknown, exc) from exc
+    if not case_variants and (existing := case_variant(listing, corpus_name, condition)) is not None:
+        raise case_variant_refusal(corpus_name, condition, existing)
     return Plan(condition, corpus_name, source_name, source, tuple(sorted(m.condition for _, m in siblings)))
 
 

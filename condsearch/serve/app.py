@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
-from condsearch.errors import CondsearchError, FilterError, NotBuildable, StoreError, first_line
+from condsearch.errors import CaseVariant, CondsearchError, FilterError, NotBuildable, StoreError, first_line
 from condsearch.query.as_json import index_summary, query_answer
 from condsearch.query.calibration import Background
 from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
@@ -79,6 +79,11 @@ class QueryRequest(BaseModel):
         None,
         description="A SQL condition on the index's kept columns (`index --keep-columns`), e.g. "
         "\"lang = 'en' AND year >= 2020\": only the rows it keeps are ranked. A bad one gets a 422.",
+    )
+    force: bool = Field(
+        False,
+        description="Build `condition` on demand even where the corpus is indexed under a condition that differs "
+        "from it only in case (a cased model's); without it such a build gets a 409 naming that one (`existing`).",
     )
 
     @field_validator("query", "corpus")
@@ -329,7 +334,8 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
                 raise _unbuilt(unknown) from None
             # a router corpus builds the condition on demand (condsearch.serve.builds)
             client = request.client.host if request.client else ""
-            if (accepted := await _build(builds, body.condition, body.corpus, unknown, client)) is not None:
+            accepted = await _build(builds, body.condition, body.corpus, unknown, client, force=body.force)
+            if accepted is not None:
                 return accepted
             await run_in_threadpool(partial(resident.listing, fresh=True))  # the index just published
             job = await run_in_threadpool(resident.job, body.condition, body.corpus, texts, body.k, body.where)
@@ -366,12 +372,19 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         why += "--api-key, or --open-builds"
         return UnknownCondition(f"{first_line(unknown)}; {why}", unknown.conditions)
 
-    async def _build(builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition, client: str) -> Any:
+    async def _build(
+        builds: Builds, condition: str, corpus: str | None, unknown: UnknownCondition, client: str, *, force: bool
+    ) -> Any:
         try:
             listing = resident.listing()  # as find read it: one listing per unknown condition, not four
-            return await build_or_accept(builds, condition, corpus, unknown, config, client=client, listing=listing)
+            return await build_or_accept(
+                builds, condition, corpus, unknown, config, client=client, listing=listing, case_variants=force
+            )
         except (UnknownCondition, AmbiguousCondition):
             raise
+        except CaseVariant as exc:  # a second index under another case of one (issue 59): only when forced
+            message = f'{exc}; query under that one, or send "force": true to build {condition!r} as well'
+            raise RequestError(409, message, existing=exc.existing, conditions=unknown.conditions) from exc
         except TooManyBuilds as exc:
             raise RequestError(exc.status, str(exc), conditions=unknown.conditions) from exc
         except OnDemandFull as exc:

@@ -154,14 +154,22 @@ class Builds:
         )
 
     def start(
-        self, condition: str, corpus: str | None, unknown: UnknownCondition, *, client: str = "", listing: Listing = ()
+        self,
+        condition: str,
+        corpus: str | None,
+        unknown: UnknownCondition,
+        *,
+        client: str = "",
+        listing: Listing = (),
+        case_variants: bool = True,
     ) -> BuildJob:
         """Return the running job that builds condition for corpus, started now unless one runs.
 
         Refuses what :func:`condsearch.query.on_demand.plan_on_demand` refuses, in one line after unknown's,
         before anything starts; a build past ``max_pending`` or past client's ``max_pending_per_client``
         (TooManyBuilds), and one past the cap on indexes built on demand (OnDemandFull). ``listing``: the
-        store's, as the caller last read it (read afresh where empty).
+        store's, as the caller last read it (read afresh where empty). ``case_variants`` False refuses a condition
+        that differs from one the corpus is indexed under only in case (:class:`~condsearch.errors.CaseVariant`).
         """
         listing = listing or self.store.manifests()
         if self._damaged(condition, corpus, listing):
@@ -178,6 +186,7 @@ class Builds:
             unknown=unknown,
             name_paths=False,
             listing=listing,
+            case_variants=case_variants,
         )
         key = (plan.corpus_name, plan.condition)
         with self._lock:
@@ -269,7 +278,9 @@ class Builds:
                 log.warning("cannot mark %s as built on demand (%s)", made.name, exc.strerror)
         self._finish(job, "done")
         self.on_event("finished")
-        log.info("built %r for corpus %r on demand in %.1f s", job.condition, job.corpus, job.seconds)
+        log.info(
+            "built %r for corpus %r on demand: %d rows in %.1f s", job.condition, job.corpus, made.n_rows, job.seconds
+        )
         job.future.set_result(made)
 
     def _finish(self, job: BuildJob, status: Status) -> None:
@@ -293,13 +304,16 @@ async def build_or_accept(
     *,
     client: str = "",
     listing: Listing = (),
+    case_variants: bool = True,
 ) -> JSONResponse | None:
     """Start or join the build of condition; return None once it is built, else the 202 that names its job.
 
     A corpus of at most ``config.build_inline_rows`` rows is waited for (up to ``request_timeout_s``,
-    then answered 202 as well); a build that fails raises what it raised.
+    then answered 202 as well); a build that fails raises what it raised. ``case_variants``: as
+    :meth:`Builds.start`.
     """
-    job = await run_in_threadpool(partial(builds.start, condition, corpus, unknown, client=client, listing=listing))
+    start = partial(builds.start, condition, corpus, unknown, client=client, listing=listing)
+    job = await run_in_threadpool(partial(start, case_variants=case_variants))
     if job.rows <= config.build_inline_rows:
         # shielded: a client that leaves, or a timeout, must not cancel a build others share
         waiting = asyncio.shield(asyncio.wrap_future(job.future))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -166,8 +167,17 @@ def drop(store: IndexStore, corpus: str | None, condition: str | None = None) ->
         if busy is not None:  # a build of the corpus under way, of a condition not indexed yet included
             raise CorpusBusy(f"corpus {corpus!r} is being built or changed (index {busy}); try again when that ends")
         for name, m in mine:
+            start = time.perf_counter()
             _remove(store, name)
-            log.info("dropped index %s (corpus %r, condition %r, %d rows)", name, corpus, m.condition, m.n_vectors)
+            seconds = time.perf_counter() - start
+            log.info(  # every deletion is logged: what, how many rows, how long (issue 59)
+                "dropped index %s (corpus %r, condition %r, %d rows) in %.2f s",
+                name,
+                corpus,
+                m.condition,
+                m.n_vectors,
+                seconds,
+            )
     return names
 
 

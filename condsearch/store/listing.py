@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from condsearch.artifacts.profiles import MODES, Mode
 from condsearch.base.model_sources import model_lowercases
-from condsearch.errors import AmbiguousCondition, UnknownCondition, first_line
+from condsearch.errors import AmbiguousCondition, CaseVariant, UnknownCondition, first_line
 from condsearch.store.conditions import (
     check_condition,
     new_condition_problem,
@@ -28,7 +28,17 @@ Listing = Sequence[tuple[str, Manifest | Exception]]
 #: conditions a refusal names at most (of the corpus asked for): a store of thousands is not listed whole
 MAX_LISTED = 10
 
-__all__ = ["Listing", "check_condition", "condition_key", "find_index", "known_note", "same_condition"]
+__all__ = [
+    "Listing",
+    "case_variant",
+    "case_variant_refusal",
+    "check_condition",
+    "condition_key",
+    "find_index",
+    "known_note",
+    "refuse_case_variants",
+    "same_condition",
+]
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -46,6 +56,43 @@ def condition_key(condition: str, model_id: str) -> str:
 def same_condition(manifest: Manifest, condition: str) -> bool:
     """Return whether an index's condition and condition are one, once both are normalised for its model."""
     return condition_key(manifest.condition, manifest.model_id) == condition_key(condition, manifest.model_id)
+
+
+def case_variant(listing: Listing, corpus: str, condition: str) -> str | None:
+    """Return the corpus's indexed condition that differs from condition only in case, where condition itself is
+    not indexed for it, else None (issue 59).
+
+    Both are compared in their normal form (NFC, whitespace folded), then case-folded. Only a cased model's
+    conditions can be such variants: an uncased model's are lower-cased into one index already
+    (:func:`condition_key`). A second index under a case-only variant is what a typo builds; front ends ask
+    before building one (the CLI's confirmation, the server's 409).
+    """
+    text = normalize_condition(condition)
+    mine = [m for _, m in listing if isinstance(m, Manifest) and m.corpus_name == corpus]
+    if not text or any(same_condition(m, text) for m in mine):
+        return None
+    folded = text.casefold()
+    variants = sorted({m.condition for m in mine if normalize_condition(m.condition).casefold() == folded})
+    return variants[0] if variants else None
+
+
+def case_variant_refusal(corpus: str, condition: str, existing: str) -> CaseVariant:
+    """Return the refusal of a build under condition, which differs from corpus's indexed existing only in case."""
+    text = normalize_condition(condition)
+    return CaseVariant(
+        f"corpus {corpus!r} is indexed under {shown_condition(existing)}, which differs from "
+        f"{shown_condition(text)} only in case",
+        existing,
+        text,
+    )
+
+
+def refuse_case_variants(listing: Listing, corpus: str, conditions: Sequence[str]) -> None:
+    """Raise :class:`CaseVariant` for the first of conditions that differs from an indexed one of corpus only in
+    case (:func:`case_variant`); return where none does."""
+    for condition in conditions:
+        if (existing := case_variant(listing, corpus, condition)) is not None:
+            raise case_variant_refusal(corpus, condition, existing)
 
 
 def known_note(conditions: Sequence[str], limit: int = MAX_LISTED) -> str:
