@@ -64,8 +64,9 @@ def test_the_page_is_served_without_the_key_and_the_data_is_not(tmp_path: Path) 
             assert got.content == read_page_file(page_file.name)
             # a query string changes nothing (no handler argument reads it)
             assert http.get(page_file.path, params={"body": "<script>"}).content == got.content
-        for path in ("/indexes", "/health", "/openapi.json", "/redoc", "/static/", "/static/../indexes", "/index.html"):
+        for path in ("/indexes", "/openapi.json", "/redoc", "/static/", "/static/../indexes", "/index.html"):
             assert http.get(path).status_code == 401, path
+        assert http.get("/health").status_code == 200  # a probe needs no secret (issue 59; --private-health: 401)
         assert http.post("/", json={}).status_code == 401  # only GET of the page's own files goes without the key
         assert http.get("/indexes", headers={"X-API-Key": KEY.encode()}).status_code == 200
         assert "/" not in http.get("/openapi.json", headers={"X-API-Key": KEY.encode()}).json()["paths"]
