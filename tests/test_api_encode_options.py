@@ -62,7 +62,12 @@ def test_unnormalised_vectors_are_refused_not_faked(model: condsearch.Model) -> 
 def test_loading_a_model_in_library_use_draws_no_bar(tiny_bert_dir: Path, capfd: pytest.CaptureFixture[str]) -> None:
     from transformers.utils import logging as hf_logging
 
-    assert hf_logging.is_progress_bar_enabled()
-    condsearch.load_model(str(tiny_bert_dir), mode="case", profile="none", device="cpu")
-    assert "Loading weights" not in capfd.readouterr().err
-    assert hf_logging.is_progress_bar_enabled()  # the caller's own setting is left as it was
+    was = hf_logging.is_progress_bar_enabled()  # other tests (the CLI's) may have turned it off
+    hf_logging.enable_progress_bar()
+    try:
+        condsearch.load_model(str(tiny_bert_dir), mode="case", profile="none", device="cpu")
+        assert "Loading weights" not in capfd.readouterr().err
+        assert hf_logging.is_progress_bar_enabled()  # the caller's own setting is left as it was
+    finally:
+        if not was:
+            hf_logging.disable_progress_bar()
