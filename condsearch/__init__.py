@@ -20,7 +20,7 @@ from condsearch.version import __version__
 
 if TYPE_CHECKING:
     from condsearch.api import Model, Store, load_model, open
-    from condsearch.query.hits import Hit, Hits
+    from condsearch.query import Hit, Hits
 
 #: public name -> the module it is imported from, when first asked for
 _LAZY = {
@@ -28,8 +28,8 @@ _LAZY = {
     "load_model": "condsearch.api",
     "Store": "condsearch.api",
     "Model": "condsearch.api",
-    "Hit": "condsearch.query.hits",
-    "Hits": "condsearch.query.hits",
+    "Hit": "condsearch.query",
+    "Hits": "condsearch.query",
 }
 
 __all__ = ["Hit", "Hits", "Model", "Store", "__version__", "load_model", "open"]

@@ -24,18 +24,15 @@ from condsearch.corpus.formats import CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
-from condsearch.query.config import QueryConfig
-from condsearch.query.sources import is_milvus
+from condsearch.query import QueryConfig, is_milvus
 
 if TYPE_CHECKING:
     import numpy as np
 
     from condsearch.ingest import ChangeReport
     from condsearch.model import Vectorizer
-    from condsearch.query.hits import Hits
-    from condsearch.query.resident import LoadedIndex, Resident
-    from condsearch.store.folder import IndexStore, Manifest
-    from condsearch.store.lifecycle import CorpusInfo
+    from condsearch.query import Hits, LoadedIndex, Resident
+    from condsearch.store import CorpusInfo, IndexStore, Manifest
 
 #: the corpus name of data given in memory, where a file's would be its stem
 MEMORY_NAME = "corpus"
@@ -98,7 +95,7 @@ class Model:
             raise CondsearchError("normalize_embeddings=False: condsearch's vectors are always unit length")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise CondsearchError(f"batch_size must be a positive integer, not {batch_size!r}")
-        from condsearch.store.listing import condition_key
+        from condsearch.store import condition_key
 
         # in the form that names an index of this model, as the server's /v1/embeddings encodes it
         return self.vectorizer.encode(
@@ -161,7 +158,7 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
     Not yet normalised: finding an index normalises it, and building one checks it as given first.
     """
-    from condsearch.store.listing import check_condition
+    from condsearch.store import check_condition
 
     if not isinstance(condition, str):
         raise CondsearchError(f"{what}, not {type(condition).__name__}")
@@ -175,7 +172,7 @@ def _condition(condition: object, what: str = "the condition must be a string") 
 
 def _conditions(conditions: object) -> list[str]:
     """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
-    from condsearch.store.conditions import check_new_condition
+    from condsearch.store import check_new_condition
 
     if isinstance(conditions, str):
         return [check_new_condition(_condition(conditions))]
@@ -286,8 +283,8 @@ class Store:
         trust_remote_code: bool = False,
     ) -> None:
         from condsearch.defaults import default_index_dir
-        from condsearch.query.resident import Resident
-        from condsearch.store.folder import IndexStore
+        from condsearch.query import Resident
+        from condsearch.store import IndexStore
 
         self.location = str(location if location is not None else default_index_dir())
         self.milvus = is_milvus(self.location)
@@ -315,7 +312,7 @@ class Store:
         from condsearch.encoders.cpu import available_cores
         from condsearch.encoders.spec import Runtime
         from condsearch.model import load_index_model
-        from condsearch.query.search import vectorizer_key
+        from condsearch.query import vectorizer_key
 
         key = vectorizer_key(manifest)
         if key not in self._models:
@@ -357,8 +354,8 @@ class Store:
         from condsearch.corpus.memory import memory_corpus
         from condsearch.corpus.reader import scan_corpus
         from condsearch.ingest import index_conditions
-        from condsearch.query.search import vectorizer_key
-        from condsearch.store.listing import kept_mode
+        from condsearch.query import vectorizer_key
+        from condsearch.store import kept_mode
 
         if self._store is None:
             raise CondsearchError(
@@ -458,7 +455,7 @@ class Store:
         its kept columns; a bad one raises :class:`~condsearch.errors.FilterError` in one line, and one that
         keeps no row finds nothing.
         """
-        from condsearch.query.search import answer
+        from condsearch.query import answer
 
         texts = _strings([queries] if isinstance(queries, str) else queries, "queries", "query")
         condition, k = _condition(condition), _k(k)
@@ -469,7 +466,7 @@ class Store:
             vec = self._resident.vectorizer(loaded.model_key)
             found = answer(loaded, vec, texts, k, calibrated=calibrated, where=where)
         else:
-            from condsearch.query.sources import open_index
+            from condsearch.query import open_index
 
             try:
                 with open_index(self.location, condition, corpus, corpus_option=CORPUS_KEYWORD) as index:
@@ -486,7 +483,7 @@ class Store:
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
         from condsearch.encoders.spec import Runtime
-        from condsearch.query.on_demand import build_on_demand
+        from condsearch.query import build_on_demand
 
         try:
             return resident.get(condition, corpus)
@@ -510,20 +507,20 @@ class Store:
 
     def list(self) -> builtins.list[CorpusInfo]:
         """Return the store's corpora: each one's name, row count and conditions (with their index names)."""
-        from condsearch.store.lifecycle import corpora
+        from condsearch.store import corpora
 
         return corpora(self._folder_store("list corpora"))
 
     def count(self, corpus: str | None = None) -> int:
         """Return the rows of a corpus [default: the store's only one]."""
-        from condsearch.store.lifecycle import corpus_indexes
+        from condsearch.store import corpus_indexes
 
         return max(m.n_vectors for _, m in corpus_indexes(self._folder_store("count rows"), corpus)[1])
 
     def get(self, ids: Sequence[str | int], *, corpus: str | None = None) -> builtins.list[dict[str, Any]]:
         """Return ``{"id", "text"}`` of each id, in the order given (and ``metadata``, its kept columns, where the
         corpus keeps any); ids not in the corpus raise one line."""
-        from condsearch.store.lifecycle import corpus_indexes, match_ids, read_kept_columns, read_rows
+        from condsearch.store import corpus_indexes, match_ids, read_kept_columns, read_rows
 
         store = self._folder_store("read rows")
         name, mine = corpus_indexes(store, corpus)
@@ -571,7 +568,7 @@ class Store:
 
         Refused in one line while a build or change of the corpus is under way. Queries under way finish.
         """
-        from condsearch.store.lifecycle import drop
+        from condsearch.store import drop
 
         return drop(self._folder_store("drop indexes"), corpus, None if condition is None else _condition(condition))
 

@@ -13,7 +13,7 @@ from condsearch.errors import CondsearchError, first_line
 
 if TYPE_CHECKING:
     from condsearch.errors import CaseVariant
-    from condsearch.store.folder import IndexStore
+    from condsearch.store import IndexStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -54,7 +54,7 @@ def json_line(obj: object) -> str:
 
 def open_store(index_dir: Path | None) -> IndexStore:
     """Return the FAISS index store (imported here, so that --help stays fast)."""
-    from condsearch.store.folder import IndexStore
+    from condsearch.store import IndexStore
 
     return IndexStore(index_dir)
 

@@ -28,7 +28,7 @@ def export_cmd(spec: str, conditions: tuple[str, ...], corpus_name: str | None, 
     for FAISS. A condition's vectors are replaced atomically: readers see the old or the new.
     """
     from condsearch.scale.export import export_indexes
-    from condsearch.store.folder import IndexStore
+    from condsearch.store import IndexStore
 
     if corpus_name is not None and not conditions:
         raise click.UsageError("--corpus picks among the indexes of a --condition")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from condsearch.corpus.reader import CorpusFile
     from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest import BuildReport
-    from condsearch.store.folder import IndexStore
+    from condsearch.store import IndexStore
 
 #: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
 _SPEC_OPTIONS = (
@@ -181,7 +181,7 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     from one the corpus is indexed under only in case (a cased model's) is built only once confirmed (--yes).
     """
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.store.conditions import check_new_condition
+    from condsearch.store import check_new_condition
 
     if not conditions:
         raise click.UsageError(_NO_CONDITION)
@@ -211,7 +211,7 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
 def _confirmed(store: IndexStore, corpus_name: str, conditions: tuple[str, ...]) -> bool:
     """Ask before each build under a case-only variant of an indexed condition (issue 59); return whether any was
     confirmed (False where none is a variant). Refuses, in one line, where stdin is not a terminal."""
-    from condsearch.store.listing import refuse_case_variants
+    from condsearch.store import refuse_case_variants
 
     listing, asked = store.manifests(), False
     for condition in conditions:
@@ -250,7 +250,7 @@ def _settings(
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
     from condsearch.encoders.spec import EncoderSpec, Runtime
-    from condsearch.store.listing import kept_mode
+    from condsearch.store import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem
 

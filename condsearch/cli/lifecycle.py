@@ -22,7 +22,7 @@ def rm_cmd(corpus: str, condition: str | None, yes: bool, index_dir: Path) -> No
 
     Refused while a build or change of the corpus is under way; queries under way finish on the old files.
     """
-    from condsearch.store.lifecycle import corpus_indexes, drop
+    from condsearch.store import corpus_indexes, drop
 
     store = open_store(index_dir)
     try:

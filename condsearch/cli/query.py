@@ -26,12 +26,12 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.errors import CaseVariant, CondsearchError, UnknownCondition, first_line
-from condsearch.query.config import QueryConfig
+from condsearch.query import QueryConfig
 
 if TYPE_CHECKING:
     from condsearch.encoders.spec import Runtime
-    from condsearch.query.search import Answer
-    from condsearch.store.folder import IndexStore
+    from condsearch.query import Answer
+    from condsearch.store import IndexStore
 
 
 def _stdin_queries() -> list[str]:
@@ -151,9 +151,8 @@ def query_cmd(
     """
     from condsearch.encoders.spec import Runtime
     from condsearch.model import vectorizer_for
-    from condsearch.query.calibration import Background
-    from condsearch.query.search import answer, filter_rows
-    from condsearch.store.searchable import FaissIndex
+    from condsearch.query import Background, answer, filter_rows
+    from condsearch.store import FaissIndex
 
     refuse_index_dir_beside_store(store_spec, "query")
     queries = _read_queries(texts, query_file)
@@ -174,7 +173,7 @@ def query_cmd(
         )
 
     if store_spec is not None:
-        from condsearch.query.sources import open_index
+        from condsearch.query import open_index
 
         try:
             with open_index(store_spec, condition, corpus_name) as index:
@@ -242,7 +241,7 @@ def _find_or_build(
         if not build:
             raise
         unknown = exc
-    from condsearch.query.on_demand import OnDemand, build_on_demand
+    from condsearch.query import OnDemand, build_on_demand
 
     def say(line: str) -> None:
         click.echo(f"condsearch: {line}", err=True)
@@ -278,7 +277,7 @@ def _print_answers(found: Answer, as_json: bool) -> None:
 
     Calibrated hits carry their z too (``"z"``; ``z=+3.12`` after the score).
     """
-    from condsearch.query.as_json import query_answer
+    from condsearch.query import query_answer
 
     if found.notice:
         click.echo(f"condsearch: {found.notice}", err=True)
@@ -301,8 +300,8 @@ def _print_answers(found: Answer, as_json: bool) -> None:
 @index_dir_option
 def list_cmd(as_json: bool, index_dir: Path) -> None:
     """List the stored indexes: condition, rows, model, head, dimension."""
-    from condsearch.query.as_json import index_summary
-    from condsearch.store.folder import Manifest
+    from condsearch.query import index_summary
+    from condsearch.store import Manifest
 
     entries = open_store(index_dir).manifests()
     if not entries and not as_json:

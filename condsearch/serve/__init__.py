@@ -6,7 +6,7 @@ files in ``static/``: HTML, JavaScript, CSS).
 
 Importing this package is cheap; FastAPI, uvicorn, torch and FAISS load only in the modules that
 need them (``app``, ``page``, ``server``); the resident indexes and models are
-:class:`condsearch.query.resident.Resident`. Front door: the names below, each loaded on first use.
+:class:`condsearch.query.Resident`. Front door: the names below, each loaded on first use.
 """
 
 from __future__ import annotations

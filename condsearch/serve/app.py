@@ -26,10 +26,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
-from condsearch.errors import CaseVariant, CondsearchError, FilterError, NotBuildable, StoreError, first_line
-from condsearch.query.as_json import index_summary, query_answer
-from condsearch.query.calibration import Background
-from condsearch.query.resident import AmbiguousCondition, QueryJob, Resident, UnknownCondition, split_job
+from condsearch.errors import (
+    AmbiguousCondition,
+    CaseVariant,
+    CondsearchError,
+    FilterError,
+    NotBuildable,
+    StoreError,
+    UnknownCondition,
+    first_line,
+)
+from condsearch.query import Background, QueryJob, Resident, index_summary, query_answer, split_job
 from condsearch.serve.access import RequestLog
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds, add_builds, build_or_accept
@@ -44,8 +51,7 @@ from condsearch.serve.paths import hide_paths
 from condsearch.serve.refusals import MAX_K, ErrorResponse, RequestError, check_request_condition, check_text
 from condsearch.serve.statuses import error_responses
 from condsearch.serve.telemetry import ServeMetrics, add_metrics
-from condsearch.store.folder import IndexStore
-from condsearch.store.manifest import Manifest
+from condsearch.store import IndexStore, Manifest
 from condsearch.version import __version__
 
 log = logging.getLogger(__name__)

@@ -37,13 +37,19 @@ from fastapi.responses import JSONResponse
 from condsearch.base.ann import parse_memory
 from condsearch.encoders.spec import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
-from condsearch.query.on_demand import OnDemand, build_on_demand, plan_on_demand
+from condsearch.query import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.paths import hide_paths
 from condsearch.serve.statuses import error_responses
-from condsearch.store.built_on_demand import built_on_demand, mark_built_on_demand
-from condsearch.store.folder import IndexStore, Manifest, index_name
-from condsearch.store.listing import Listing, check_condition
+from condsearch.store import (
+    IndexStore,
+    Listing,
+    Manifest,
+    check_condition,
+    index_name,
+    mark_built_on_demand,
+    on_demand_sizes,
+)
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +220,7 @@ class Builds:
                 f"{asked}; {mine} conditions you asked for are being built already: try again when they are done",
                 status=429,
             )
-        built = built_on_demand(self.store, listing)
+        built = on_demand_sizes(self.store, listing)
         count, size = len(built) + len(self._running), sum(built.values())
         if count >= self.max_indexes or size >= self.max_bytes:
             held = f"{count} indexes, {size / 2**20:,.1f} MiB"

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from condsearch.defaults import DEFAULT_INDEX_DIR
 from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
 from condsearch.errors import CondsearchError
-from condsearch.query.config import QueryConfig
+from condsearch.query import QueryConfig
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
 #: headers a client may carry the key in (``Authorization: Bearer KEY`` also works)

@@ -11,11 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from condsearch.errors import UnknownCondition, first_line
 from condsearch.serve.refusals import RequestError
-from condsearch.store.folder import IndexStore
-from condsearch.store.lifecycle import CorpusBusy, UnknownCorpus, drop
+from condsearch.store import CorpusBusy, IndexStore, UnknownCorpus, drop
 
 if TYPE_CHECKING:
-    from condsearch.query.resident import Resident
+    from condsearch.query import Resident
 
 
 def drop_route(resident: Resident, corpus: str, condition: str | None) -> dict[str, Any]:

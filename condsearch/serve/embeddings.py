@@ -43,17 +43,14 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.errors import StoreError, UnknownCondition
 from condsearch.model import Vectorizer
-from condsearch.query.resident import QueryJob, Resident
-from condsearch.query.search import vectorizer_key
-from condsearch.query.tokens import estimate_tokens
+from condsearch.query import QueryJob, Resident, estimate_tokens, vectorizer_key
 from condsearch.serve.batching import MicroBatcher
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from condsearch.serve.paths import hide_paths
 from condsearch.serve.refusals import RequestError, check_request_condition, check_text
 from condsearch.serve.statuses import error_responses
-from condsearch.store.listing import Listing, condition_key
-from condsearch.store.manifest import Manifest
+from condsearch.store import Listing, Manifest, condition_key
 
 #: what a client that sends token ids is told (LangChain's OpenAIEmbeddings sends them unless told not to)
 TOKEN_IDS = (

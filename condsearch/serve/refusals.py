@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from condsearch.errors import CondsearchError
-from condsearch.store.conditions import check_new_condition
+from condsearch.store import check_new_condition
 
 #: the most results per query POST /query answers (the page's k box says so too)
 MAX_K = 1000

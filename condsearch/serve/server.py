@@ -19,8 +19,7 @@ import uvicorn
 from fastapi import FastAPI
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from condsearch.query.resident import Resident
-from condsearch.query.sources import open_source
+from condsearch.query import Resident, open_source
 from condsearch.serve.access import log_config
 from condsearch.serve.app import create_app
 from condsearch.serve.config import ServeConfig

@@ -28,7 +28,7 @@ def mark_built_on_demand(store: IndexStore, name: str) -> None:
     path.touch()
 
 
-def built_on_demand(store: IndexStore, listing: Listing) -> dict[str, int]:
+def on_demand_sizes(store: IndexStore, listing: Listing) -> dict[str, int]:
     """Return the bytes on disk of each listed index that was built on demand (by its manifest's file sizes)."""
     folder = store.root / VERSIONS
     marked = {p.name.removesuffix(MARK) for p in folder.glob(f"*{MARK}")} if folder.is_dir() else set()
