@@ -404,7 +404,7 @@ ADAPT_VALUES = {
     "--lr": "0.001",
     "--train-batch-size": "16",
     "--contrast-weight": "0.5",
-    "--distill-weight": "0.25",
+    "--distill-weight": "0",
     "--replay-weight": "0.5",
     "--anchor": "none",
     "--wise-keep": "0.8",

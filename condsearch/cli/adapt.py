@@ -69,7 +69,8 @@ _DEFAULTS = AdaptConfig()
     "distill_weight",
     "--distill-weight",
     type=FiniteFloatRange(min=0),
-    help="Weight of a term keeping each text's plain vector where the start router put it (0: off).",
+    help="Weight of a term keeping each text's plain vector (no condition) where the start router put it "
+    "(0: off); the anchor that keeps what the shipped router knows of other text.",
 )
 @config_option(
     _DEFAULTS,
