@@ -56,6 +56,9 @@ demo: $(STAMP)
 	$(BIN)/condsearch query "$(DEMO_QUERY)" --condition "color of the dress" -k 5
 	@echo
 	$(BIN)/condsearch query "$(DEMO_QUERY)" --condition "the sport being played" -k 5
+	@echo
+	@echo "Captions are the text the shipped router learned on. On your own labelled text, condsearch adapt"
+	@echo "learns your conditions and reports on rows it kept aside whether it paid (README: Your own conditions)."
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
