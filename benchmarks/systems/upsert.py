@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import condsearch
-from benchmarks._lib.common import log
+from benchmarks._lib.common import log, run_info
 from benchmarks._lib.incremental import HashEncoder
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.store.folder import IndexStore
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, encoder = (500, "hash") if args.smoke else (args.rows, args.encoder)
     log("upsert", f"{rows} rows, {encoder} encoder")
     result = run(rows, encoder)
+    result["run"] = run_info("cpu")  # the CPU model and its load: change and rebuild costs differ between kinds
     text = json.dumps(result, indent=2)
     print(text)
     if args.json_out:
