@@ -30,9 +30,7 @@ import argparse
 import os
 import random
 import shutil
-import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._lib.common import log, run_info, write_json
+from benchmarks._lib.server import serving
 from benchmarks.systems.on_demand import CSTS, FIRST, QUERY, corpus_texts
 from benchmarks.systems.serve_builds import index, percentiles, uptime, write_corpus
 
@@ -121,42 +120,14 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def served(store: Path, cache: Path, cap: int | None = None) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Run `condsearch serve` on store in its own process (keyless, loopback, defaults but ``cap``, its
     --max-on-demand-indexes); yield its URL and process."""
-    import httpx
-
-    port = _free_port()
     env = {**os.environ, "CONDSEARCH_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
-    argv = [sys.executable, "-m", "condsearch", "serve", "--index-dir", str(store), "--port", str(port)]
-    argv += [] if cap is None else ["--max-on-demand-indexes", str(cap)]
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the server did not start (exit {server.poll()})")
-            time.sleep(0.2)
+    args = ["--index-dir", str(store)] + ([] if cap is None else ["--max-on-demand-indexes", str(cap)])
+    with serving(args, env) as (url, server):
         yield url, server
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 def reading(label: str, done: int, store: Path, cache: Path, pid: int) -> dict[str, Any]:

@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._lib.common import log, run_info, write_json
-from benchmarks.systems.flood import _free_port, disk_bytes
+from benchmarks._lib.server import serving
+from benchmarks.systems.flood import disk_bytes
 from benchmarks.systems.serve_builds import percentiles, write_corpus
 
 COLOUR, SPORT, PLACE = "the color of the clothing", "the sport being played", "where the scene takes place"
@@ -153,30 +154,8 @@ def served(store: Path, env: dict[str, str]) -> Iterator[str]:
 
     --no-build: a query for a removed condition of a router corpus would otherwise build it again on demand.
     """
-    import httpx
-
-    port = _free_port()
-    argv = [sys.executable, "-m", "condsearch", "serve", "--no-build", "--index-dir", str(store), "--port", str(port)]
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the server did not start (exit {server.poll()})")
-            time.sleep(0.2)
+    with serving(["--no-build", "--index-dir", str(store)], env, timeout=300) as (url, _):
         yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(30)
-        except subprocess.TimeoutExpired:
-            server.kill()
 
 
 @contextmanager
