@@ -216,7 +216,9 @@ def test_the_page_ranks_csr_indexes_and_says_how_to_add_one(
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(f"{server.url}/")
             _expect(page.locator("#conditions option")).to_have_count(2)  # the indexed conditions, suggested
-            assert page.text_content("#add-command") == 'condsearch index FILE -c "the new condition" --mode csr'
+            command = page.text_content("#add-command")
+            assert command.startswith('condsearch index FILE -c "the new condition" --mode csr --name ')
+            assert command.endswith(" --index-dir INDEX_DIR")  # this corpus, in the server's folder (issue 59)
             # the server names a local model's and router's folders by their names, never this machine's paths
             assert page.text_content("#add-model") == f"model {Path(model).name}, router {moved_router.name}, mode csr"
             _search(page, QUERIES[0], COLOUR, SPORT, 3)
