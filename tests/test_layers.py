@@ -1,7 +1,7 @@
 """condsearch's packages are layers: every import points down or across, never up, and no packages loop (issue 60).
 
 Every import counts: those under ``if TYPE_CHECKING:`` and inside functions too. The layers are
-``tools/import_graph.py``'s LAYERS, listed in docs/architecture.md. The front ends (cli/, serve/, api.py)
+``tools/import_graph.py``'s LAYERS, listed in docs/architecture.md. The front ends (cli/, serve/, api/)
 reach other packages through their front doors, the names a package's ``__init__`` exports.
 """
 

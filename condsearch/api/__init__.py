@@ -12,23 +12,30 @@ Searches answer through :func:`condsearch.query.search.answer`, as the CLI and t
 from __future__ import annotations
 
 import builtins
-import numbers
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
-from condsearch.artifacts.profiles import MODE_AUTO, MODE_CASE, MODE_CSR, MODES, Mode
-from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, resolve_router
+from condsearch.api.arguments import (
+    _condition,
+    _conditions,
+    _ids,
+    _k,
+    _metadata,
+    _mode,
+    _router,
+    _strings,
+)
+from condsearch.api.model import Model, load_model
+from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, Mode
+from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
 from condsearch.base.ann import IndexConfig
 from condsearch.corpus.formats import CorpusConfig
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
-from condsearch.errors import CondsearchError, CorpusError, ModelError, UnknownCondition
+from condsearch.encoders.cpu import CpuConfig
+from condsearch.errors import CondsearchError, ModelError, UnknownCondition
 from condsearch.query import QueryConfig, is_milvus
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from condsearch.ingest import ChangeReport
     from condsearch.model import Vectorizer
     from condsearch.query import Hits, LoadedIndex, Resident
@@ -38,230 +45,6 @@ if TYPE_CHECKING:
 MEMORY_NAME = "corpus"
 #: how the API's errors tell the caller to name a corpus
 CORPUS_KEYWORD = "corpus="
-#: what ``router=`` may name besides a folder (as `condsearch index --router`)
-ROUTER_NAMES = (ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE)
-
-
-class Model:
-    """A loaded encoder in its mode: CASE with its profile (adapter, head), or csr with its router.
-
-    Texts under a condition become unit vectors (:meth:`encode`).
-    """
-
-    def __init__(self, vectorizer: Vectorizer) -> None:
-        self.vectorizer = vectorizer
-
-    def __repr__(self) -> str:
-        return f"condsearch.Model({self.model_id!r}, mode={self.mode!r})"
-
-    @property
-    def dim(self) -> int:
-        """Return the vectors' dimension."""
-        return self.vectorizer.dim
-
-    @property
-    def model_id(self) -> str:
-        return self.vectorizer.encoder.model_id
-
-    @property
-    def mode(self) -> Mode:
-        """Return how the vectors are made: 'case' (the CASE bi-encoder) or 'csr' (the router tri-encoder)."""
-        return MODE_CSR if self.vectorizer.mode == MODE_CSR else MODE_CASE
-
-    @property
-    def router(self) -> str | None:
-        """Return the router as an index records it ('none', 'default' or its folder); None in CASE mode."""
-        if self.mode != MODE_CSR:
-            return None
-        return str(self.vectorizer.encoder.describe().get("router"))
-
-    def encode(
-        self,
-        texts: Sequence[str],
-        condition: str,
-        *,
-        batch_size: int = ENCODE_BATCH_SIZE,
-        show_progress_bar: bool = False,
-        normalize_embeddings: bool = True,
-    ) -> np.ndarray:
-        """Return the vectors of texts under condition: (n, dim) float32, unit length.
-
-        batch_size, show_progress_bar: as sentence-transformers' ``encode`` spells them.
-        normalize_embeddings: the vectors are always unit length (the index's cosine); False is refused.
-        """
-        if isinstance(texts, str):
-            raise CondsearchError("encode takes a list of texts; wrap one text in a list")
-        if not normalize_embeddings:
-            raise CondsearchError("normalize_embeddings=False: condsearch's vectors are always unit length")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise CondsearchError(f"batch_size must be a positive integer, not {batch_size!r}")
-        from condsearch.store import condition_key
-
-        # in the form that names an index of this model, as the server's /v1/embeddings encodes it
-        return self.vectorizer.encode(
-            _strings(texts, "texts", "text"),
-            condition_key(_condition(condition), self.model_id),
-            batch_size=batch_size,
-            progress=show_progress_bar,
-        )
-
-
-def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
-    """Return values as a list, refusing any that is not a string or not valid UTF-8, in one line."""
-    from condsearch.corpus.memory import check_utf8
-
-    if isinstance(values, bytes | bytearray) or not isinstance(values, Iterable):
-        raise CondsearchError(f"{what} must be a list of strings, not {type(values).__name__}")
-    values = list(values)
-    for value in values:
-        if not isinstance(value, str):
-            raise CondsearchError(f"{what} must be strings, not {type(value).__name__}")
-    check_utf8(values, each)
-    return values  # type: ignore[return-value]
-
-
-def _ids(ids: object) -> list[str | int]:
-    """Return ids as a list of strings or integers (a bool is neither), refusing anything else in one line."""
-    if isinstance(ids, str | bytes | bytearray) or not isinstance(ids, Iterable):
-        raise CondsearchError(f"ids must be a list of strings or integers, not {type(ids).__name__}")
-    out = list(ids)
-    for i in out:
-        if isinstance(i, bool) or not isinstance(i, str | numbers.Integral):
-            raise CondsearchError(f"ids must be strings or integers, not {type(i).__name__}")
-    return [i if isinstance(i, str) else int(i) for i in out]
-
-
-def _metadata(metadata: object, n: int) -> builtins.list[dict[str, Any] | None] | None:
-    """Return upsert's metadata as one dict (or None) per row, refusing any other shape or count in one line."""
-    from condsearch.corpus.memory import is_table
-
-    if metadata is None:
-        return None
-    if is_table(metadata):
-        import pyarrow as pa
-
-        table = metadata if isinstance(metadata, pa.Table | pa.RecordBatch) else pa.Table.from_pandas(metadata)
-        metadata = table.to_pylist()
-    if isinstance(metadata, dict | str | bytes) or not isinstance(metadata, Iterable):
-        raise CondsearchError(f"metadata must be a list of dicts, one per text, not {type(metadata).__name__}")
-    rows = builtins.list(metadata)
-    if len(rows) != n:
-        raise CondsearchError(f"{len(rows)} metadata entries for {n} texts: give one per text")
-    for row in rows:
-        if row is not None and not (isinstance(row, dict) and all(isinstance(c, str) for c in row)):
-            raise CondsearchError(f"metadata entries must be dicts by column name (or None), not {type(row).__name__}")
-    return rows
-
-
-def _condition(condition: object, what: str = "the condition must be a string") -> str:
-    """Return a condition stripped, refusing one that is not a string, is blank or invisible or is not valid UTF-8.
-
-    Not yet normalised: finding an index normalises it, and building one checks it as given first.
-    """
-    from condsearch.store import check_condition
-
-    if not isinstance(condition, str):
-        raise CondsearchError(f"{what}, not {type(condition).__name__}")
-    try:
-        condition.encode("utf-8")
-    except UnicodeEncodeError:
-        raise CorpusError(f"the condition {ascii(condition[:60])} is not valid UTF-8") from None
-    check_condition(condition)
-    return condition.strip()
-
-
-def _conditions(conditions: object) -> list[str]:
-    """Return the conditions to index under: one string or a list of them, at least one, each one a new index takes."""
-    from condsearch.store import check_new_condition
-
-    if isinstance(conditions, str):
-        return [check_new_condition(_condition(conditions))]
-    if not isinstance(conditions, Sequence):
-        raise CondsearchError(f"conditions must be strings, not {type(conditions).__name__}")
-    if not conditions:
-        raise CondsearchError("no condition given: name at least one to index under")
-    return [check_new_condition(_condition(c, "conditions must be strings")) for c in conditions]
-
-
-def _k(k: object) -> int:
-    """Return k as an int: any integer (numpy's too) but a bool; a float or anything else is refused."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise CondsearchError(f"k must be an integer, not {type(k).__name__} {k!r}")
-    return int(k)
-
-
-def _mode(mode: object, model: str | None, *, profile: bool, router: bool, kept: Mode | None = None) -> Mode:
-    """Return the mode named, or the front ends' default's (auto: as ``index --mode auto`` resolves it).
-
-    Anything but 'auto', 'case' or 'csr' is refused in one line.
-    """
-    from condsearch.artifacts import profiles
-
-    if mode is None:
-        mode = profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
-    if not isinstance(mode, str) or mode not in (profiles.MODE_AUTO, *MODES):
-        raise CondsearchError(f"mode must be 'auto', {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
-    return profiles.resolve_mode(mode, model, case_settings=profile, router=router, kept=kept)
-
-
-def _router(router: object) -> str | None:
-    """Return router as a string (a folder's path), None for none given; other types and blanks are refused."""
-    if router is None:
-        return None
-    names = ", ".join(repr(n) for n in ROUTER_NAMES)
-    if isinstance(router, Path):
-        return str(router)
-    if not isinstance(router, str):
-        raise CondsearchError(f"router must be {names} or a router folder, not {type(router).__name__}")
-    if not router.strip():
-        raise CondsearchError(f"router must be {names} or a router folder, not {router!r}")
-    return router
-
-
-def load_model(
-    model: str | None = None,
-    *,
-    mode: str | None = None,
-    profile: str | None = None,
-    router: str | Path | None = None,
-    device: str | None = None,
-    quantize: Quantize = CpuConfig.quantize,
-    threads: int | None = CpuConfig.threads,
-    trust_remote_code: bool = False,
-) -> Model:
-    """Load a model as `condsearch index` does with the same flags (--model, --mode, --profile, --router, …).
-
-    ``model``: a model id or folder [default: the embedded all-MiniLM-L6-v2]; ``mode``: 'case'
-    (the CASE bi-encoder: one forward pass per pair), 'csr' (the router tri-encoder over cached
-    sentence states) or 'auto' (csr for the default model unless ``profile`` is given, case for
-    other models) [default: `condsearch index`'s --mode,
-    :data:`condsearch.artifacts.profiles.DEFAULT_MODE`]; ``profile`` (case): 'full', 'lora',
-    'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the default model's
-    'full']; ``router`` (csr): 'default' (shipped for the default model), 'none' (untrained), 'auto'
-    or a folder from `condsearch train router` [default: auto, 'default' for the default model, else
-    'none']; ``device``: a torch device [default: CUDA where present]; ``quantize`` (case): 'none'
-    (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
-    not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
-    """
-    from condsearch.encoders.spec import EncoderSpec, Runtime
-    from condsearch.model import load_bulk_vectorizer, load_vectorizer
-
-    router, quantize = _router(router), check_quantize(quantize)
-    mode = _mode(mode, model, profile=profile is not None, router=router is not None)
-    # the mode's own keywords only, refused as `condsearch index` refuses its flags (a dropped one is a defect)
-    if mode == MODE_CSR and profile is not None:
-        raise ModelError("profile= applies to mode='case'; mode='csr' routes with router=")
-    if mode == MODE_CASE and router is not None:
-        raise ModelError("router= applies to mode='csr'")
-    runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
-    spec = EncoderSpec(model=model, mode=mode, profile=profile, router=router, quantize=quantize, runtime=runtime)
-    # the router's passes as `index` runs them on this CPU (its float32 export, or bfloat16 where measured
-    # faster); CASE as torch loads it, in --dtype auto's choice for the CPU
-    vec = load_bulk_vectorizer(spec) if mode == MODE_CSR else load_vectorizer(spec)
-    if quantize != CpuConfig.quantize and vec.encoder.describe().get("quantize") != quantize:
-        # an encoder that cannot run so loads as float32: refused, never indexed as if quantised
-        raise ModelError(f"quantize={quantize!r} does not apply to mode={mode!r} here: its model runs in float32")
-    return Model(vec)
 
 
 class Store:
