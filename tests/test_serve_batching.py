@@ -205,7 +205,8 @@ def test_a_new_request_goes_before_the_rest_of_a_large_one() -> None:
         release.wait(5)
         return [i.upper() for i in items]
 
-    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=len, max_cost=4) as batcher:
+    # light_cost 0: no request is light here (light ones: test_light_requests_run_in_a_batch_of_their_own_first)
+    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=len, max_cost=4, light_cost=0) as batcher:
         large = batcher.submit_parts(["aaaa", "bbbb", "cccc", "dddd"])  # four parts of the whole budget
         assert first.wait(5)  # its first part is running
         small = batcher.submit("x")
@@ -215,6 +216,50 @@ def test_a_new_request_goes_before_the_rest_of_a_large_one() -> None:
         assert other.result(5) == ["YY", "ZZ"]
     # the requests that had no part run go first, one part each within the budget; then in turn
     assert calls == [["aaaa"], ["x", "yy"], ["bbbb"], ["zz"], ["cccc"], ["dddd"]]
+
+
+def _gated_costs(calls: list[list[int]], gate: threading.Event):
+    def run(items: list[int]) -> list[int]:
+        gate.wait(5)
+        calls.append(list(items))
+        return items
+
+    return run
+
+
+def test_light_requests_run_in_a_batch_of_their_own_first() -> None:
+    """Issue 58: a known query (one part, few tokens) waits for no heavy part beside it."""
+    calls: list[list[int]] = []
+    gate = threading.Event()
+    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.01, cost=lambda n: n, max_cost=2048) as b:
+        first = b.submit(5)  # held in its batch while the rest queue up
+        time.sleep(0.05)
+        heavy = [b.submit_parts([700, 700, 700]) for _ in range(3)]
+        light = [b.submit(n) for n in (3, 4, 6)]
+        gate.set()
+        assert first.result(5) == 5 and [f.result(5) for f in light] == [3, 4, 6]
+        assert [f.result(5) for f in heavy] == [[700, 700, 700]] * 3
+    assert calls[0] == [5] and sorted(calls[1]) == [3, 4, 6], calls  # the light ones next, alone
+    assert all(c == [n for n in c if n >= 700] for c in calls[2:]), calls
+
+
+def test_heavy_batches_stay_short_while_light_requests_arrive() -> None:
+    """Within LIGHT_RECENT_S of a light request, a batch of heavy parts holds a quarter of max_cost."""
+    calls: list[list[int]] = []
+    gate = threading.Event()
+    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.01, cost=lambda n: n, max_cost=2048) as b:
+        first = b.submit(5)
+        time.sleep(0.05)
+        heavy = [b.submit_parts([256, 256]) for _ in range(8)]
+        gate.set()
+        assert first.result(5) == 5 and all(f.result(5) == [256, 256] for f in heavy)
+    assert all(sum(c) <= 2048 // 4 for c in calls[1:]), calls
+    calls.clear()
+    gate.set()
+    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.05, cost=lambda n: n, max_cost=2048) as b:
+        heavy = [b.submit_parts([256, 256]) for _ in range(8)]  # no light request: full batches
+        assert all(f.result(5) == [256, 256] for f in heavy)
+    assert max(map(sum, calls)) > 2048 // 4, calls
 
 
 def test_a_failed_part_fails_its_request_and_its_other_parts_do_not_run() -> None:

@@ -10,6 +10,7 @@ are refused in one line, the store untouched.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -102,6 +103,7 @@ class HeldBuild:
 
     def __call__(self, *args: Any, **kwargs: Any) -> OnDemand:
         self.calls += 1
+        self.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if hasattr(os, "getpriority") else 0
         self.started.set()
         assert self.release.wait(60)
         return build_on_demand(*args, **kwargs)
@@ -187,6 +189,22 @@ def test_other_queries_are_answered_while_a_build_runs(folder: Path, held: HeldB
             held.release.set()
             assert waiting.result().status_code == 200
     assert held.calls == 1
+
+
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
+def test_a_build_runs_at_a_lower_cpu_priority_than_the_queries(folder: Path, held: HeldBuild) -> None:
+    """Issue 58: a flood of new conditions took the known queries' CPU; a build's thread (and the threads it
+    starts) now runs niced, so the queries go first."""
+    from condsearch.serve.builds import BUILD_NICE
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with serve(folder) as server, httpx.Client(base_url=server.url, timeout=60) as http:
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(ask, http, SPORT)
+            assert held.started.wait(60)
+            held.release.set()
+            assert waiting.result().status_code == 200
+    assert held.nice == min(19, mine + BUILD_NICE)
 
 
 def test_no_build_keeps_the_404(folder: Path) -> None:

@@ -240,6 +240,7 @@ def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
         size=lambda job: len(job.queries),
         cost=lambda job: job.n_tokens,
         max_cost=config.max_batch_tokens,
+        light_cost=config.light_request_tokens,
     )
 
     builds = Builds.of(resident.store, config)

@@ -8,7 +8,11 @@ A request may come in parts (:meth:`MicroBatcher.submit_parts`): a large one spl
 batch holds more than ``max_batch`` items' size or ``max_cost`` of their cost (tokens, for the
 server). Each batch takes at most one part of each request, requests that have had the fewest
 parts run going first, so a small request that arrives while a large one is answered waits for
-one batch at most, not for the whole of the large one.
+one batch at most, not for the whole of the large one. A light request (one part of at most
+``light_cost``: a query of a few words) does not share a batch with heavy parts while it waits: the
+light ones run in a batch of their own first, and while light requests keep arriving (one in the last
+``LIGHT_RECENT_S``) a batch of heavy parts holds a quarter of ``max_cost``, so a light request waits for
+a short batch at most (issue 58: a known query beside a flood of embeddings).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
+#: seconds after a light request during which heavy batches are kept short
+LIGHT_RECENT_S = 1.0
 
 
 @dataclass
@@ -89,13 +95,15 @@ class MicroBatcher(Generic[T, R]):
         size: Callable[[T], int] = lambda _: 1,
         cost: Callable[[T], int] = lambda _: 0,
         max_cost: int = ServeConfig.max_batch_tokens,
+        light_cost: int = ServeConfig.light_request_tokens,
         name: str = "condsearch-batcher",
     ) -> None:
-        if max_batch <= 0 or window_s < 0 or max_cost <= 0:
-            raise ValueError("max_batch and max_cost must be positive and window_s non-negative")
+        if max_batch <= 0 or window_s < 0 or max_cost <= 0 or light_cost < 0:
+            raise ValueError("max_batch and max_cost must be positive, window_s and light_cost non-negative")
         self._run, self._size, self._cost = run, size, cost
-        self.max_batch, self.window_s, self.max_cost = max_batch, window_s, max_cost
+        self.max_batch, self.window_s, self.max_cost, self.light_cost = max_batch, window_s, max_cost, light_cost
         self.stats = BatchStats()
+        self._light_at = -LIGHT_RECENT_S  # when a light request was last seen
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._seq = 0
@@ -155,14 +163,21 @@ class MicroBatcher(Generic[T, R]):
             stopping = self._take_waiting(active) or stopping
             # the fewest parts run first, then the earliest: a new request goes before a large one's next part
             active.sort(key=lambda p: (p.handed, p.seq))
+            light_only = any(map(self._light, active))  # light requests first, in a batch of their own
+            now = time.monotonic()
+            if light_only:
+                self._light_at = now
+            max_cost = self.max_cost if light_only or now - self._light_at > LIGHT_RECENT_S else self.max_cost // 4
             batch: list[tuple[_Pending[T, R], int]] = []
             weight = cost = 0
             for pending in active:
-                if not self._add(batch, pending, weight, cost):
+                if light_only and not self._light(pending):
+                    continue
+                if not self._add(batch, pending, weight, cost, max_cost):
                     break
                 weight, cost = self._weigh(batch)
             deadline = time.monotonic() + self.window_s
-            while not stopping and weight < self.max_batch and cost < self.max_cost:
+            while not stopping and weight < self.max_batch and cost < max_cost:
                 remaining = deadline - time.monotonic()
                 try:
                     got = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
@@ -172,7 +187,9 @@ class MicroBatcher(Generic[T, R]):
                     stopping = True
                     break
                 active.append(got)  # type: ignore[arg-type]
-                if not self._add(batch, got, weight, cost):  # type: ignore[arg-type]
+                if light_only and not self._light(got):  # type: ignore[arg-type]
+                    continue  # it waits for a batch of heavy parts
+                if not self._add(batch, got, weight, cost, max_cost):  # type: ignore[arg-type]
                     break  # it starts the next batch
                 weight, cost = self._weigh(batch)
             self._answer(batch)
@@ -188,10 +205,16 @@ class MicroBatcher(Generic[T, R]):
                 return True
             active.append(got)  # type: ignore[arg-type]
 
-    def _add(self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int) -> bool:
+    def _light(self, pending: _Pending[T, R]) -> bool:
+        """Return whether pending is a light request not yet handed out: one part of at most ``light_cost``."""
+        return pending.handed == 0 and len(pending.parts) == 1 and self._cost(pending.parts[0]) <= self.light_cost
+
+    def _add(
+        self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int, max_cost: int
+    ) -> bool:
         """Add pending's next part to batch if the batch is empty or it fits; return whether it was added."""
         part = pending.parts[pending.handed]
-        if batch and (weight + self._size(part) > self.max_batch or cost + self._cost(part) > self.max_cost):
+        if batch and (weight + self._size(part) > self.max_batch or cost + self._cost(part) > max_cost):
             return False
         batch.append((pending, pending.handed))
         pending.handed += 1

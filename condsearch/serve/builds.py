@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import threading
 import time
@@ -56,6 +57,20 @@ log = logging.getLogger(__name__)
 Status = Literal["queued", "building", "done", "failed"]
 #: finished jobs kept for GET /builds/{id}, newest last
 KEEP_FINISHED = 256
+#: the nice value of a build's threads (Linux: per thread, inherited by the threads it starts, torch's
+#: and onnxruntime's workers included): a build takes the CPU that queries leave (issue 58)
+BUILD_NICE = 10
+
+
+def yield_cpu_to_queries(nice: int = BUILD_NICE) -> None:
+    """Lower the calling thread's CPU priority by ``nice`` (where the system allows it; elsewhere nothing)."""
+    if not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+    except OSError as exc:  # a sandbox that forbids it: builds run at the queries' priority
+        log.debug("cannot lower a build thread's priority (%s)", exc)
 
 
 @dataclass
@@ -134,7 +149,7 @@ class Builds:
         self.max_indexes = max_indexes
         self.max_bytes = parse_memory(ServeConfig.max_on_demand_bytes) if max_bytes is None else max_bytes
         self._build = build or build_on_demand  # looked up now: a test may put another in its place
-        self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build")
+        self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build", initializer=yield_cpu_to_queries)
         self._jobs: dict[str, BuildJob] = {}
         self._running: dict[tuple[str, str], BuildJob] = {}
         self._lock = threading.Lock()

@@ -76,6 +76,9 @@ class ServeConfig:
     #: (8 queries at the default model's 256 tokens; a long query counts only the tokens the model reads).
     #: 4096 doubled the wait of a small request beside a large one and answered the large one no sooner
     max_batch_tokens: int = 2048
+    #: a request of one part and at most this many tokens (a query of a few words) is light: it does not wait in a
+    #: batch with heavy parts (embeddings of many texts, a batch of long queries), light ones run first
+    light_request_tokens: int = 64
     #: how often the store listing is re-read to notice replaced, added or removed indexes (seconds)
     reload_interval_s: float = QueryConfig.reload_interval_s
     #: a request waiting longer than this for its batch gets a 503
