@@ -30,7 +30,7 @@ from condsearch.api.model import Model, load_model
 from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, Mode
 from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
 from condsearch.base.ann import IndexConfig
-from condsearch.corpus.formats import CorpusConfig
+from condsearch.corpus import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, UnknownCondition
 from condsearch.query import QueryConfig, is_milvus
@@ -134,8 +134,7 @@ class Store:
         opened with one, must be that mode and router (else a one-line CondsearchError); without
         one, the default model is loaded so [default: :func:`load_model`'s].
         """
-        from condsearch.corpus.memory import memory_corpus
-        from condsearch.corpus.reader import scan_corpus
+        from condsearch.corpus import memory_corpus, scan_corpus
         from condsearch.ingest import index_conditions
         from condsearch.query import vectorizer_key
         from condsearch.store import kept_mode

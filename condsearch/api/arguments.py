@@ -18,7 +18,7 @@ ROUTER_NAMES = (ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE)
 
 def _strings(values: Iterable[object], what: str, each: str) -> list[str]:
     """Return values as a list, refusing any that is not a string or not valid UTF-8, in one line."""
-    from condsearch.corpus.memory import check_utf8
+    from condsearch.corpus import check_utf8
 
     if isinstance(values, bytes | bytearray) or not isinstance(values, Iterable):
         raise CondsearchError(f"{what} must be a list of strings, not {type(values).__name__}")
@@ -43,7 +43,7 @@ def _ids(ids: object) -> list[str | int]:
 
 def _metadata(metadata: object, n: int) -> builtins.list[dict[str, Any] | None] | None:
     """Return upsert's metadata as one dict (or None) per row, refusing any other shape or count in one line."""
-    from condsearch.corpus.memory import is_table
+    from condsearch.corpus import is_table
 
     if metadata is None:
         return None

@@ -92,7 +92,7 @@ def _quiet_transformers() -> None:
 @click.argument("out", type=click.Path(dir_okay=False, path_type=Path))
 def demo_corpus_cmd(out: Path) -> None:
     """Write the bundled demo corpus (captions varying colour, sport, place, …) to OUT as parquet."""
-    from condsearch.corpus.demo import write_demo_corpus
+    from condsearch.corpus import write_demo_corpus
 
     try:
         n = write_demo_corpus(out)

@@ -12,7 +12,7 @@ import click
 from condsearch.cli.common import CONTEXT
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, device_option
 from condsearch.cli.pairs import _label_spec
-from condsearch.corpus.formats import FORMATS, CorpusConfig
+from condsearch.corpus import FORMATS, CorpusConfig
 from condsearch.errors import CondsearchError, first_line
 from condsearch.train.adapt import ANCHORS, ID_COLUMN, AdaptConfig
 

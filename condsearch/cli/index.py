@@ -29,12 +29,12 @@ from condsearch.cli.options import (
     threads_option,
     trust_option,
 )
-from condsearch.corpus.formats import FORMATS, CorpusConfig
+from condsearch.corpus import FORMATS, CorpusConfig
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CaseVariant, CondsearchError
 
 if TYPE_CHECKING:
-    from condsearch.corpus.reader import CorpusFile
+    from condsearch.corpus import CorpusFile
     from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest import BuildReport
     from condsearch.store import IndexStore
@@ -180,7 +180,7 @@ def index_cmd(corpus: Path, conditions: tuple[str, ...], **params: Any) -> None:
     (actors on workers and GPUs); --store also publishes the indexes to Milvus. A condition that differs
     from one the corpus is indexed under only in case (a cased model's) is built only once confirmed (--yes).
     """
-    from condsearch.corpus.reader import scan_corpus
+    from condsearch.corpus import scan_corpus
     from condsearch.store import check_new_condition
 
     if not conditions:

@@ -9,8 +9,7 @@ import click
 
 from condsearch.cli.common import CONTEXT
 from condsearch.cli.options import FiniteFloatRange, config_option
-from condsearch.corpus.csts import LABEL_MAX, LABEL_MIN
-from condsearch.corpus.formats import FORMATS, CorpusConfig
+from condsearch.corpus import FORMATS, LABEL_MAX, LABEL_MIN, CorpusConfig
 from condsearch.errors import CondsearchError, first_line
 from condsearch.train.pairs import LabelSpec, PairsConfig, check_label_specs, parse_label_spec
 
