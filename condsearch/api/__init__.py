@@ -27,8 +27,7 @@ from condsearch.api.arguments import (
     _strings,
 )
 from condsearch.api.model import Model, load_model
-from condsearch.artifacts.profiles import MODE_AUTO, MODE_CSR, Mode
-from condsearch.artifacts.routers import ROUTER_AUTO, resolve_router
+from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, Mode, resolve_router
 from condsearch.base.ann import IndexConfig
 from condsearch.corpus import CorpusConfig
 from condsearch.encoders.cpu import CpuConfig

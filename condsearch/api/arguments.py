@@ -8,8 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from condsearch.artifacts.profiles import MODES, Mode
-from condsearch.artifacts.routers import ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE
+from condsearch.artifacts import MODES, ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, Mode
 from condsearch.errors import CondsearchError, CorpusError
 
 #: what ``router=`` may name besides a folder (as `condsearch index --router`)
@@ -105,13 +104,13 @@ def _mode(mode: object, model: str | None, *, profile: bool, router: bool, kept:
 
     Anything but 'auto', 'case' or 'csr' is refused in one line.
     """
-    from condsearch.artifacts import profiles
+    from condsearch.artifacts import DEFAULT_MODE, MODE_AUTO, resolve_mode
 
     if mode is None:
-        mode = profiles.DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
-    if not isinstance(mode, str) or mode not in (profiles.MODE_AUTO, *MODES):
+        mode = DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too
+    if not isinstance(mode, str) or mode not in (MODE_AUTO, *MODES):
         raise CondsearchError(f"mode must be 'auto', {' or '.join(repr(m) for m in MODES)}, not {mode!r}")
-    return profiles.resolve_mode(mode, model, case_settings=profile, router=router, kept=kept)
+    return resolve_mode(mode, model, case_settings=profile, router=router, kept=kept)
 
 
 def _router(router: object) -> str | None:

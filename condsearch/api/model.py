@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from condsearch.api.arguments import _condition, _mode, _router, _strings
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Mode
+from condsearch.artifacts import MODE_CASE, MODE_CSR, Mode
 from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, ModelError

@@ -16,8 +16,7 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO
-from condsearch.artifacts.routers import ROUTER_AUTO
+from condsearch.artifacts import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO, ROUTER_AUTO
 from condsearch.csr import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from condsearch.artifacts.profiles import MODE_CASE
+from condsearch.artifacts import MODE_CASE
 from condsearch.cli.common import CONTEXT, check_utf8, confirm_case_variant, fail, json_line, open_store, yes_option
 from condsearch.cli.options import (
     device_option,

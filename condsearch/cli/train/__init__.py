@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, MODES
+from condsearch.artifacts import MODE_CASE, MODE_CSR, MODES
 from condsearch.base.model_sources import DEFAULT_MODEL
 from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
