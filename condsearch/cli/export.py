@@ -27,7 +27,7 @@ def export_cmd(spec: str, conditions: tuple[str, ...], corpus_name: str | None, 
     manifest goes with them, so query --store checks the model, head, adapter and router as
     for FAISS. A condition's vectors are replaced atomically: readers see the old or the new.
     """
-    from condsearch.scale.export import export_indexes
+    from condsearch.scale import export_indexes
     from condsearch.store import IndexStore
 
     if corpus_name is not None and not conditions:

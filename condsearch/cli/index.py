@@ -324,8 +324,7 @@ def _encode(
         )
         return reports, backend_of(vec)
     # Ray encodes every row (--full is what it does anyway), with torch on its actors (int8: its export)
-    from condsearch.scale.config import RayConfig
-    from condsearch.scale.ray_encode import ray_index_conditions
+    from condsearch.scale import RayConfig, ray_index_conditions
 
     ray = RayConfig(address=params["ray_address"], actors=params["ray_actors"], work_dir=params["ray_work_dir"])
     reports = ray_index_conditions(data, conditions, spec, store, config=ray, **build)
@@ -334,7 +333,7 @@ def _encode(
 
 def _publish(store: IndexStore, reports: list[BuildReport], store_spec: str) -> None:
     """Publish the indexes just written to the Milvus store_spec names (--store)."""
-    from condsearch.scale.export import export_indexes
+    from condsearch.scale import export_indexes
 
     for entry in export_indexes(store, [r.name for r in reports], store_spec):
         click.echo(

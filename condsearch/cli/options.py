@@ -22,7 +22,7 @@ from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
 from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig
 from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import CondsearchError, first_line
-from condsearch.scale.config import RayConfig, check_address
+from condsearch.scale import RayConfig, check_address
 
 F = TypeVar("F", bound=Callable[..., Any])
 C = TypeVar("C")
@@ -332,8 +332,7 @@ def _store_spec(ctx: click.Context, param: click.Parameter, value: str | None, *
     """Check a --store value, and a Milvus Lite path on disk: writers may create a database, readers may not."""
     if value is None:
         return None
-    from condsearch.scale.lite import check_lite_path
-    from condsearch.scale.milvus import parse_store
+    from condsearch.scale import check_lite_path, parse_store
 
     try:
         target = parse_store(value)
