@@ -319,6 +319,8 @@ def soak(url: str, pid: int, store: Path, cache: Path, args: argparse.Namespace)
         "good_failed": good_failed,
         "failures": failed,
         "rss_mb": {"start": rss[0], "end": rss[-1], "peak": max(rss)},
+        # the peak of each minute (samples a second apart): whether RSS levels off or keeps growing
+        "rss_mb_peak_each_minute": [max(rss[i : i + 60]) for i in range(0, len(rss), 60)],
         "readings": [start, reading("end", sum(tally.values()), store, cache, pid)],
     }
 
