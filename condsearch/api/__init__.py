@@ -30,7 +30,7 @@ from condsearch.api.model import Model, load_model
 from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, Mode, resolve_router
 from condsearch.base.ann import IndexConfig
 from condsearch.corpus import CorpusConfig
-from condsearch.encoders.cpu import CpuConfig
+from condsearch.encoders import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, UnknownCondition
 from condsearch.query import QueryConfig, is_milvus
 
@@ -91,8 +91,7 @@ class Store:
         :func:`condsearch.model.policy.load_index_model` is the server's policy too (onnxruntime on the CPU
         where the index allows it), so a search here answers exactly as `condsearch serve` does.
         """
-        from condsearch.encoders.cpu import available_cores
-        from condsearch.encoders.spec import Runtime
+        from condsearch.encoders import Runtime, available_cores
         from condsearch.model import load_index_model
         from condsearch.query import vectorizer_key
 
@@ -263,7 +262,7 @@ class Store:
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
-        from condsearch.encoders.spec import Runtime
+        from condsearch.encoders import Runtime
         from condsearch.query import build_on_demand
 
         try:

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING
 
 from condsearch.api.arguments import _condition, _mode, _router, _strings
 from condsearch.artifacts import MODE_CASE, MODE_CSR, Mode
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import CpuConfig, Quantize, check_quantize
+from condsearch.encoders import ENCODE_BATCH_SIZE, CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, ModelError
 
 if TYPE_CHECKING:
@@ -107,7 +106,7 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.encoders import EncoderSpec, Runtime
     from condsearch.model import load_bulk_vectorizer, load_vectorizer
 
     router, quantize = _router(router), check_quantize(quantize)

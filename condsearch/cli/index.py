@@ -29,12 +29,12 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.corpus import FORMATS, CorpusConfig
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.encoders import ENCODE_BATCH_SIZE
 from condsearch.errors import CaseVariant, CondsearchError
 
 if TYPE_CHECKING:
     from condsearch.corpus import CorpusFile
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.encoders import EncoderSpec
     from condsearch.ingest import BuildReport
     from condsearch.store import IndexStore
 
@@ -248,7 +248,7 @@ def _settings(
 
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.encoders import EncoderSpec, Runtime
     from condsearch.store import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem

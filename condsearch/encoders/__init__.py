@@ -9,6 +9,8 @@ over several GPUs, ``runtime`` picks devices, dtype and attention, and ``cpu`` h
 is ``onnx_export`` (tracing ``onnx_trace``), ``onnx_files`` and ``bert_inputs``; ``rounding`` bounds
 how far two correct float runs may differ. ``spec`` is the one spec object every loader takes
 (:class:`~condsearch.encoders.spec.EncoderSpec`), and ``lowrank`` ships a full fine-tune as a low-rank delta adapter.
+Front door: the names in ``__all__`` (:func:`load_encoder` and :class:`EncoderSpec` first); those not
+defined or imported here are loaded on first use, so that importing this package loads no torch.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from condsearch.base.front_door import lazy_names
 from condsearch.base.model_sources import ModelSource, read_config, resolve_model
 from condsearch.encoders.base import Encoder, EncodeStats, Pair
 from condsearch.encoders.cpu import apply_threads, check_quantize
@@ -37,17 +40,36 @@ if TYPE_CHECKING:
     import torch
 
     from condsearch.artifacts.profiles import Profile
+    from condsearch.encoders.base import ENCODE_BATCH_SIZE
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.encoders.cpu import (
+        BACKEND_CHOICES,
+        QUANTIZE_CHOICES,
+        Backend,
+        CpuConfig,
+        Quantize,
+        available_cores,
+        passive_waits,
+    )
+    from condsearch.encoders.spec import EncoderSpec, Runtime
 
+#: public name -> the module of this package it is imported from, when first asked for: torch loads only when
+#: an encoder is built, so that importing the choices stays fast (CLI --help)
+_HOMES = {
+    "BACKEND_CHOICES": "cpu",
+    "Backend": "cpu",
+    "BertStyleEncoder": "bert",
+    "CpuConfig": "cpu",
+    "ENCODE_BATCH_SIZE": "base",
+    "EncoderSpec": "spec",
+    "QUANTIZE_CHOICES": "cpu",
+    "Quantize": "cpu",
+    "Runtime": "spec",
+    "available_cores": "cpu",
+    "passive_waits": "cpu",
+}
 
-def __getattr__(name: str) -> Any:
-    # torch loads only when an encoder is built, so that importing the choices stays fast (CLI --help).
-    if name == "BertStyleEncoder":
-        from condsearch.encoders.bert import BertStyleEncoder
-
-        return BertStyleEncoder
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_names(__name__, _HOMES)
 
 
 def model_config(source: ModelSource) -> dict[str, object]:
@@ -246,12 +268,27 @@ def _load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = 
 
 
 __all__ = [
+    "BACKEND_CHOICES",
+    "DTYPES",
+    "ENCODE_BATCH_SIZE",
+    "POOLINGS",
+    "PRESETS",
+    "QUANTIZE_CHOICES",
+    "Backend",
     "BertStyleEncoder",
+    "CpuConfig",
     "DecoderAttention",
     "EncodeStats",
     "Encoder",
+    "EncoderSpec",
     "Pair",
     "PromptTemplates",
+    "Quantize",
+    "Runtime",
+    "available_cores",
+    "check_quantize",
     "load_encoder",
     "model_config",
+    "model_family",
+    "passive_waits",
 ]

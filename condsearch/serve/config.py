@@ -9,7 +9,7 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
-from condsearch.encoders.cpu import BACKEND_CHOICES, Backend, CpuConfig, available_cores
+from condsearch.encoders import BACKEND_CHOICES, Backend, CpuConfig, available_cores
 from condsearch.errors import CondsearchError
 from condsearch.query import QueryConfig
 

@@ -10,8 +10,7 @@ import click
 
 from condsearch.cli.options import FINITE_FLOAT, FiniteFloatRange, config_from, config_option, encoder_options, given
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, run_training
-from condsearch.encoders import model_family
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.encoders import ENCODE_BATCH_SIZE, model_family
 from condsearch.errors import CondsearchError, first_line
 from condsearch.train.finetune import FinetuneConfig
 from condsearch.train.lora import LoraConfig
