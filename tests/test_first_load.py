@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -146,6 +147,26 @@ def test_builds_under_way_share_one_load_per_key() -> None:
     got.clear()  # the last users let go: the next to ask loads again
     models.get("a", load)
     assert len(loads) == 3
+
+
+def test_a_model_is_kept_for_keep_s_after_its_last_ask_then_freed() -> None:
+    models = LoadedOnce[object](keep_s=0.2)
+    loads: list[int] = []
+
+    class Model:
+        pass
+
+    def load() -> object:
+        loads.append(1)
+        return Model()
+
+    first = id(models.get("a", load))  # nobody holds it: only the kept reference
+    assert id(models.get("a", load)) == first and len(loads) == 1  # a build soon after shares it
+    deadline = time.monotonic() + 10
+    while len(models._kept) and time.monotonic() < deadline:  # a deadline guards a hang, not a timing
+        time.sleep(0.05)
+    models.get("a", load)  # let go: loaded again
+    assert len(loads) == 2
 
 
 def test_a_failed_load_keeps_nothing() -> None:

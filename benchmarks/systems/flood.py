@@ -6,9 +6,10 @@ condition and served by `condsearch serve` in its own process, keyless on loopba
 
 - flood: --requests requests from --flooders clients, each a new condition through ``POST /query`` (a
   build on demand, refused once the cap is reached) or new texts under a new condition through
-  ``POST /v1/embeddings``, while one more client asks a known query in a loop. Reported: the bytes of
-  the cache folder and the store, and the server's RSS, before, every --every requests and after; the
-  statuses; the known query's p50/p95 before and during the flood.
+  ``POST /v1/embeddings``, while one more client (a process of its own, so that its latency is the
+  server's and not this process's GIL) asks a known query in a loop. Reported: the bytes of the cache
+  folder and the store, and the server's RSS, before, every --every requests and after; the statuses;
+  the known query's p50/p95 before and during the flood.
 - past the cap: new conditions one at a time until the server refuses one for its cap (507), then
   --past-cap more requests under new conditions, as above.
 - soak (--soak-s): --clients clients for that long, each mixing known queries, new conditions,
@@ -27,6 +28,7 @@ requests, a cap of 8 and a 3-second soak of 4 clients (the tests run it).
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import random
 import shutil
@@ -164,6 +166,23 @@ def known_query(http: Any) -> tuple[int, float]:
     return int(status), time.perf_counter() - start
 
 
+def known_client(url: str, stop: Any, out: Any) -> None:
+    """Ask the known query in a loop until stop is set (run in a process of its own); put "ready" once it asks,
+    then its latencies and statuses."""
+    import httpx
+
+    seconds: list[float] = []
+    statuses: Counter[int] = Counter()
+    with httpx.Client(base_url=url, timeout=600) as http:
+        known_query(http)  # connected and warm
+        out.put("ready")
+        while not stop.is_set():
+            status, took = known_query(http)
+            seconds.append(took)
+            statuses[status] += 1
+    out.put((seconds, dict(statuses)))
+
+
 # ---------------------------------------------------------------- flood
 
 
@@ -178,17 +197,8 @@ def flood(
         baseline = [known_query(http) for _ in range(10 if args.smoke else 40)]
     readings = [reading("before", 0, store, cache, pid)]
     statuses: Counter[str] = Counter()
-    during: list[float] = []
     done = 0
-    lock, stop = threading.Lock(), threading.Event()
-
-    def known_loop() -> None:
-        with httpx.Client(base_url=url, timeout=600) as own:
-            while not stop.is_set():
-                status, seconds = known_query(own)
-                with lock:
-                    during.append(seconds)
-                    statuses[f"known {status}"] += 1
+    lock = threading.Lock()
 
     clients = threading.local()  # one client a flooding thread, as a flooding program would keep
 
@@ -206,13 +216,21 @@ def flood(
             if done % args.every == 0:
                 readings.append(reading(f"after {done}", done, store, cache, pid))
 
+    # the known client is a process of its own: its latency is the server's, not that of this process's GIL,
+    # which the flooding threads hold while they build requests and read answers
+    spawn = multiprocessing.get_context("spawn")
+    known_stop, known_out = spawn.Event(), spawn.Queue()
+    known = spawn.Process(target=known_client, args=(url, known_stop, known_out), daemon=True)
+    known.start()
+    if known_out.get(timeout=600) != "ready":
+        raise SystemExit("the known-query client did not start")
     started = time.perf_counter()
-    loop = threading.Thread(target=known_loop)
-    loop.start()
     with ThreadPoolExecutor(args.flooders) as pool:
         list(pool.map(one, range(requests)))
-    stop.set()
-    loop.join()
+    known_stop.set()
+    during, known_statuses = known_out.get(timeout=600)
+    known.join()
+    statuses.update({f"known {status}": n for status, n in known_statuses.items()})
     seconds = time.perf_counter() - started
     readings.append(reading("after", done, store, cache, pid))
     log("flood", f"{done} requests in {seconds:.0f} s; {dict(statuses)}")

@@ -43,15 +43,19 @@ class LoadedOnce(Generic[T]):
     """Models by key, each loaded once however many threads ask at once, and kept while someone holds it.
 
     The first thread to ask for a key loads it; the others wait for that load and share the model.
-    Only a weak reference is kept: once the last user lets go the model is freed (a large model on a
-    GPU is not held for a build that may never come), and the next request loads it again. A load
-    that raises keeps nothing: the next caller loads again, and so learns why itself.
+    Only a weak reference is kept, and for ``keep_s`` seconds after each ask a strong one: once the
+    last user lets go and that time has passed, the model is freed (a large model on a GPU is not held
+    for a build that may never come), and the next request loads it again. A burst of builds reuses
+    one copy rather than loading and freeing one each (issue 58: 170 loads in a 10-minute soak).
+    A load that raises keeps nothing: the next caller loads again, and so learns why itself.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, keep_s: float = 0.0) -> None:
+        self.keep_s = keep_s
         self._loaded: weakref.WeakValueDictionary[Hashable, T] = weakref.WeakValueDictionary()
         self._locks: weakref.WeakValueDictionary[Hashable, _KeyLock] = weakref.WeakValueDictionary()
-        self._lock = threading.Lock()  # guards the two dicts, never held while loading
+        self._kept: dict[Hashable, tuple[T, threading.Timer]] = {}  # strong references, each until its timer
+        self._lock = threading.Lock()  # guards the dicts, never held while loading
 
     def get(self, key: Hashable, load: Callable[[], T]) -> T:
         """Return key's model, loading it with ``load`` unless it is loaded or being loaded (then wait for it)."""
@@ -66,7 +70,28 @@ class LoadedOnce(Generic[T]):
                 model = load()
                 with self._lock:
                     self._loaded[key] = model
+            self._keep(key, model)
             return model
+
+    def _keep(self, key: Hashable, model: T) -> None:
+        """Hold a strong reference to key's model for ``keep_s`` seconds from now."""
+        if self.keep_s <= 0:
+            return
+        timer = threading.Timer(self.keep_s, self._let_go, (key,))
+        timer.daemon = True
+        with self._lock:
+            kept = self._kept.pop(key, None)
+            self._kept[key] = (model, timer)
+        if kept is not None:
+            kept[1].cancel()
+        timer.start()
+
+    def _let_go(self, key: Hashable) -> None:
+        """Drop key's strong reference, unless a later ask replaced it (runs on the timer's own thread)."""
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is not None and kept[1] is threading.current_thread():
+                del self._kept[key]
 
 
 class _KeyLock:

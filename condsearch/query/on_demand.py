@@ -59,8 +59,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BUILD_LOCK = ".build.lock"
-#: the models of builds under way, one per model key however many builds use it
-_BUILD_MODELS: LoadedOnce[Vectorizer] = LoadedOnce()
+#: seconds a build's model is kept after the last build asked for it, for the next build of a burst
+BUILD_MODEL_KEEP_S = 120.0
+#: the models of builds under way (and of the last two minutes), one per model key however many builds use it
+_BUILD_MODELS: LoadedOnce[Vectorizer] = LoadedOnce(keep_s=BUILD_MODEL_KEEP_S)
 
 
 @dataclass(frozen=True)
