@@ -426,7 +426,7 @@ def test_every_adapt_option_changes_its_config(tmp_path: Path, monkeypatch: pyte
         seen.append(config)
         return {"ok": 1}
 
-    monkeypatch.setattr(adapt_module, "adapt", fake_adapt)
+    monkeypatch.setattr(adapt_module, "adapt_router", fake_adapt)
     table = tmp_path / "t.csv"
     table.write_text("id,text,kind\n" + "".join(f"{i},text number {i},{'ab'[i % 2]}\n" for i in range(40)))
     base = ["adapt", str(table), "--label", "kind=the kind", "--out", str(tmp_path / "out"), "--json"]

@@ -14,7 +14,7 @@ from condsearch.cli.options import FiniteFloatRange, config_from, config_option,
 from condsearch.cli.pairs import _label_spec
 from condsearch.corpus import FORMATS, CorpusConfig
 from condsearch.errors import CondsearchError, first_line
-from condsearch.train.adapt import ANCHORS, ID_COLUMN, AdaptConfig
+from condsearch.train import ANCHORS, ID_COLUMN, AdaptConfig
 
 _DEFAULTS = AdaptConfig()
 
@@ -167,10 +167,13 @@ def adapt_cmd(
     condsearch index tickets.parquet -c "the product concerned" --router my-router
     """
     from condsearch.cli.train import check_out
-    from condsearch.train.adapt import adapt, check_adapt_paths
-    from condsearch.train.checkpoint import default_checkpoint_dir
-    from condsearch.train.finite import dumps_record
-    from condsearch.train.pairs import check_label_specs
+    from condsearch.train import (
+        adapt_router,
+        check_adapt_paths,
+        check_label_specs,
+        default_checkpoint_dir,
+        dumps_record,
+    )
 
     try:
         config = config_from(AdaptConfig, params)
@@ -184,7 +187,7 @@ def adapt_cmd(
     check_out(out, "router", checkpoint_dir)
     checkpoints = checkpoint_dir or default_checkpoint_dir(out)
     try:
-        report = adapt(
+        report = adapt_router(
             table,
             labels,
             out,
@@ -214,7 +217,7 @@ def adapt_cmd(
 
 def _say_kept(folder: Path) -> None:
     """Say on stderr where a run that stopped left its checkpoint, if it left one."""
-    from condsearch.train.checkpoint import has_checkpoint
+    from condsearch.train import has_checkpoint
 
     try:
         if has_checkpoint(folder):

@@ -11,7 +11,7 @@ from condsearch.cli.common import CONTEXT
 from condsearch.cli.options import FiniteFloatRange, config_option
 from condsearch.corpus import FORMATS, LABEL_MAX, LABEL_MIN, CorpusConfig
 from condsearch.errors import CondsearchError, first_line
-from condsearch.train.pairs import LabelSpec, PairsConfig, check_label_specs, parse_label_spec
+from condsearch.train import LabelSpec, PairsConfig, check_label_specs, parse_label_spec
 
 _DEFAULTS = PairsConfig()
 
@@ -105,8 +105,7 @@ def pairs_cmd(
         --label "brand=the maker" --out pairs.csv
     condsearch train router csts-train.csv pairs.csv:0.5 --variant context --out my-router
     """
-    from condsearch.train.pairs import make_pairs
-    from condsearch.train.pairs_files import check_output, read_labelled, write_pairs
+    from condsearch.train import check_output, make_pairs, read_labelled, write_pairs
 
     try:
         config = PairsConfig(

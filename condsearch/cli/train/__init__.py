@@ -96,7 +96,7 @@ def train_cmd() -> None:
 
 def _sources(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[Any, ...]:
     """Return TRAIN_CSV[:WEIGHT]... as condsearch.train.mixture.TrainSource, or raise BadParameter."""
-    from condsearch.train.mixture import parse_train_source
+    from condsearch.train import parse_train_source
 
     try:
         return tuple(parse_train_source(v) for v in values)
@@ -164,7 +164,7 @@ def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
     Nested: one folder, or either inside the other (each save replaces its folder whole).
     """
     from condsearch.base.atomic import check_artifact_outputs
-    from condsearch.train.checkpoint import check_checkpoint_dir
+    from condsearch.train import check_checkpoint_dir
 
     try:
         check_checkpoint_dir(out, checkpoint_dir)
@@ -191,7 +191,7 @@ def run_training(
     when it holds a checkpoint (--resume continues from it), as a successful run names the folder
     its summary says was kept.
     """
-    from condsearch.train.finite import dumps_record
+    from condsearch.train import dumps_record
 
     try:
         summary = train()
@@ -210,7 +210,7 @@ def run_training(
 
 def _name_kept_checkpoints(folder: Path | None) -> None:
     """Say on stderr where a run that stopped left its checkpoints, if it left any."""
-    from condsearch.train.checkpoint import has_checkpoint
+    from condsearch.train import has_checkpoint
 
     if folder is None:
         return

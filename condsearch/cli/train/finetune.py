@@ -12,9 +12,7 @@ from condsearch.cli.options import FINITE_FLOAT, FiniteFloatRange, config_from, 
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, run_training
 from condsearch.encoders import ENCODE_BATCH_SIZE, model_family
 from condsearch.errors import CondsearchError, first_line
-from condsearch.train.finetune import FinetuneConfig
-from condsearch.train.lora import LoraConfig
-from condsearch.train.losses import format_loss_spec
+from condsearch.train import FinetuneConfig, LoraConfig, format_loss_spec
 
 F = TypeVar("F", bound=Callable[..., Any])
 _HEAD_FLAGS = ("head_dim", "head_dropout", "head_lr", "init_head")
@@ -211,8 +209,7 @@ def full_cmd(ctx: click.Context, **params: Any) -> None:
 
 def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) -> None:
     """Check the flags against each other, build the config, fine-tune, save, report."""
-    from condsearch.train.checkpoint import default_checkpoint_dir
-    from condsearch.train.finetune_save import fit_and_save_encoder
+    from condsearch.train import default_checkpoint_dir, fit_and_save_encoder
 
     losses = _parse_losses(params["loss"])
     if not params["head_on_top"] and (flags := given(ctx, *_HEAD_FLAGS)):
@@ -268,7 +265,7 @@ def _run(ctx: click.Context, kind: str, params: dict[str, Any], **extra: Any) ->
 
 def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
     """Return --loss as (name, weight) pairs, or raise UsageError."""
-    from condsearch.train.losses import parse_loss_spec
+    from condsearch.train import parse_loss_spec
 
     try:
         return tuple(parse_loss_spec(spec).items())
@@ -278,7 +275,7 @@ def _parse_losses(spec: str) -> tuple[tuple[str, float], ...]:
 
 def _init_head(spec: str | None, model: str | None) -> str | None:
     """Resolve --init-head (a folder or a shipped head's name) to a folder path, or raise UsageError."""
-    from condsearch.train.finetune_save import resolve_init_head
+    from condsearch.train import resolve_init_head
 
     try:
         return resolve_init_head(spec, model)

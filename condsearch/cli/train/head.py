@@ -10,8 +10,7 @@ import click
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, encoder_options
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
 from condsearch.encoders import ENCODE_BATCH_SIZE
-from condsearch.train.head import HeadTrainConfig
-from condsearch.train.mixture import TrainSource
+from condsearch.train import HeadTrainConfig, TrainSource
 
 _DEFAULTS = HeadTrainConfig()
 _ENCODER = ("pooling", "prompt_template", "unconditional_template", "dtype", "bidirectional_layers", "preset")
@@ -36,7 +35,7 @@ def head_cmd(train_csv: tuple[TrainSource, ...], out: Path, dev_csv: Path | None
     The encoder's outputs are cached (env CONDSEARCH_CACHE_DIR), so retraining takes seconds.
     The head trains by MSE between the cosine and the scaled label (Adam at a constant rate).
     """
-    from condsearch.train.head import fit_and_save_head
+    from condsearch.train import fit_and_save_head
 
     check_out(out, "head")
     config = config_from(HeadTrainConfig, params)

@@ -11,8 +11,7 @@ import click
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
 from condsearch.csr import CONTEXT, PRESETS, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig, RouterConfig
-from condsearch.train.mixture import TrainSource
-from condsearch.train.router import DEFAULT_SCOPE, INITS, LOSSES, WHOLE_BACKBONE_LR, RouterTrainConfig
+from condsearch.train import DEFAULT_SCOPE, INITS, LOSSES, WHOLE_BACKBONE_LR, RouterTrainConfig, TrainSource
 
 _DEFAULTS = RouterTrainConfig()
 #: flags that only the context router takes
@@ -117,8 +116,7 @@ def router_cmd(
     indexes made with other weights are never reused). AdamW, linear warm-up then decay; a
     checkpoint after each epoch, which --resume continues from.
     """
-    from condsearch.train.checkpoint import default_checkpoint_dir
-    from condsearch.train.router import fit_and_save_router
+    from condsearch.train import default_checkpoint_dir, fit_and_save_router
 
     variant = params["variant"]
     if params["init"] == "router":
