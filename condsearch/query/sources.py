@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from condsearch.scale import MILVUS_LITE, MILVUS_SERVER
+from condsearch.scale.extras import MILVUS_LITE, MILVUS_SERVER
 
 if TYPE_CHECKING:
     from condsearch.store.searchable import IndexSource, Searchable

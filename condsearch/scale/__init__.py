@@ -4,7 +4,7 @@ Both are optional extras (``condsearch[ray]``, ``condsearch[milvus]``); nothing 
 them, and each module imports its engine only when called, failing with one line when it is missing.
 Front door: the names below (:func:`ray_index_conditions`, :func:`export_indexes` and
 :func:`parse_store` first), each loaded on first use, so that importing this package loads neither
-Ray nor pymilvus; the store locations' prefixes and :func:`missing_extra` are defined here.
+Ray nor pymilvus.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from condsearch.base.front_door import lazy_names
-from condsearch.errors import CondsearchError
 
 if TYPE_CHECKING:
     from condsearch.scale.config import RayConfig, check_address
     from condsearch.scale.export import export_indexes
+    from condsearch.scale.extras import MILVUS_LITE, MILVUS_SERVER, missing_extra
     from condsearch.scale.lite import check_lite_path
     from condsearch.scale.milvus import parse_store
     from condsearch.scale.ray_encode import ray_index_conditions
@@ -33,22 +33,15 @@ __all__ = [
     "ray_index_conditions",
 ]
 
-#: how a store location names a Milvus Lite file and a Milvus server (:mod:`condsearch.query.sources`)
-MILVUS_LITE = "milvus-lite:"
-MILVUS_SERVER = "milvus://"
-
-
-def missing_extra(package: str, extra: str) -> CondsearchError:
-    """Return the one-line error for an optional engine that is not installed."""
-    return CondsearchError(f"{package} is not installed: pip install 'condsearch[{extra}]'")
-
-
 #: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
 _HOMES = {
+    "MILVUS_LITE": "extras",
+    "MILVUS_SERVER": "extras",
     "RayConfig": "config",
     "check_address": "config",
     "check_lite_path": "lite",
     "export_indexes": "export",
+    "missing_extra": "extras",
     "parse_store": "milvus",
     "ray_index_conditions": "ray_encode",
 }

@@ -48,7 +48,7 @@ from condsearch.base.ann import parse_search_params
 from condsearch.base.faiss_indexes import SearchResult
 from condsearch.errors import CondsearchError, StoreError, first_line
 from condsearch.model.identity import ModelIdentity
-from condsearch.scale import MILVUS_LITE, MILVUS_SERVER, missing_extra
+from condsearch.scale.extras import MILVUS_LITE, MILVUS_SERVER, missing_extra
 from condsearch.scale.lite import check_lite_path
 from condsearch.store.folder import Manifest, index_name, manifest_from_dict
 from condsearch.store.listing import check_condition, find_index

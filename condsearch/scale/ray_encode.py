@@ -42,8 +42,8 @@ from condsearch.ingest.chunks import (
     write_tables,
 )
 from condsearch.model.identity import ModelIdentity
-from condsearch.scale import missing_extra
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
+from condsearch.scale.extras import missing_extra
 from condsearch.store.folder import ROWS_FILE, IndexStore
 from condsearch.store.listing import check_condition
 from condsearch.store.rows import rows_table
