@@ -28,7 +28,7 @@ from condsearch.api.arguments import (
 )
 from condsearch.api.model import Model, load_model
 from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, Mode, resolve_router
-from condsearch.base.ann import IndexConfig
+from condsearch.base import IndexConfig
 from condsearch.corpus import CorpusConfig
 from condsearch.encoders import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, UnknownCondition

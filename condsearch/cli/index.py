@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, resolve_mode
-from condsearch.base.ann import IndexConfig, check_index_options
-from condsearch.base.model_sources import DEFAULT_MODEL
+from condsearch.base import DEFAULT_MODEL, IndexConfig, check_index_options
 from condsearch.cli.common import CONTEXT, confirm_case_variant, fail, open_store, yes_option
 from condsearch.cli.options import (
     backend_option,

@@ -56,7 +56,7 @@ def delete_cmd(corpus: str, ids_file: Path, index_dir: Path) -> None:
 
     Ids not in the corpus are refused in one line, with nothing changed.
     """
-    from condsearch.base.atomic import open_regular
+    from condsearch.base import open_regular
     from condsearch.ingest import change_corpus
 
     try:

@@ -42,7 +42,7 @@ def _stdin_queries() -> list[str]:
 
 
 def _read_queries(texts: tuple[str, ...], query_file: Path | None) -> list[str]:
-    from condsearch.base.regular_files import check_regular_file
+    from condsearch.base import check_regular_file
 
     queries: list[str] = []
     for t in texts:

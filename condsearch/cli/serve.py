@@ -25,7 +25,7 @@ from condsearch.serve import API_KEY_ENV, LOG_FORMATS, ServeConfig, check_cors_o
 
 def _memory(value: str) -> str:
     """Return a memory size as given, once it parses (a usage error otherwise)."""
-    from condsearch.base.ann import parse_memory
+    from condsearch.base import parse_memory
 
     try:
         parse_memory(value)

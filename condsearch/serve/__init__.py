@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from condsearch.base.front_door import lazy_names
+from condsearch.base import lazy_names
 
 if TYPE_CHECKING:
     from condsearch.serve.config import API_KEY_ENV, LOG_FORMATS, ServeConfig, check_cors_origin, is_loopback

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
+from condsearch.base import DEFAULT_SEARCH_THREADS, WALK_SEARCH_THREADS
 from condsearch.errors import (
     AmbiguousCondition,
     CaseVariant,

@@ -35,7 +35,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
-from condsearch.base.ann import parse_memory
+from condsearch.base import parse_memory
 from condsearch.encoders import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
 from condsearch.query import OnDemand, build_on_demand, plan_on_demand

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import click
 
 from condsearch.artifacts import MODE_CASE, MODE_CSR, MODES
-from condsearch.base.model_sources import DEFAULT_MODEL
+from condsearch.base import DEFAULT_MODEL
 from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
 
@@ -163,7 +163,7 @@ def check_out(out: Path, kind: str, checkpoint_dir: Path | None = None) -> None:
 
     Nested: one folder, or either inside the other (each save replaces its folder whole).
     """
-    from condsearch.base.atomic import check_artifact_outputs
+    from condsearch.base import check_artifact_outputs
     from condsearch.train import check_checkpoint_dir
 
     try:
