@@ -12,7 +12,7 @@ For each source of ``build/anytext/sources.json`` (the 7 of issue 39; never the 
 
 Each row of the table has plain MiniLM and the start router (the shipped one) beside the adapted
 router, on the same held rows, and the adapted router's C-STS dev Spearman when ``--csts-dev``
-is given. Each adapt is one call of :func:`condsearch.train.adapt.adapt`, as the command makes it.
+is given. Each adapt is one call of :func:`condsearch.train.adapt.adapt_router`, as the command makes it.
 
     python -m benchmarks.studies.adapt --ways rows,values,conditions \\
         --csts-dev ../shared/data/csts-reannotated/dev.csv --json-out benchmarks/studies/results/adapt.json
@@ -54,7 +54,7 @@ def run_source(
     source: dict[str, object], way: str, args: argparse.Namespace, config: AdaptConfig
 ) -> dict[str, object] | None:
     """Adapt on one source one way; return its row of the table (None: the way does not apply)."""
-    from condsearch.train.adapt import adapt
+    from condsearch.train.adapt import adapt_router
     from condsearch.train.pairs_files import read_labelled
 
     name = str(source["name"])
@@ -75,7 +75,7 @@ def run_source(
     if args.from_reports:  # the table of runs already made (their report.json), nothing trained
         report = json.loads((out / ADAPT_REPORT).read_text(encoding="utf-8"))
     else:
-        report = adapt(
+        report = adapt_router(
             table,
             specs,
             out,

@@ -149,7 +149,9 @@ class Builds:
         self.max_indexes = max_indexes
         self.max_bytes = parse_memory(ServeConfig.max_on_demand_bytes) if max_bytes is None else max_bytes
         self._build = build or build_on_demand  # looked up now: a test may put another in its place
-        self._pool = ThreadPoolExecutor(max_builds, thread_name_prefix="condsearch-build", initializer=yield_cpu_to_queries)
+        self._pool = ThreadPoolExecutor(
+            max_builds, thread_name_prefix="condsearch-build", initializer=yield_cpu_to_queries
+        )
         self._jobs: dict[str, BuildJob] = {}
         self._running: dict[tuple[str, str], BuildJob] = {}
         self._lock = threading.Lock()

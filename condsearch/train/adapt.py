@@ -342,11 +342,6 @@ def adapt_router(
     )
 
 
-#: its name before issue 60 (a front-door name may not be a module's, and this module is ``train.adapt``), which
-#: benchmarks/studies/adapt.py still imports
-adapt = adapt_router
-
-
 def _save_and_report(
     encoder: CsrEncoder,
     out: Path,
