@@ -88,18 +88,18 @@ class Store:
     def _vectorizer(self, manifest: Manifest) -> Vectorizer:
         """Return the model an index needs: one this store holds under its key, else loaded as the server loads it.
 
-        :func:`condsearch.model.policy.load_index_model` is the server's policy too (onnxruntime on the CPU
-        where the index allows it), so a search here answers exactly as `condsearch serve` does.
+        ``load_model_for("resident")`` (:mod:`condsearch.model.loader`) is the server's too (onnxruntime on
+        the CPU where the index allows it), so a search here answers exactly as `condsearch serve` does.
         """
         from condsearch.encoders import Runtime, available_cores
-        from condsearch.model import load_index_model
+        from condsearch.model import load_model_for
         from condsearch.query import vectorizer_key
 
         key = vectorizer_key(manifest)
         if key not in self._models:
             threads = self.threads or available_cores()  # as the server's ServeConfig.encode_threads
             runtime = Runtime(device=self.device, threads=threads, trust_remote_code=self.trust_remote_code)
-            self._models[key] = load_index_model(manifest, runtime=runtime)
+            self._models[key] = load_model_for("resident", manifest, runtime=runtime)
         return self._models[key]
 
     def index(

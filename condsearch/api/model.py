@@ -107,7 +107,7 @@ def load_model(
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
     from condsearch.encoders import EncoderSpec, Runtime
-    from condsearch.model import load_bulk_vectorizer, load_vectorizer
+    from condsearch.model import load_model_for
 
     router, quantize = _router(router), check_quantize(quantize)
     mode = _mode(mode, model, profile=profile is not None, router=router is not None)
@@ -120,7 +120,7 @@ def load_model(
     spec = EncoderSpec(model=model, mode=mode, profile=profile, router=router, quantize=quantize, runtime=runtime)
     # the router's passes as `index` runs them on this CPU (its float32 export, or bfloat16 where measured
     # faster); CASE as torch loads it, in --dtype auto's choice for the CPU
-    vec = load_bulk_vectorizer(spec) if mode == MODE_CSR else load_vectorizer(spec)
+    vec = load_model_for("bulk" if mode == MODE_CSR else "plain", spec)
     if quantize != CpuConfig.quantize and vec.encoder.describe().get("quantize") != quantize:
         # an encoder that cannot run so loads as float32: refused, never indexed as if quantised
         raise ModelError(f"quantize={quantize!r} does not apply to mode={mode!r} here: its model runs in float32")

@@ -315,9 +315,9 @@ def _encode(
     """
     if params["ray_address"] is None:
         from condsearch.ingest import index_conditions
-        from condsearch.model import backend_of, load_bulk_vectorizer
+        from condsearch.model import backend_of, load_model_for
 
-        vec = load_bulk_vectorizer(spec, backend=params["backend"])
+        vec = load_model_for("bulk", spec, backend=params["backend"])
         reports = index_conditions(
             data, conditions, vec, store, full=params["full"], progress=True, case_variants=case_variants, **build
         )

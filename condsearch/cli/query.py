@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from condsearch.artifacts import MODE_CASE
 from condsearch.cli.common import CONTEXT, check_utf8, confirm_case_variant, fail, json_line, open_store, yes_option
 from condsearch.cli.options import (
     device_option,
@@ -68,10 +65,6 @@ def _quick_exit() -> None:
     # garbage collectable. unregister first: registered once however often the command runs.
     atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
-
-
-#: up to this many queries, one forward pass is too small to share between threads
-_FEW_QUERIES = 16
 
 
 @click.command("query", context_settings=CONTEXT)
@@ -150,7 +143,7 @@ def query_cmd(
     differs from an indexed condition only in case (a cased model's) is built only once confirmed (--yes).
     """
     from condsearch.encoders import Runtime
-    from condsearch.model import vectorizer_for
+    from condsearch.model import OneShotQuery, load_model_for
     from condsearch.query import Background, answer, filter_rows
     from condsearch.store import FaissIndex
 
@@ -158,20 +151,7 @@ def query_cmd(
     queries = _read_queries(texts, query_file)
     if k <= 0:
         raise click.UsageError(f"-k must be positive, got {k}")
-    few = len(queries) <= _FEW_QUERIES
     runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
-
-    def checked(manifest: Any, *, one_shot: bool = False) -> Any:  # the model, head, adapter and router checks
-        return vectorizer_for(
-            manifest,
-            model=model,
-            profile=profile,
-            quantize=quantize,
-            runtime=runtime,
-            one_shot=one_shot,
-            one_condition=one_shot,  # a query's vectors are under its condition alone
-        )
-
     if store_spec is not None:
         from condsearch.query import open_index
 
@@ -180,7 +160,11 @@ def query_cmd(
                 if calibrated:
                     Background.of(index.manifest)  # refused before the model loads
                 filter_rows(index, where)  # refused before the model loads (a Milvus index keeps no columns)
-                found = answer(index, checked(index.manifest), queries, k, calibrated=calibrated, where=where)
+                # the model, head, adapter and router checked against the index's, run by torch
+                vec = load_model_for(
+                    "plain", index.manifest, runtime=runtime, model=model, profile=profile, quantize=quantize
+                )
+                found = answer(index, vec, queries, k, calibrated=calibrated, where=where)
         except UnknownCondition as exc:
             cannot = "" if no_build else "; a Milvus store cannot build one on demand: index it into a folder"
             raise click.ClickException(first_line(exc) + cannot) from exc
@@ -195,25 +179,10 @@ def query_cmd(
             Background.of(stored.manifest)  # refused before any model loads
         searched = FaissIndex.of(stored, on_device=False)
         allowed = filter_rows(searched, where)  # a bad filter is refused before any model loads
-        # A few queries on the CPU skip torch (its import costs more than they do) where onnxruntime
-        # can run the index's own model; otherwise, and for any override, torch loads it.
-        light = few and model is None and profile is None and quantize is None and device in (None, "cpu")
-        if few and threads is None and not os.environ.get("OMP_NUM_THREADS"):
-            # Waking torch's thread pool for a few short inputs costs more than the work, and on a busy
-            # machine far more (1.9 s instead of 0.05 s for one query here). An explicit setting wins.
-            runtime = replace(runtime, threads=1)
-        as_served = stored.manifest.mode == MODE_CASE and model is None and profile is None
-        if as_served:
-            # a CASE index's model loads as the server and the Python API load it: the same runner and
-            # precision on this CPU kind, so that the answers are equal (issue 58: first queries ran torch
-            # in bfloat16 where the server ran the float32 export, or the reverse on AMX)
-            from condsearch.model import ONE_SHOT_THREADS, load_index_model
-
-            if light:  # on the CPU (no torch to ask for CUDA), one onnxruntime thread unless asked for more
-                runtime = replace(runtime, device="cpu", threads=runtime.threads or ONE_SHOT_THREADS)
-            vec = load_index_model(stored.manifest, runtime=runtime, quantize=quantize)
-        else:
-            vec = checked(stored.manifest, one_shot=light)
+        # A few queries on the CPU skip torch where onnxruntime can run the index's own model, and a CASE
+        # index's model loads as the server's: the model package's one-shot policy (condsearch.model.loader)
+        one_shot = OneShotQuery(len(queries), runtime, model=model, profile=profile, quantize=quantize)
+        vec = load_model_for("one_shot", stored.manifest, query=one_shot)
         # the onnxruntime path searches on the CPU too, without importing torch to ask
         on_device = vec.backend == "torch"
         if allowed is None:
@@ -223,10 +192,7 @@ def query_cmd(
     except CondsearchError as exc:
         raise fail(exc) from exc
     _print_answers(found, as_json)
-    if light and on_device and not as_served:  # torch answered: its ONNX export lets the next such query skip torch
-        from condsearch.model import cache_onnx_export
-
-        cache_onnx_export(stored.manifest, vec)
+    one_shot.cache_export(stored.manifest, vec)  # where torch answered, the export lets the next query skip it
     _quick_exit()
 
 

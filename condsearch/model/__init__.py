@@ -3,7 +3,9 @@
 Holds the vectorizer (encoder, head, prompts), the one-shot ONNX twin, the torch-or-onnxruntime
 policy every front end shares, a model's identity and heads. The encoder spec is
 :mod:`condsearch.encoders.spec`, model sources :mod:`condsearch.base.model_sources`. Front door: the
-names below (:func:`load_index_model` first), each loaded on first use.
+names below, each loaded on first use; :func:`load_model_for` (:mod:`condsearch.model.loader`) is the
+one way to load a model, its purpose (``one_shot``, ``bulk``, ``resident``, ``plain``) deciding the
+runner and dtype.
 """
 
 from __future__ import annotations
@@ -14,33 +16,32 @@ from condsearch.base.front_door import lazy_names
 
 if TYPE_CHECKING:
     from condsearch.model.identity import ModelIdentity
+    from condsearch.model.loader import OneShotQuery, Purpose, load_model_for
     from condsearch.model.one_shot import ONE_SHOT_THREADS, cache_onnx_export
-    from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model, vectorizer_for
-    from condsearch.model.vectorizer import Vectorizer, load_vectorizer
+    from condsearch.model.policy import backend_of
+    from condsearch.model.vectorizer import Vectorizer
 
 __all__ = [
     "ONE_SHOT_THREADS",
     "ModelIdentity",
+    "OneShotQuery",
+    "Purpose",
     "Vectorizer",
     "backend_of",
     "cache_onnx_export",
-    "load_bulk_vectorizer",
-    "load_index_model",
-    "load_vectorizer",
-    "vectorizer_for",
+    "load_model_for",
 ]
 
 #: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
 _HOMES = {
     "ONE_SHOT_THREADS": "one_shot",
     "ModelIdentity": "identity",
+    "OneShotQuery": "loader",
+    "Purpose": "loader",
     "Vectorizer": "vectorizer",
     "backend_of": "policy",
     "cache_onnx_export": "one_shot",
-    "load_bulk_vectorizer": "policy",
-    "load_index_model": "policy",
-    "load_vectorizer": "vectorizer",
-    "vectorizer_for": "policy",
+    "load_model_for": "loader",
 }
 
 

@@ -1,5 +1,9 @@
 """What runs a model for bulk work, the server's and `condsearch index`'s: onnxruntime or torch.
 
+The implementation of :func:`condsearch.model.loader.load_model_for`'s purposes ``bulk``
+(:func:`load_bulk_vectorizer`), ``resident`` (:func:`load_index_model`) and, with ``one_shot``
+and ``plain`` given a manifest, :func:`vectorizer_for`; callers outside this package go through the loader.
+
 ``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
@@ -95,7 +99,8 @@ def _router_path(
 
 
 def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.backend) -> Vectorizer:
-    """Load the spec's vectorizer to encode a corpus with (`condsearch index`), run as ``backend`` asks.
+    """Load the spec's vectorizer to encode a corpus with (`condsearch index`), run as ``backend`` asks
+    (``load_model_for("bulk", spec)``).
 
     The spec loads through torch first (:func:`condsearch.model.vectorizer.load_vectorizer`), which
     resolves everything left to ``auto``. Under ``auto`` on the CPU, a CASE model that a one-shot
@@ -132,9 +137,9 @@ def load_index_model(
 ) -> Vectorizer:
     """Load the model an index was built with, for a long-running reader: the server and the Python API.
 
-    The front door of this package: both load an index's model here, so the Python API answers
-    exactly as `condsearch serve` does (a one-shot `condsearch query` takes the same path where it
-    can: :func:`vectorizer_for` with ``one_shot``).
+    ``load_model_for("resident", manifest)``: both load an index's model here, so the Python API answers
+    exactly as `condsearch serve` does (a one-shot `condsearch query` of a CASE index loads it here too,
+    and of a router index takes :func:`vectorizer_for` with ``one_shot``: ``load_model_for("one_shot")``).
 
     ``auto`` on the CPU: onnxruntime from the model's checked ONNX export where the index allows it
     (:mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head) and

@@ -1,8 +1,10 @@
 """The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.encoders.spec.EncoderSpec` or an index.
 
 :func:`load_vectorizer` loads a spec (the CLI's flags, the Python API's arguments, Ray's actors);
-:func:`vectorizer_for` loads what an index was built with and refuses anything else (another
-model, revision, quantisation, adapter, head or router). They are the only two ways to one.
+:func:`condsearch.model.policy.vectorizer_for` loads what an index was built with and refuses anything
+else (another model, revision, quantisation, adapter, head or router). They are the only two ways to
+one, and both are the implementation of :func:`condsearch.model.loader.load_model_for`, which every
+caller outside this package goes through (``"plain"``; its other purposes build on them).
 """
 
 from __future__ import annotations

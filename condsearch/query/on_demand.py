@@ -405,9 +405,9 @@ def _checked_model(
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
     from condsearch.encoders.spec import EncoderSpec
     from condsearch.model.identity import ModelIdentity
-    from condsearch.model.policy import load_bulk_vectorizer
+    from condsearch.model.loader import load_model_for
 
-    vectorizer = load_bulk_vectorizer(EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
+    vectorizer = load_model_for("bulk", EncoderSpec.of_manifest(source, runtime=runtime), backend=backend)
     info = ModelIdentity.of_vectorizer(vectorizer)
     recorded, loaded = source.encoder.get("router_checksum"), info.encoder.get("router_checksum")
     if recorded != loaded:

@@ -7,7 +7,7 @@ re-read at most every ``reload_interval_s``), and shares one loaded model (encod
 head) between every index built with the same one. ``answer_batch`` answers a batch through
 :func:`condsearch.query.search.answer_batch`: one forward pass per (model, condition), one search per index.
 
-Every model is loaded by the one policy (:func:`condsearch.model.policy.load_index_model`): on the
+Every model is loaded for the ``resident`` purpose (:func:`condsearch.model.loader.load_model_for`): on the
 CPU it runs on onnxruntime wherever the index allows it, as a one-shot `condsearch query` does, so
 that the server's and the Python API's answers are the query's.
 """
@@ -32,7 +32,8 @@ from condsearch.base.faiss_indexes import search_threads as set_search_threads
 from condsearch.encoders.cpu import Backend, CpuConfig
 from condsearch.encoders.spec import Runtime
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
-from condsearch.model.policy import backend_of, load_index_model
+from condsearch.model.loader import load_model_for
+from condsearch.model.policy import backend_of
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.config import QueryConfig
 from condsearch.query.search import Answer, Request, answer_batch, filter_rows, vectorizer_key
@@ -50,7 +51,6 @@ __all__ = [
     "split_job",
     "UnknownCondition",
     "backend_of",
-    "load_index_model",
     "vectorizer_key",
 ]
 
@@ -174,7 +174,7 @@ class Resident:
         self.corpus_option = corpus_option  # how errors tell the caller to name a corpus
         runtime = Runtime(device=device, threads=threads, trust_remote_code=trust_remote_code)
         self._load_vectorizer = load_vectorizer or (
-            lambda m: load_index_model(m, runtime=runtime, backend=backend, quantize=quantize)
+            lambda m: load_model_for("resident", m, runtime=runtime, backend=backend, quantize=quantize)
         )
         self.reload_interval_s = reload_interval_s
         self._indexes: OrderedDict[str, LoadedIndex] = OrderedDict()  # least recently used first

@@ -57,18 +57,18 @@ _PASSED_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "CONDSEARCH_
 
 def describe_vectorizer(spec: EncoderSpec) -> ModelIdentity:
     """Load the spec's vectorizer and return what its manifest needs."""
-    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.model.loader import load_model_for
 
-    return ModelIdentity.of_vectorizer(load_vectorizer(spec))
+    return ModelIdentity.of_vectorizer(load_model_for("plain", spec))
 
 
 class EncodeActor:
     """One encoder replica: a batch of (pos, text) rows in, (pos, condition number, vector) rows out."""
 
     def __init__(self, spec: EncoderSpec, conditions: Sequence[str], batch_size: int) -> None:
-        from condsearch.model.vectorizer import load_vectorizer
+        from condsearch.model.loader import load_model_for
 
-        self.vectorizer = load_vectorizer(spec)
+        self.vectorizer = load_model_for("plain", spec)
         self.conditions = list(conditions)
         self.batch_size = batch_size
 
