@@ -310,7 +310,7 @@ def index_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[tuple[A
 
     def ray_index_conditions(data: object, conditions: tuple[str, ...], spec: Any, *args: object, **kw: Any) -> Any:
         calls.append(("ray", conditions, spec, spec.runtime, kw))
-        return reports(conditions)
+        return SimpleNamespace(reports=reports(conditions), runner="torch")
 
     def export_indexes(store: object, names: list[str], store_spec: str) -> list[Any]:
         calls.append(("export", names, store_spec))

@@ -45,7 +45,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     from condsearch.corpus.reader import scan_corpus
     from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest.chunks import index_conditions
-    from condsearch.model.vectorizer import load_vectorizer
+    from condsearch.model import load_model_for
     from condsearch.scale.config import RayConfig
     from condsearch.scale.ray_encode import ray_index_conditions, start_ray
     from condsearch.store.folder import IndexStore
@@ -53,7 +53,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     corpus = scan_corpus(_corpus(work / "corpus.parquet", rows))
     build = {"corpus_name": "c", "factory": "Flat", "search_params": "", "max_index_memory": "1G"}
     t0 = time.perf_counter()
-    vec = load_vectorizer(EncoderSpec(model, head=head))
+    vec = load_model_for("bulk", EncoderSpec(model, head=head))  # the path Ray's actors take (issue 61, item 4)
     t1 = time.perf_counter()
     [local] = index_conditions(corpus, [CONDITION], vec, IndexStore(work / "local"), **build)
     t2 = time.perf_counter()
@@ -68,7 +68,7 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
         IndexStore(work / "ray"),
         config=RayConfig(actors=cpus),
         **build,
-    )
+    ).reports
     t4 = time.perf_counter()
     ray.shutdown()
     log("scale", f"ray: {rows} pairs in {t4 - t3:.1f}s (+{t3 - t2:.1f}s ray.init)")

@@ -322,12 +322,12 @@ def _encode(
             data, conditions, vec, store, full=params["full"], progress=True, case_variants=case_variants, **build
         )
         return reports, backend_of(vec)
-    # Ray encodes every row (--full is what it does anyway), with torch on its actors (int8: its export)
+    # Ray encodes every row (--full is what it does anyway), its actors on the path a local build here takes
     from condsearch.scale import RayConfig, ray_index_conditions
 
     ray = RayConfig(address=params["ray_address"], actors=params["ray_actors"], work_dir=params["ray_work_dir"])
-    reports = ray_index_conditions(data, conditions, spec, store, config=ray, **build)
-    return reports, "onnxruntime" if spec.quantize == "int8" else "torch"
+    built = ray_index_conditions(data, conditions, spec, store, backend=params["backend"], config=ray, **build)
+    return built.reports, built.runner
 
 
 def _publish(store: IndexStore, reports: list[BuildReport], store_spec: str) -> None:
