@@ -48,6 +48,27 @@ def _mean_pooled(model, inputs) -> torch.Tensor:
     return (hidden * mask).sum(1) / mask.sum(1)
 
 
+def test_a_kept_state_cache_sees_shards_removed_and_added_since(tmp_path: Path, backbone) -> None:
+    """A model kept between builds (a server's, issue 58) keeps its StateCache: a cache folder cleared
+    meanwhile is a miss, not a read of a shard that is gone, and another process's new shard is found."""
+    import shutil
+
+    tokenizer, model = backbone
+    router = Router(model).eval()
+    with torch.inference_mode():
+        states = split(router.sentence_states(tokenizer(SENTENCES[:2], padding=True, return_tensors="pt")))
+    kept = StateCache(tmp_path / "states", dtype=torch.float32)
+    keys = ["aa" * 32, "bb" * 32]
+    kept.put(keys[:1], states[:1])
+    assert kept.missing(keys) == [1]
+    StateCache(tmp_path / "states", dtype=torch.float32).put(keys[1:], states[1:])  # another process
+    assert kept.missing(keys) == []
+    shutil.rmtree(tmp_path / "states")  # the cache cleared while the model is kept
+    assert kept.missing(keys) == [0, 1]
+    kept.put(keys, states)
+    assert kept.missing(keys) == [] and len(kept.get(keys)) == 2
+
+
 @pytest.mark.numerics
 @pytest.mark.parametrize("layer", [-1, 0, 1])
 @pytest.mark.parametrize("variant", ["paper", "extended"])

@@ -89,6 +89,7 @@ class StateCache:
         self._offsets: dict[Path, torch.Tensor] = {}
         self._digests: dict[Path, torch.Tensor] = {}
         self._checked: set[str] = set()  # keys whose rows matched their digest
+        self._seen: set[Path] = set()  # shards read into the index (damaged ones included: not read again)
 
     @property
     def _stored(self) -> list[str]:
@@ -96,22 +97,35 @@ class StateCache:
         return [n + suffix for n in self.names for suffix in (("", _SCALE) if self.dtype == torch.int8 else ("",))]
 
     def _index(self) -> dict[str, tuple[Path, int]]:
+        """Return where each cached key is, the folder listed again on every call: shards written since by
+        another process are read, and shards removed since (a cleared cache) are forgotten, so a model kept
+        between builds (a server's) never reads a shard that is gone."""
         if self._where is None:
             self._where = {}
-            for shard in sorted(self.directory.glob("shard-*.safetensors")):
-                try:
-                    with safe_open(str(shard), framework="pt") as fh:
-                        keys = fh.get_tensor("keys")
-                        offsets, digests = fh.get_tensor("offsets"), fh.get_tensor(_DIGESTS)
-                        names = set(fh.keys())
-                except Exception:  # noqa: BLE001 - a damaged shard, or one without digests, is only a cache miss
-                    continue
-                n = len(keys)
-                if offsets.shape != (n + 1,) or digests.shape != (n, 32) or not names.issuperset(self._stored):
-                    continue
-                self._offsets[shard], self._digests[shard] = offsets, digests
-                for i, row in enumerate(keys):
-                    self._where[bytes(row.tolist()).hex()] = (shard, i)
+        shards = set(self.directory.glob("shard-*.safetensors"))
+        gone = self._offsets.keys() - shards
+        if gone:
+            self._where = {k: (shard, i) for k, (shard, i) in self._where.items() if shard not in gone}
+            self._checked.intersection_update(self._where)
+            for shard in gone:
+                self._offsets.pop(shard, None)
+                self._digests.pop(shard, None)
+        for shard in sorted(shards - self._seen):
+            self._seen.add(shard)
+            try:
+                with safe_open(str(shard), framework="pt") as fh:
+                    keys = fh.get_tensor("keys")
+                    offsets, digests = fh.get_tensor("offsets"), fh.get_tensor(_DIGESTS)
+                    names = set(fh.keys())
+            except Exception:  # noqa: BLE001 - a damaged shard, or one without digests, is only a cache miss
+                continue
+            n = len(keys)
+            if offsets.shape != (n + 1,) or digests.shape != (n, 32) or not names.issuperset(self._stored):
+                continue
+            self._offsets[shard], self._digests[shard] = offsets, digests
+            for i, row in enumerate(keys):
+                self._where[bytes(row.tolist()).hex()] = (shard, i)
+        self._seen &= shards
         return self._where
 
     def _rows(self, shard: Path, rows: Sequence[int]) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
@@ -193,6 +207,7 @@ class StateCache:
         final = self.directory / f"shard-{digest}.safetensors"
         with replacing_file(final) as tmp:
             save_file(tensors, str(tmp))
+        self._seen.add(final)  # indexed here, not read back
         where = self._index()
         self._offsets[final], self._digests[final] = offsets, tensors[_DIGESTS]
         for i, k in enumerate(keys):

@@ -394,8 +394,10 @@ def _load_model(source: Manifest, corpus_name: str, runtime: Runtime, backend: B
     the others wait, rather than each loading its own at the same moment (issue 58, item 4).
     """
     from condsearch.base.cpu_kind import cpu_kind
+    from condsearch.base.output_cache import default_cache_dir
 
-    key = (vectorizer_key(source), runtime, backend, cpu_kind())  # the CPU kind picks auto's path
+    # the CPU kind picks auto's path; the cache folder is the router's sentence states (a kept model reads its own)
+    key = (vectorizer_key(source), runtime, backend, cpu_kind(), default_cache_dir())
     return _BUILD_MODELS.get(key, lambda: _checked_model(source, corpus_name, runtime, backend, name_paths))
 
 
