@@ -11,8 +11,9 @@ so that each choice of runner and dtype is made in one place. The purposes:
   the server does. After the answers, :meth:`OneShotQuery.cache_export` writes the export that lets the
   next such query of a router index skip torch.
 - ``"bulk"``: a spec's model to encode a corpus with (`condsearch index`, a condition built on demand,
-  `--ray`'s actors on the driver's CPU kind, :func:`condsearch.load_model`'s router): ``backend`` ``auto`` runs the CPU kind's measured bulk
-  path, onnxruntime from the float32 export or torch in bfloat16 (:mod:`condsearch.model.policy`).
+  `--ray`'s actors on the driver's CPU kind, :func:`condsearch.load_model`'s router): ``backend``
+  ``auto`` runs the CPU kind's measured bulk path, onnxruntime from the float32 export or torch in
+  bfloat16 (:mod:`condsearch.model.policy`).
 - ``"resident"``: an index's model for a long-running reader, the server and the Python API's store:
   the CPU kind's measured serving path on every core, the same runner and precision a one-shot query
   of a CASE index takes.
