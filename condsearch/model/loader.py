@@ -1,5 +1,6 @@
-"""The one model loader: :func:`load_model_for` a purpose decides what runs the model (torch or onnxruntime), in
-which dtype and on how many threads.
+"""The one model loader: for each purpose, what runs the model, in which dtype and on how many threads.
+
+:func:`load_model_for` decides, per purpose, the runner (torch or onnxruntime), the dtype and the threads.
 
 The front ends (`cli/`, `serve/`, `api/`) and the jobs (`query/`, `ingest/`, `scale/`) load every model here,
 so that each choice of runner and dtype is made in one place. The purposes:
