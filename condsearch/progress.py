@@ -19,6 +19,20 @@ _quiet = False
 _listeners = threading.local()
 
 
+class RowCount:
+    """How far a job is in rows: the job calls it with (done, total), whoever reports on the job reads it.
+
+    A build on demand's progress (issue 60): the server hands one down to the build, so that the build
+    reports into this lowest layer rather than calling back up into the server's code.
+    """
+
+    def __init__(self, total: int = 0) -> None:
+        self.done, self.total = 0, total
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done, self.total = done, total
+
+
 def set_quiet(quiet: bool) -> None:
     """Turn off every progress bar of this process (True), or let them show on a terminal again (False)."""
     global _quiet

@@ -38,6 +38,7 @@ from fastapi.responses import JSONResponse
 from condsearch.base import parse_memory
 from condsearch.encoders import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
+from condsearch.progress import RowCount
 from condsearch.query import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.paths import hide_paths
@@ -82,7 +83,8 @@ class BuildJob:
     corpus: str
     rows: int
     status: Status = "queued"
-    rows_done: int = 0
+    #: rows indexed so far, and in all: told by the build itself (a RowCount, not a callback into this module)
+    count: RowCount = field(default_factory=RowCount)
     #: one line, once failed
     error: str | None = None
     #: what the build raised, once failed
@@ -105,8 +107,8 @@ class BuildJob:
             "status": self.status,
             "condition": self.condition,
             "corpus": self.corpus,
-            "rows": self.rows,
-            "rows_done": self.rows_done,
+            "rows": self.count.total or self.rows,
+            "rows_done": self.count.done,
             "seconds": self.seconds,
             "poll": f"/builds/{self.id}",
         }
@@ -269,10 +271,7 @@ class Builds:
 
     def _run(self, job: BuildJob, unknown: UnknownCondition) -> None:
         job.status = "building"
-
-        def on_rows(done: int, total: int) -> None:
-            job.rows_done, job.rows = done, total
-
+        job.count.total = job.rows
         try:
             made = self._build(
                 self.store,
@@ -282,7 +281,7 @@ class Builds:
                 backend=self.backend,
                 corpus_option=self.corpus_option,
                 unknown=unknown,
-                on_rows=on_rows,
+                on_rows=job.count,
                 name_paths=False,
             )
         except BaseException as exc:  # reported by the job; the pool's thread goes on
@@ -293,7 +292,8 @@ class Builds:
             self.on_event("failed")
             job.future.set_exception(exc)
             return
-        job.rows_done = job.rows = made.n_rows
+        job.count(made.n_rows, made.n_rows)
+        job.rows = made.n_rows
         if made.built:
             try:
                 mark_built_on_demand(self.store, made.name)
