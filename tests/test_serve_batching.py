@@ -6,6 +6,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,6 +242,30 @@ def test_light_requests_run_in_a_batch_of_their_own_first() -> None:
         assert [f.result(5) for f in heavy] == [[700, 700, 700]] * 3
     assert calls[0] == [5] and sorted(calls[1]) == [3, 4, 6], calls  # the light ones next, alone
     assert all(c == [n for n in c if n >= 700] for c in calls[2:]), calls
+
+
+def test_a_steady_stream_of_light_requests_does_not_starve_heavy_parts() -> None:
+    """Each batch that runs sees a new light request queued meanwhile; heavy parts still run every other batch."""
+    calls: list[list[int]] = []
+    light: list[Any] = []
+    holder: list[MicroBatcher[int, int]] = []
+
+    def run(items: list[int]) -> list[int]:
+        calls.append(list(items))
+        if len(calls) < 12:
+            light.append(holder[0].submit(1))  # a light request arrives while this batch runs
+        return items
+
+    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048) as b:
+        holder.append(b)
+        gate = threading.Event()
+        b.submit_parts([gate.wait(0) or 5])  # a first batch, so the heavy request queues behind it
+        heavy = b.submit_parts([700, 700, 700])
+        assert heavy.result(5) == [700, 700, 700]
+        for f in light:
+            f.result(5)
+    ran_heavy = [i for i, c in enumerate(calls) if 700 in c]
+    assert ran_heavy and ran_heavy[-1] < 8, calls  # three parts within the first batches, not after the stream
 
 
 def test_heavy_batches_stay_short_while_light_requests_arrive() -> None:

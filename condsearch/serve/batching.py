@@ -10,7 +10,8 @@ server). Each batch takes at most one part of each request, requests that have h
 parts run going first, so a small request that arrives while a large one is answered waits for
 one batch at most, not for the whole of the large one. A light request (one part of at most
 ``light_cost``: a query of a few words) does not share a batch with heavy parts while it waits: the
-light ones run in a batch of their own first, and while light requests keep arriving (one in the last
+light ones run in a batch of their own first (and while heavy parts wait too, light and heavy batches
+take turns, so light ones cannot starve them), and while light requests keep arriving (one in the last
 ``LIGHT_RECENT_S``) a batch of heavy parts holds a quarter of ``max_cost``, so a light request waits for
 a short batch at most (issue 58: a known query beside a flood of embeddings).
 """
@@ -151,6 +152,7 @@ class MicroBatcher(Generic[T, R]):
     def _work(self) -> None:
         active: list[_Pending[T, R]] = []
         stopping = False
+        last_light_only = False  # the last batch held light requests only, heavy parts waiting
         while True:
             active = [p for p in active if not p.finished and p.handed < len(p.parts)]
             if not active:
@@ -163,15 +165,21 @@ class MicroBatcher(Generic[T, R]):
             stopping = self._take_waiting(active) or stopping
             # the fewest parts run first, then the earliest: a new request goes before a large one's next part
             active.sort(key=lambda p: (p.handed, p.seq))
-            light_only = any(map(self._light, active))  # light requests first, in a batch of their own
+            # light requests first, in a batch of their own; while heavy parts wait too, light and heavy batches
+            # take turns, so a steady stream of light requests cannot starve the heavy parts
+            light = any(map(self._light, active))
+            heavy_waiting = not all(map(self._light, active))
+            light_only = light and not (heavy_waiting and last_light_only)
+            heavy_only = light and not light_only
+            last_light_only = light_only and heavy_waiting
             now = time.monotonic()
-            if light_only:
+            if light:
                 self._light_at = now
             max_cost = self.max_cost if light_only or now - self._light_at > LIGHT_RECENT_S else self.max_cost // 4
             batch: list[tuple[_Pending[T, R], int]] = []
             weight = cost = 0
             for pending in active:
-                if light_only and not self._light(pending):
+                if not self._in_turn(pending, light_only, heavy_only):
                     continue
                 if not self._add(batch, pending, weight, cost, max_cost):
                     break
@@ -187,8 +195,8 @@ class MicroBatcher(Generic[T, R]):
                     stopping = True
                     break
                 active.append(got)  # type: ignore[arg-type]
-                if light_only and not self._light(got):  # type: ignore[arg-type]
-                    continue  # it waits for a batch of heavy parts
+                if not self._in_turn(got, light_only, heavy_only):  # type: ignore[arg-type]
+                    continue  # it waits for its kind's turn
                 if not self._add(batch, got, weight, cost, max_cost):  # type: ignore[arg-type]
                     break  # it starts the next batch
                 weight, cost = self._weigh(batch)
@@ -204,6 +212,12 @@ class MicroBatcher(Generic[T, R]):
             if got is _STOP:
                 return True
             active.append(got)  # type: ignore[arg-type]
+
+    def _in_turn(self, pending: _Pending[T, R], light_only: bool, heavy_only: bool) -> bool:
+        """Return whether pending may join this batch: a light-only batch takes light requests, a heavy-only one the
+        rest, any other batch everything."""
+        light = self._light(pending)
+        return not (light_only and not light) and not (heavy_only and light)
 
     def _light(self, pending: _Pending[T, R]) -> bool:
         """Return whether pending is a light request not yet handed out: one part of at most ``light_cost``."""
