@@ -245,7 +245,7 @@ def test_light_requests_run_in_a_batch_of_their_own_first() -> None:
 
 
 def test_a_steady_stream_of_light_requests_does_not_starve_heavy_parts() -> None:
-    """Each batch that runs sees a new light request queued meanwhile; heavy parts still run every other batch."""
+    """Each batch that runs sees a new light request queued meanwhile; heavy parts that waited still get batches."""
     calls: list[list[int]] = []
     light: list[Any] = []
     holder: list[MicroBatcher[int, int]] = []
@@ -256,7 +256,8 @@ def test_a_steady_stream_of_light_requests_does_not_starve_heavy_parts() -> None
             light.append(holder[0].submit(1))  # a light request arrives while this batch runs
         return items
 
-    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048) as b:
+    # heavy_wait_s 0: heavy parts that wait through one light batch get the next (the default waits 0.25 s)
+    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048, heavy_wait_s=0.0) as b:
         holder.append(b)
         gate = threading.Event()
         b.submit_parts([gate.wait(0) or 5])  # a first batch, so the heavy request queues behind it

@@ -10,10 +10,11 @@ server). Each batch takes at most one part of each request, requests that have h
 parts run going first, so a small request that arrives while a large one is answered waits for
 one batch at most, not for the whole of the large one. A light request (one part of at most
 ``light_cost``: a query of a few words) does not share a batch with heavy parts while it waits: the
-light ones run in a batch of their own first (and while heavy parts wait too, light and heavy batches
-take turns, so light ones cannot starve them), and while light requests keep arriving (one in the last
-``LIGHT_RECENT_S``) a batch of heavy parts holds a quarter of ``max_cost``, so a light request waits for
-a short batch at most (issue 58: a known query beside a flood of embeddings).
+light ones run in a batch of their own first (but heavy parts that have waited ``heavy_wait_s`` get a
+batch of their own next, so a steady stream of light ones cannot starve them), and while light
+requests keep arriving (one in the last ``LIGHT_RECENT_S``) a batch of heavy parts holds a quarter
+of ``max_cost``, so a light request waits for a short batch at most (issue 58: a known query beside
+a flood of embeddings).
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ R = TypeVar("R")
 _STOP = object()
 #: seconds after a light request during which heavy batches are kept short
 LIGHT_RECENT_S = 1.0
+#: seconds heavy parts wait through batches of light requests at most before they get a batch of their own
+HEAVY_WAIT_S = 0.25
 
 
 @dataclass
@@ -97,12 +100,14 @@ class MicroBatcher(Generic[T, R]):
         cost: Callable[[T], int] = lambda _: 0,
         max_cost: int = ServeConfig.max_batch_tokens,
         light_cost: int = ServeConfig.light_request_tokens,
+        heavy_wait_s: float = HEAVY_WAIT_S,
         name: str = "condsearch-batcher",
     ) -> None:
         if max_batch <= 0 or window_s < 0 or max_cost <= 0 or light_cost < 0:
             raise ValueError("max_batch and max_cost must be positive, window_s and light_cost non-negative")
         self._run, self._size, self._cost = run, size, cost
         self.max_batch, self.window_s, self.max_cost, self.light_cost = max_batch, window_s, max_cost, light_cost
+        self.heavy_wait_s = heavy_wait_s
         self.stats = BatchStats()
         self._light_at = -LIGHT_RECENT_S  # when a light request was last seen
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
@@ -152,7 +157,7 @@ class MicroBatcher(Generic[T, R]):
     def _work(self) -> None:
         active: list[_Pending[T, R]] = []
         stopping = False
-        last_light_only = False  # the last batch held light requests only, heavy parts waiting
+        heavy_since = time.monotonic()  # since when heavy parts have waited without a batch of theirs
         while True:
             active = [p for p in active if not p.finished and p.handed < len(p.parts)]
             if not active:
@@ -162,17 +167,19 @@ class MicroBatcher(Generic[T, R]):
                 if got is _STOP:
                     return
                 active.append(got)  # type: ignore[arg-type]
+                heavy_since = time.monotonic()  # idle until now: nothing has waited
             stopping = self._take_waiting(active) or stopping
             # the fewest parts run first, then the earliest: a new request goes before a large one's next part
             active.sort(key=lambda p: (p.handed, p.seq))
-            # light requests first, in a batch of their own; while heavy parts wait too, light and heavy batches
-            # take turns, so a steady stream of light requests cannot starve the heavy parts
+            # light requests first, in a batch of their own; but heavy parts that waited heavy_wait_s through light
+            # batches get a batch of their own, so a steady stream of light requests cannot starve them
+            now = time.monotonic()
             light = any(map(self._light, active))
             heavy_waiting = not all(map(self._light, active))
-            light_only = light and not (heavy_waiting and last_light_only)
-            heavy_only = light and not light_only
-            last_light_only = light_only and heavy_waiting
-            now = time.monotonic()
+            if not heavy_waiting:
+                heavy_since = now
+            heavy_only = light and heavy_waiting and now - heavy_since >= self.heavy_wait_s
+            light_only = light and not heavy_only
             if light:
                 self._light_at = now
             max_cost = self.max_cost if light_only or now - self._light_at > LIGHT_RECENT_S else self.max_cost // 4
@@ -200,6 +207,8 @@ class MicroBatcher(Generic[T, R]):
                 if not self._add(batch, got, weight, cost, max_cost):  # type: ignore[arg-type]
                     break  # it starts the next batch
                 weight, cost = self._weigh(batch)
+            if not all(self._light_request(p) for p, _ in batch):
+                heavy_since = time.monotonic()  # heavy parts ran
             self._answer(batch)
 
     def _take_waiting(self, active: list[_Pending[T, R]]) -> bool:
@@ -220,8 +229,12 @@ class MicroBatcher(Generic[T, R]):
         return not (light_only and not light) and not (heavy_only and light)
 
     def _light(self, pending: _Pending[T, R]) -> bool:
-        """Return whether pending is a light request not yet handed out: one part of at most ``light_cost``."""
-        return pending.handed == 0 and len(pending.parts) == 1 and self._cost(pending.parts[0]) <= self.light_cost
+        """Return whether pending is a light request not yet handed out."""
+        return pending.handed == 0 and self._light_request(pending)
+
+    def _light_request(self, pending: _Pending[T, R]) -> bool:
+        """Return whether pending is a light request: one part of at most ``light_cost``."""
+        return len(pending.parts) == 1 and self._cost(pending.parts[0]) <= self.light_cost
 
     def _add(
         self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int, max_cost: int
