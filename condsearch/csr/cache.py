@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,7 @@ class StateCache:
         self._digests: dict[Path, torch.Tensor] = {}
         self._checked: set[str] = set()  # keys whose rows matched their digest
         self._seen: set[Path] = set()  # shards read into the index (damaged ones included: not read again)
+        self._stamp: int | None = None  # the folder's time at the last listing
 
     @property
     def _stored(self) -> list[str]:
@@ -99,7 +101,12 @@ class StateCache:
     def _index(self) -> dict[str, tuple[Path, int]]:
         """Return where each cached key is, the folder listed again on every call: shards written since by
         another process are read, and shards removed since (a cleared cache) are forgotten, so a model kept
-        between builds (a server's) never reads a shard that is gone."""
+        between builds (a server's) never reads a shard that is gone. The folder is listed only when its
+        time moved (or moved within the last 2 s, for file systems with coarse clocks): a served query asks
+        on every request."""
+        changed = self._folder_changed()  # called first: it records the folder's time of this listing
+        if self._where is not None and not changed:
+            return self._where
         if self._where is None:
             self._where = {}
         shards = set(self.directory.glob("shard-*.safetensors"))
@@ -127,6 +134,16 @@ class StateCache:
                 self._where[bytes(row.tolist()).hex()] = (shard, i)
         self._seen &= shards
         return self._where
+
+    def _folder_changed(self) -> bool:
+        """Return whether the folder may hold other shards than at the last call (its time, or recent)."""
+        try:
+            stamp: int | None = self.directory.stat().st_mtime_ns
+        except OSError:
+            stamp = None
+        changed = stamp != self._stamp or (stamp is not None and time.time_ns() - stamp < 2_000_000_000)
+        self._stamp = stamp
+        return changed
 
     def _rows(self, shard: Path, rows: Sequence[int]) -> Iterator[tuple[int, dict[str, torch.Tensor]]]:
         """Yield (row, {stored name: its rows as stored}) for rows of a shard, reading nearby rows at once."""
