@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +17,8 @@ from condsearch.corpus.reader import read_corpus
 from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
-from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.batching import Lanes, MicroBatcher
+from condsearch.serve.priority import BACKGROUND_NICE, thread_nice
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
@@ -206,8 +208,7 @@ def test_a_new_request_goes_before_the_rest_of_a_large_one() -> None:
         release.wait(5)
         return [i.upper() for i in items]
 
-    # light_cost 0: no request is light here (light ones: test_light_requests_run_in_a_batch_of_their_own_first)
-    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=len, max_cost=4, light_cost=0) as batcher:
+    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=len, max_cost=4) as batcher:
         large = batcher.submit_parts(["aaaa", "bbbb", "cccc", "dddd"])  # four parts of the whole budget
         assert first.wait(5)  # its first part is running
         small = batcher.submit("x")
@@ -219,73 +220,48 @@ def test_a_new_request_goes_before_the_rest_of_a_large_one() -> None:
     assert calls == [["aaaa"], ["x", "yy"], ["bbbb"], ["zz"], ["cccc"], ["dddd"]]
 
 
-def _gated_costs(calls: list[list[int]], gate: threading.Event):
-    def run(items: list[int]) -> list[int]:
-        gate.wait(5)
-        calls.append(list(items))
-        return items
-
-    return run
+# ---------------------------------------------------------------- two lanes (issue 58)
 
 
-def test_light_requests_run_in_a_batch_of_their_own_first() -> None:
-    """Issue 58: a known query (one part, few tokens) waits for no heavy part beside it."""
-    calls: list[list[int]] = []
-    gate = threading.Event()
-    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.01, cost=lambda n: n, max_cost=2048) as b:
-        first = b.submit(5)  # held in its batch while the rest queue up
-        time.sleep(0.05)
-        heavy = [b.submit_parts([700, 700, 700]) for _ in range(3)]
-        light = [b.submit(n) for n in (3, 4, 6)]
-        gate.set()
-        assert first.result(5) == 5 and [f.result(5) for f in light] == [3, 4, 6]
-        assert [f.result(5) for f in heavy] == [[700, 700, 700]] * 3
-    assert calls[0] == [5] and sorted(calls[1]) == [3, 4, 6], calls  # the light ones next, alone
-    assert all(c == [n for n in c if n >= 700] for c in calls[2:]), calls
-
-
-def test_a_steady_stream_of_light_requests_does_not_starve_heavy_parts() -> None:
-    """Each batch that runs sees a new light request queued meanwhile; heavy parts that waited still get batches."""
-    calls: list[list[int]] = []
-    light: list[Any] = []
-    holder: list[MicroBatcher[int, int]] = []
+def test_a_light_request_is_answered_while_a_heavy_batch_runs() -> None:
+    """A known query (one part, few tokens) goes to the quick lane: it waits for no heavy batch, not even the one
+    running; heavy requests (many parts, or many tokens) go to the bulk lane and are all answered."""
+    release = threading.Event()
+    ran: dict[str, list[list[int]]] = {"quick": [], "bulk": []}
 
     def run(items: list[int]) -> list[int]:
-        calls.append(list(items))
-        if len(calls) < 12:
-            light.append(holder[0].submit(1))  # a light request arrives while this batch runs
+        lane = threading.current_thread().name.removeprefix("condsearch-")
+        ran[lane].append(list(items))
+        if any(n >= 100 for n in items):
+            assert release.wait(5)  # a heavy batch, held until the light requests are answered
         return items
 
-    # heavy_wait_s 0: heavy parts that wait through one light batch get the next (the default waits 0.25 s)
-    with MicroBatcher(run, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048, heavy_wait_s=0.0) as b:
-        holder.append(b)
-        gate = threading.Event()
-        b.submit_parts([gate.wait(0) or 5])  # a first batch, so the heavy request queues behind it
-        heavy = b.submit_parts([700, 700, 700])
-        assert heavy.result(5) == [700, 700, 700]
-        for f in light:
-            f.result(5)
-    ran_heavy = [i for i, c in enumerate(calls) if 700 in c]
-    assert ran_heavy and ran_heavy[-1] < 8, calls  # three parts within the first batches, not after the stream
+    with Lanes(run, light_cost=64, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048) as lanes:
+        heavy = [lanes.submit_parts([700, 700]), lanes.submit(100), lanes.submit_parts([3, 3])]
+        light = [lanes.submit(n) for n in (3, 64)]
+        assert [f.result(5) for f in light] == [3, 64]  # answered while the heavy batch is held
+        assert not any(f.done() for f in heavy[:2])
+        release.set()
+        assert [f.result(5) for f in heavy] == [[700, 700], 100, [3, 3]]
+    assert sorted(n for batch in ran["quick"] for n in batch) == [3, 64]
+    assert sorted(n for batch in ran["bulk"] for n in batch) == [3, 3, 100, 700, 700]
+    assert lanes.stats.n_items == 7
 
 
-def test_heavy_batches_stay_short_while_light_requests_arrive() -> None:
-    """Within LIGHT_RECENT_S of a light request, a batch of heavy parts holds a quarter of max_cost."""
-    calls: list[list[int]] = []
-    gate = threading.Event()
-    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.01, cost=lambda n: n, max_cost=2048) as b:
-        first = b.submit(5)
-        time.sleep(0.05)
-        heavy = [b.submit_parts([256, 256]) for _ in range(8)]
-        gate.set()
-        assert first.result(5) == 5 and all(f.result(5) == [256, 256] for f in heavy)
-    assert all(sum(c) <= 2048 // 4 for c in calls[1:]), calls
-    calls.clear()
-    gate.set()
-    with MicroBatcher(_gated_costs(calls, gate), max_batch=64, window_s=0.05, cost=lambda n: n, max_cost=2048) as b:
-        heavy = [b.submit_parts([256, 256]) for _ in range(8)]  # no light request: full batches
-        assert all(f.result(5) == [256, 256] for f in heavy)
-    assert max(map(sum, calls)) > 2048 // 4, calls
+@pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
+def test_the_bulk_lane_runs_at_a_lower_cpu_priority_than_the_quick_one() -> None:
+    """Heavy work takes the CPU that light requests leave: the OS runs the quick lane first while both run."""
+    nice: dict[str, int | None] = {}
+
+    def run(items: list[int]) -> list[int]:
+        nice[threading.current_thread().name] = thread_nice()
+        return items
+
+    mine = thread_nice()
+    with Lanes(run, light_cost=64, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048) as lanes:
+        assert lanes.submit(1).result(5) == 1 and lanes.submit(500).result(5) == 500
+    assert mine is not None and nice["condsearch-quick"] == mine
+    assert nice["condsearch-bulk"] == min(19, mine + BACKGROUND_NICE)
 
 
 def test_a_failed_part_fails_its_request_and_its_other_parts_do_not_run() -> None:

@@ -195,7 +195,7 @@ def test_other_queries_are_answered_while_a_build_runs(folder: Path, held: HeldB
 def test_a_build_runs_at_a_lower_cpu_priority_than_the_queries(folder: Path, held: HeldBuild) -> None:
     """Issue 58: a flood of new conditions took the known queries' CPU; a build's thread (and the threads it
     starts) now runs niced, so the queries go first."""
-    from condsearch.serve.builds import BUILD_NICE
+    from condsearch.serve.priority import BACKGROUND_NICE
 
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     with serve(folder) as server, httpx.Client(base_url=server.url, timeout=60) as http:
@@ -204,7 +204,7 @@ def test_a_build_runs_at_a_lower_cpu_priority_than_the_queries(folder: Path, hel
             assert held.started.wait(60)
             held.release.set()
             assert waiting.result().status_code == 200
-    assert held.nice == min(19, mine + BUILD_NICE)
+    assert held.nice == min(19, mine + BACKGROUND_NICE)
 
 
 def test_no_build_keeps_the_404(folder: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -23,13 +24,16 @@ def serving(
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """Run ``condsearch serve ARGS --port P`` until /health answers 200; yield its URL and process, then stop it.
 
-    SystemExit when it exits or does not answer within timeout seconds.
+    SystemExit when it exits or does not answer within timeout seconds. The server's stderr goes to the
+    file named by $BENCH_SERVER_LOG where set (to read why a server died), else nowhere.
     """
     import httpx
 
     port = free_port()
     argv = [sys.executable, "-m", "condsearch", "serve", *args, "--port", str(port)]
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log_path = os.environ.get("BENCH_SERVER_LOG")
+    stderr = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout
@@ -49,3 +53,5 @@ def serving(
             server.wait(30)
         except subprocess.TimeoutExpired:
             server.kill()
+        if log_path:
+            stderr.close()

@@ -9,11 +9,15 @@ import torch
 from condsearch.base.model_sources import ModelSource
 from condsearch.encoders.first_use import loading
 from condsearch.encoders.runtime import load_pretrained
+from condsearch.encoders.serial_tokenizer import SerialTokenizer
 from condsearch.errors import ModelError
 
 
 def load_backbone(source: ModelSource, *, trust_remote_code: bool = False) -> tuple[Any, Any]:
     """Return (tokenizer, model) of a model folder or hub id: transformers' own, the model in float32 on the CPU.
+
+    The tokenizer tokenizes for one thread at a time (:class:`.serial_tokenizer.SerialTokenizer`): the
+    server runs one model from two threads.
 
     float32 whatever dtype the folder was saved in: a float16 folder loaded as saved mixed Half
     and Float in the CSR router's arithmetic (02982a7); an encoder casts to its own dtype after.
@@ -28,4 +32,4 @@ def load_backbone(source: ModelSource, *, trust_remote_code: bool = False) -> tu
             )
         except (OSError, ValueError, KeyError) as exc:
             raise ModelError.cannot_load(source.model_id, exc) from exc
-    return tokenizer, model
+    return SerialTokenizer(tokenizer), model

@@ -15,6 +15,7 @@ from condsearch.encoders.bidirectional import config_is_bidirectional, decoder_l
 from condsearch.encoders.family import Family, PromptTemplates
 from condsearch.encoders.pooling import last_token_pool, mean_pool
 from condsearch.encoders.runtime import OomBackoff, dtype_name, load_fastest
+from condsearch.encoders.serial_tokenizer import SerialTokenizer
 from condsearch.errors import ModelError
 
 if TYPE_CHECKING:
@@ -114,7 +115,9 @@ class PromptEncoder(Encoder):
         if "condition" not in templates.conditional or "condition" not in templates.unconditional:
             raise ModelError("prompt templates for this model need a {condition} placeholder in both")
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            self.tokenizer = SerialTokenizer(
+                AutoTokenizer.from_pretrained(source.location, trust_remote_code=trust_remote_code)
+            )
             model = load_fastest(
                 AutoModel.from_pretrained, source.location, device, dtype, trust_remote_code=trust_remote_code
             )

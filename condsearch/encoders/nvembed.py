@@ -7,6 +7,7 @@ latent-attention pooling and returns one vector per prompt.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -72,6 +73,9 @@ class NVEmbedEncoder(Encoder):
             raise ModelError(f"{source.model_id}: the model has no encode() and tokenizer as NV-Embed does")
         self.model = model.to(device).eval()
         self.tokenizer = model.tokenizer
+        # its encode() tokenizes with the model's own tokenizer, whose settings change per call: one encode at a
+        # time (the server runs one model from two threads; :mod:`.serial_tokenizer`)
+        self._encode_lock = threading.Lock()
         self.device = device
         self.dtype = dtype
         self.model_id = source.model_id
@@ -111,13 +115,16 @@ class NVEmbedEncoder(Encoder):
         # encode() tokenizes instruction + text + EOS and truncates silently; count it here.
         eos = self.tokenizer.eos_token or ""
         texts = [instruction + c + eos for c, _ in pairs]
-        for (c, s), ids in zip(pairs, self.tokenizer(texts, verbose=False)["input_ids"], strict=True):
+        with self._encode_lock:
+            rows = self.tokenizer(texts, verbose=False)["input_ids"]
+        for (c, s), ids in zip(pairs, rows, strict=True):
             if len(ids) > self.max_length:
                 self.stats.note_truncated(s if s is not None else c)
 
     @torch.inference_mode()
     def _encode_group(self, instruction: str, texts: Sequence[str]) -> np.ndarray:
-        vecs = self.model.encode(list(texts), instruction=instruction, max_length=self.max_length)
+        with self._encode_lock:
+            vecs = self.model.encode(list(texts), instruction=instruction, max_length=self.max_length)
         if isinstance(vecs, torch.Tensor):
             vecs = vecs.float().cpu().numpy()
         return np.asarray(vecs, dtype=np.float32)

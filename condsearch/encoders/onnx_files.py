@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,7 +98,8 @@ class _Encoded(dict):  # type: ignore[type-arg]
 class BackendTokenizer:
     """The part of a transformers fast tokenizer that :mod:`.bert_inputs` uses, over ``tokenizers`` alone.
 
-    A transformers fast tokenizer is this same backend plus truncation and padding set per call.
+    A transformers fast tokenizer is this same backend plus truncation and padding set per call; as there,
+    the settings are the backend's, so calls run one at a time (:mod:`.serial_tokenizer`).
     """
 
     is_fast = True
@@ -108,6 +110,7 @@ class BackendTokenizer:
         self.model_max_length = int(meta["model_max_length"])
         self.model_input_names: list[str] = list(meta["model_input_names"])
         self.truncation_side = str(meta.get("truncation_side", "right"))
+        self._lock = threading.Lock()
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
         return int(self.backend.num_special_tokens_to_add(pair))
@@ -121,14 +124,15 @@ class BackendTokenizer:
         max_length: int | None = None,
         add_special_tokens: bool = True,
     ) -> _Encoded:
-        if truncation and max_length:
-            strategy = "longest_first" if truncation is True else str(truncation)
-            self.backend.enable_truncation(max_length, strategy=strategy, direction=self.truncation_side)
-        else:
-            self.backend.no_truncation()
-        self.backend.no_padding()
         inputs = list(text) if text_pair is None else list(zip(text, text_pair, strict=True))
-        encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
+        with self._lock:
+            if truncation and max_length:
+                strategy = "longest_first" if truncation is True else str(truncation)
+                self.backend.enable_truncation(max_length, strategy=strategy, direction=self.truncation_side)
+            else:
+                self.backend.no_truncation()
+            self.backend.no_padding()
+            encodings = self.backend.encode_batch(inputs, add_special_tokens=add_special_tokens)
         fields = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
         data = {key: [list(getattr(e, fields[key])) for e in encodings] for key in self.model_input_names}
         return _Encoded(data, encodings)

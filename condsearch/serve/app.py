@@ -38,7 +38,7 @@ from condsearch.errors import (
 )
 from condsearch.query import Background, QueryJob, Resident, index_summary, query_answer, split_job
 from condsearch.serve.access import RequestLog
-from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.batching import Lanes
 from condsearch.serve.builds import Builds, OnDemandFull, TooManyBuilds, add_builds, build_or_accept
 from condsearch.serve.config import API_KEY_HEADER, REQUEST_ID_HEADER, ServeConfig
 from condsearch.serve.drops import drop_route
@@ -232,8 +232,9 @@ class _SecuredApp(FastAPI):
 def create_app(resident: Resident, config: ServeConfig) -> FastAPI:
     """Return the app answering from resident; config supplies limits, batching and the API key."""
     metrics = ServeMetrics(lambda: resident.n_indexes, lambda: resident.n_models)
-    # one batcher for /query's jobs and /v1/embeddings' (an Answer or an array each), so they take turns
-    batcher: MicroBatcher[QueryJob | EmbedJob, Any] = MicroBatcher(
+    # /query's jobs and /v1/embeddings' (an Answer or an array each): light ones on the quick lane, the rest
+    # taking turns on the niced bulk lane
+    batcher: Lanes[QueryJob | EmbedJob, Any] = Lanes(
         metrics.counting_batches(partial(answer_jobs, resident), lambda job: len(job.queries)),
         max_batch=config.max_batch,
         window_s=config.batch_window_ms / 1000,

@@ -8,13 +8,14 @@ A request may come in parts (:meth:`MicroBatcher.submit_parts`): a large one spl
 batch holds more than ``max_batch`` items' size or ``max_cost`` of their cost (tokens, for the
 server). Each batch takes at most one part of each request, requests that have had the fewest
 parts run going first, so a small request that arrives while a large one is answered waits for
-one batch at most, not for the whole of the large one. A light request (one part of at most
-``light_cost``: a query of a few words) does not share a batch with heavy parts while it waits: the
-light ones run in a batch of their own first (but heavy parts that have waited ``heavy_wait_s`` get a
-batch of their own next, so a steady stream of light ones cannot starve them), and while light
-requests keep arriving (one in the last ``LIGHT_RECENT_S``) a batch of heavy parts holds a quarter
-of ``max_cost``, so a light request waits for a short batch at most (issue 58: a known query beside
-a flood of embeddings).
+one batch at most, not for the whole of the large one.
+
+The server runs two batchers, :class:`Lanes`: light requests (one part of at most ``light_cost``: a
+query of a few words) on a quick lane at the server's CPU priority, the rest (embeddings, queries of
+many parts) on a bulk lane whose thread runs niced (:mod:`condsearch.serve.priority`). A light
+request never waits for a heavy batch to finish, and while both lanes run the operating system gives
+the quick one the CPU first, so a flood of heavy requests leaves a known query's latency close to
+what it was (issue 58). The bulk lane takes what the quick one leaves and is never starved.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from condsearch.serve.config import ServeConfig
+from condsearch.serve.priority import BACKGROUND_NICE, lower_thread_priority
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,6 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _STOP = object()
-#: seconds after a light request during which heavy batches are kept short
-LIGHT_RECENT_S = 1.0
-#: seconds heavy parts wait through batches of light requests at most before they get a batch of their own
-HEAVY_WAIT_S = 0.25
 
 
 @dataclass
@@ -87,7 +85,8 @@ class MicroBatcher(Generic[T, R]):
     raised to that item's caller only. When ``run`` itself raises, each item is run again alone,
     so the exception reaches only the items that cause it. ``size(item)`` weighs an item (e.g.
     its number of queries) against ``max_batch``, ``cost(item)`` (e.g. its tokens) against
-    ``max_cost``; an item heavier than either runs alone.
+    ``max_cost``; an item heavier than either runs alone. ``nice``: how much lower than its creator's
+    the worker thread's CPU priority is (0: the same).
     """
 
     def __init__(
@@ -99,17 +98,14 @@ class MicroBatcher(Generic[T, R]):
         size: Callable[[T], int] = lambda _: 1,
         cost: Callable[[T], int] = lambda _: 0,
         max_cost: int = ServeConfig.max_batch_tokens,
-        light_cost: int = ServeConfig.light_request_tokens,
-        heavy_wait_s: float = HEAVY_WAIT_S,
+        nice: int = 0,
         name: str = "condsearch-batcher",
     ) -> None:
-        if max_batch <= 0 or window_s < 0 or max_cost <= 0 or light_cost < 0:
-            raise ValueError("max_batch and max_cost must be positive, window_s and light_cost non-negative")
+        if max_batch <= 0 or window_s < 0 or max_cost <= 0 or nice < 0:
+            raise ValueError("max_batch and max_cost must be positive, window_s and nice non-negative")
         self._run, self._size, self._cost = run, size, cost
-        self.max_batch, self.window_s, self.max_cost, self.light_cost = max_batch, window_s, max_cost, light_cost
-        self.heavy_wait_s = heavy_wait_s
+        self.max_batch, self.window_s, self.max_cost, self.nice = max_batch, window_s, max_cost, nice
         self.stats = BatchStats()
-        self._light_at = -LIGHT_RECENT_S  # when a light request was last seen
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._closed = False
         self._seq = 0
@@ -155,9 +151,10 @@ class MicroBatcher(Generic[T, R]):
         self.close()
 
     def _work(self) -> None:
+        if self.nice:
+            lower_thread_priority(self.nice)
         active: list[_Pending[T, R]] = []
         stopping = False
-        heavy_since = time.monotonic()  # since when heavy parts have waited without a batch of theirs
         while True:
             active = [p for p in active if not p.finished and p.handed < len(p.parts)]
             if not active:
@@ -167,32 +164,17 @@ class MicroBatcher(Generic[T, R]):
                 if got is _STOP:
                     return
                 active.append(got)  # type: ignore[arg-type]
-                heavy_since = time.monotonic()  # idle until now: nothing has waited
             stopping = self._take_waiting(active) or stopping
             # the fewest parts run first, then the earliest: a new request goes before a large one's next part
             active.sort(key=lambda p: (p.handed, p.seq))
-            # light requests first, in a batch of their own; but heavy parts that waited heavy_wait_s through light
-            # batches get a batch of their own, so a steady stream of light requests cannot starve them
-            now = time.monotonic()
-            light = any(map(self._light, active))
-            heavy_waiting = not all(map(self._light, active))
-            if not heavy_waiting:
-                heavy_since = now
-            heavy_only = light and heavy_waiting and now - heavy_since >= self.heavy_wait_s
-            light_only = light and not heavy_only
-            if light:
-                self._light_at = now
-            max_cost = self.max_cost if light_only or now - self._light_at > LIGHT_RECENT_S else self.max_cost // 4
             batch: list[tuple[_Pending[T, R], int]] = []
             weight = cost = 0
             for pending in active:
-                if not self._in_turn(pending, light_only, heavy_only):
-                    continue
-                if not self._add(batch, pending, weight, cost, max_cost):
+                if not self._add(batch, pending, weight, cost):
                     break
                 weight, cost = self._weigh(batch)
             deadline = time.monotonic() + self.window_s
-            while not stopping and weight < self.max_batch and cost < max_cost:
+            while not stopping and weight < self.max_batch and cost < self.max_cost:
                 remaining = deadline - time.monotonic()
                 try:
                     got = self._queue.get(timeout=remaining) if remaining > 0 else self._queue.get_nowait()
@@ -202,13 +184,9 @@ class MicroBatcher(Generic[T, R]):
                     stopping = True
                     break
                 active.append(got)  # type: ignore[arg-type]
-                if not self._in_turn(got, light_only, heavy_only):  # type: ignore[arg-type]
-                    continue  # it waits for its kind's turn
-                if not self._add(batch, got, weight, cost, max_cost):  # type: ignore[arg-type]
+                if not self._add(batch, got, weight, cost):  # type: ignore[arg-type]
                     break  # it starts the next batch
                 weight, cost = self._weigh(batch)
-            if not all(self._light_request(p) for p, _ in batch):
-                heavy_since = time.monotonic()  # heavy parts ran
             self._answer(batch)
 
     def _take_waiting(self, active: list[_Pending[T, R]]) -> bool:
@@ -222,26 +200,10 @@ class MicroBatcher(Generic[T, R]):
                 return True
             active.append(got)  # type: ignore[arg-type]
 
-    def _in_turn(self, pending: _Pending[T, R], light_only: bool, heavy_only: bool) -> bool:
-        """Return whether pending may join this batch: a light-only batch takes light requests, a heavy-only one the
-        rest, any other batch everything."""
-        light = self._light(pending)
-        return not (light_only and not light) and not (heavy_only and light)
-
-    def _light(self, pending: _Pending[T, R]) -> bool:
-        """Return whether pending is a light request not yet handed out."""
-        return pending.handed == 0 and self._light_request(pending)
-
-    def _light_request(self, pending: _Pending[T, R]) -> bool:
-        """Return whether pending is a light request: one part of at most ``light_cost``."""
-        return len(pending.parts) == 1 and self._cost(pending.parts[0]) <= self.light_cost
-
-    def _add(
-        self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int, max_cost: int
-    ) -> bool:
+    def _add(self, batch: list[tuple[_Pending[T, R], int]], pending: _Pending[T, R], weight: int, cost: int) -> bool:
         """Add pending's next part to batch if the batch is empty or it fits; return whether it was added."""
         part = pending.parts[pending.handed]
-        if batch and (weight + self._size(part) > self.max_batch or cost + self._cost(part) > max_cost):
+        if batch and (weight + self._size(part) > self.max_batch or cost + self._cost(part) > self.max_cost):
             return False
         batch.append((pending, pending.handed))
         pending.handed += 1
@@ -284,3 +246,67 @@ class MicroBatcher(Generic[T, R]):
         except BaseException as exc:  # noqa: BLE001
             log.exception("a request failed")
             return exc
+
+
+class Lanes(Generic[T, R]):
+    """Two batchers over one ``run``: light requests on a quick lane, the rest on a bulk lane that runs niced.
+
+    A light request is one part of at most ``light_cost`` (``cost(part)``); ``bulk_nice`` lowers the bulk
+    lane's thread (:data:`~condsearch.serve.priority.BACKGROUND_NICE`). ``run`` is called from both lanes'
+    threads, possibly at once, so it must be thread-safe. The other arguments are :class:`MicroBatcher`'s,
+    the same for both lanes.
+    """
+
+    def __init__(
+        self,
+        run: Callable[[list[T]], Sequence[R | BaseException]],
+        *,
+        light_cost: int = ServeConfig.light_request_tokens,
+        bulk_nice: int = BACKGROUND_NICE,
+        max_batch: int = ServeConfig.max_batch,
+        window_s: float = ServeConfig.batch_window_ms / 1000,
+        size: Callable[[T], int] = lambda _: 1,
+        cost: Callable[[T], int] = lambda _: 0,
+        max_cost: int = ServeConfig.max_batch_tokens,
+    ) -> None:
+        if light_cost < 0:
+            raise ValueError("light_cost must be non-negative")
+        self.light_cost, self._cost = light_cost, cost
+        common: dict[str, Any] = {"max_batch": max_batch, "window_s": window_s, "size": size, "cost": cost}
+        self.quick: MicroBatcher[T, R] = MicroBatcher(run, max_cost=max_cost, name="condsearch-quick", **common)
+        self.bulk: MicroBatcher[T, R] = MicroBatcher(
+            run, max_cost=max_cost, nice=bulk_nice, name="condsearch-bulk", **common
+        )
+
+    def light(self, parts: Sequence[T]) -> bool:
+        """Return whether a request of these parts is light: one part of at most ``light_cost``."""
+        return len(parts) == 1 and self._cost(parts[0]) <= self.light_cost
+
+    def lane(self, parts: Sequence[T]) -> MicroBatcher[T, R]:
+        """Return the batcher a request of these parts runs on."""
+        return self.quick if self.light(parts) else self.bulk
+
+    def submit(self, item: T) -> Future[R]:
+        """Queue one item on its lane (see :meth:`MicroBatcher.submit`)."""
+        return self.lane([item]).submit(item)
+
+    def submit_parts(self, parts: Sequence[T]) -> Future[list[R]]:
+        """Queue a request in parts on its lane (see :meth:`MicroBatcher.submit_parts`)."""
+        return self.lane(parts).submit_parts(parts)
+
+    @property
+    def stats(self) -> BatchStats:
+        """Both lanes' counters, added."""
+        a, b = self.quick.stats, self.bulk.stats
+        return BatchStats(a.n_batches + b.n_batches, a.n_items + b.n_items, max(a.largest, b.largest))
+
+    def close(self, timeout: float | None = 5.0) -> None:
+        """Finish what both lanes hold, then stop them."""
+        self.quick.close(timeout)
+        self.bulk.close(timeout)
+
+    def __enter__(self) -> Lanes[T, R]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

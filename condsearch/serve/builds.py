@@ -3,7 +3,8 @@
 A query under a condition that a router corpus has no index for starts a build
 (:func:`condsearch.query.on_demand.build_on_demand`); requests for the same condition while it runs share
 it. A build loads its own copy of the corpus's model on a worker thread, so the batcher that answers
-queries is never waiting on it; ``max_builds`` builds run at once, the rest wait their turn
+queries is never waiting on it, on threads niced by :data:`condsearch.serve.priority.BACKGROUND_NICE` (so a
+build takes the CPU the queries leave); ``max_builds`` builds run at once, the rest wait their turn
 (``queued``), and past ``max_pending_builds`` a new one is refused (503). A small corpus (at most
 ``build_inline_rows`` rows) is answered in the request that asked; a larger one gets a 202 naming
 the job, which ``GET /builds/{id}`` reports on until it is done or has failed (in one line). A failed
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import threading
 import time
@@ -42,6 +42,7 @@ from condsearch.progress import RowCount
 from condsearch.query import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig
 from condsearch.serve.paths import hide_paths
+from condsearch.serve.priority import lower_thread_priority
 from condsearch.serve.statuses import error_responses
 from condsearch.store import (
     IndexStore,
@@ -58,20 +59,6 @@ log = logging.getLogger(__name__)
 Status = Literal["queued", "building", "done", "failed"]
 #: finished jobs kept for GET /builds/{id}, newest last
 KEEP_FINISHED = 256
-#: the nice value of a build's threads (Linux: per thread, inherited by the threads it starts, torch's
-#: and onnxruntime's workers included): a build takes the CPU that queries leave (issue 58)
-BUILD_NICE = 10
-
-
-def yield_cpu_to_queries(nice: int = BUILD_NICE) -> None:
-    """Lower the calling thread's CPU priority by ``nice`` (where the system allows it; elsewhere nothing)."""
-    if not hasattr(os, "setpriority"):
-        return
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-    except OSError as exc:  # a sandbox that forbids it: builds run at the queries' priority
-        log.debug("cannot lower a build thread's priority (%s)", exc)
 
 
 @dataclass
@@ -152,7 +139,7 @@ class Builds:
         self.max_bytes = parse_memory(ServeConfig.max_on_demand_bytes) if max_bytes is None else max_bytes
         self._build = build or build_on_demand  # looked up now: a test may put another in its place
         self._pool = ThreadPoolExecutor(
-            max_builds, thread_name_prefix="condsearch-build", initializer=yield_cpu_to_queries
+            max_builds, thread_name_prefix="condsearch-build", initializer=lower_thread_priority
         )
         self._jobs: dict[str, BuildJob] = {}
         self._running: dict[tuple[str, str], BuildJob] = {}

@@ -76,8 +76,9 @@ class ServeConfig:
     #: (8 queries at the default model's 256 tokens; a long query counts only the tokens the model reads).
     #: 4096 doubled the wait of a small request beside a large one and answered the large one no sooner
     max_batch_tokens: int = 2048
-    #: a request of one part and at most this many tokens (a query of a few words) is light: it does not wait in a
-    #: batch with heavy parts (embeddings of many texts, a batch of long queries), light ones run first
+    #: a request of one part and at most this many tokens (a query of a few words) is light: it runs on the quick
+    #: lane, never behind heavy parts (embeddings of many texts, a batch of long queries), which run on the bulk
+    #: lane at a lower CPU priority (:class:`condsearch.serve.batching.Lanes`)
     light_request_tokens: int = 64
     #: how often the store listing is re-read to notice replaced, added or removed indexes (seconds)
     reload_interval_s: float = QueryConfig.reload_interval_s
@@ -115,7 +116,7 @@ class ServeConfig:
     threads: int | None = CpuConfig.threads
     #: FAISS's OpenMP threads for searching (None: every core for an exact index, FAISS's own default;
     #: one for an IVF or HNSW index, whose queries FAISS walks on one thread). Encoding and searching
-    #: take turns on the batcher's thread; what to measure before changing either is in docs/serve.md
+    #: take turns on each lane's thread; what to measure before changing either is in docs/serve.md
     search_threads: int | None = None
     #: the server's log lines (each naming its request's X-Request-ID): "text", or "json", one object a line
     log_format: LogFormat = "text"

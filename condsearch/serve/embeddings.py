@@ -12,8 +12,9 @@ are those :meth:`condsearch.Model.encode` gives for the same texts and condition
 chosen index was built with, run as the server runs it (:mod:`condsearch.query.resident`).
 
 A request is counted in tokens and split as ``POST /query``'s is: its parts (:class:`EmbedJob`) go
-through the server's one batcher in turn with the queries (:func:`answer_jobs`), so a large request
-holds no query up for longer than one part.
+through the server's bulk lane in turn with large queries (:func:`answer_jobs`,
+:class:`condsearch.serve.batching.Lanes`), so a large request holds none of them up for longer than one
+part, and no light query at all.
 
 ``GET /v1/models`` lists, in OpenAI's shape, the names ``"model"`` takes that name a model
 (:func:`model_name`): a model's id, and for a router corpus its router beside it
@@ -44,7 +45,7 @@ from condsearch.artifacts import MODE_CSR
 from condsearch.errors import StoreError, UnknownCondition
 from condsearch.model import Vectorizer
 from condsearch.query import QueryJob, Resident, estimate_tokens, vectorizer_key
-from condsearch.serve.batching import MicroBatcher
+from condsearch.serve.batching import Lanes
 from condsearch.serve.config import ServeConfig
 from condsearch.serve.limits import ASGIApp, Message, Receive, Scope, Send
 from condsearch.serve.paths import hide_paths
@@ -432,7 +433,7 @@ def _openai_error(status: int, body: bytes) -> bytes:
     return json.dumps(got).encode()
 
 
-def add_embeddings(app: FastAPI, resident: Resident, batcher: MicroBatcher[Any, Any], config: ServeConfig) -> None:
+def add_embeddings(app: FastAPI, resident: Resident, batcher: Lanes[Any, Any], config: ServeConfig) -> None:
     """Add ``POST /v1/embeddings`` to app, answered through batcher (whose run function is :func:`answer_jobs`).
 
     Call it after every other middleware is added: its errors' shape (:class:`OpenAIErrors`) goes outside them.
