@@ -5,7 +5,7 @@ it comes from, the command that made that file, and the places that quote it: a 
 text with ``{}`` where the figure stands (whitespace in the text matches any run of whitespace, line
 breaks included). Every place must be found exactly once and must show the value at the figure's digits
 (or the quote's own ``digits``); where the results file is committed, the value must equal its key
-rounded to those digits. tests/test_figures_drift.py runs the check.
+rounded to those digits. tests/benchmarks/test_figures_drift.py runs the check.
 
     python tools/figures.py            # check: one line a problem, exit 1 if any
     python tools/figures.py --fix      # write figures.json's value into every place that quotes it

@@ -208,7 +208,7 @@ class CsrEncoder:
             state_dtype=str(self._state_dtype).removeprefix("torch."),
         )
         backbone = self.identity.backbone
-        # onnxruntime's float32 states equal torch's up to rounding (tests/test_csr_onnx.py), int8's do not
+        # onnxruntime's float32 states equal torch's up to rounding (tests/csr/test_csr_onnx.py), int8's do not
         self._state_ident = backbone + ("|pass=int8" if self.precision == "int8" else "")
         digest = hashlib.sha256(self._state_ident.encode()).hexdigest()[:16]
         self.states = StateCache(

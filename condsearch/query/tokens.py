@@ -4,7 +4,7 @@ A BERT-style model reads at most ``max_length`` tokens of a (sentence, condition
 sentence cut from the right. A query of 10,000 characters is tokenised whole (three times: to
 sort, to note truncation and to encode) only for most of it to be thrown away, so the server cuts
 it first. The cut is exact: the model gets the same tokens, so the same vector
-(``tests/test_serve_tokens.py``).
+(``tests/serve/test_serve_tokens.py``).
 
 Why it is exact. Tokenizers (WordPiece, BPE, SentencePiece) normalise character by character and
 split words at white space before they split words into tokens, so the tokens of a prefix that ends

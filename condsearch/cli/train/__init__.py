@@ -20,7 +20,7 @@ from condsearch.errors import CondsearchError, first_line
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: subcommand -> (module:attribute, the first line of its help); tests/test_cli_train.py checks they agree
+#: subcommand -> (module:attribute, the first line of its help); tests/cli/test_cli_train.py checks they agree
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "head": ("condsearch.cli.train.head:head_cmd", "Train the CASE projection head on the frozen encoder."),
     "lora": ("condsearch.cli.train.finetune:lora_cmd", "Fine-tune the encoder with LoRA adapters."),

@@ -1,0 +1,1 @@
+"""Tests of condsearch.cli: the commands, their options, their one-line errors."""

@@ -1,0 +1,1 @@
+"""Tests of condsearch.corpus: reading corpus tables and C-STS files."""

@@ -1,0 +1,1 @@
+"""Tests of condsearch.encoders: encoder families, their CPU and ONNX runners, tokenizers."""

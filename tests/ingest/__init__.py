@@ -1,0 +1,1 @@
+"""Tests of condsearch.ingest: indexing a corpus under a condition."""

@@ -1,0 +1,1 @@
+"""Tests of condsearch.model: the model loader, vectorizers, heads and specs."""

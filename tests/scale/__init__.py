@@ -1,0 +1,1 @@
+"""Tests of condsearch.scale: Ray and Milvus."""

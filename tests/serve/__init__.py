@@ -1,0 +1,1 @@
+"""Tests of condsearch.serve: the HTTP server, its lanes, builds, limits and page."""

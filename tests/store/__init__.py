@@ -1,0 +1,1 @@
+"""Tests of condsearch.store: the index store, its listing, lifecycle and refusals."""
