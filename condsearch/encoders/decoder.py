@@ -142,9 +142,9 @@ class PromptEncoder(Encoder):
         self.templates = templates
         self.max_length = max_length or default_max_length(int(self.tokenizer.model_max_length or 0), config)
         self.padding_side = "left" if family == "decoder" else "right"
-        self.eos_id = eos_to_append(self.tokenizer) if pooling == "last" else None
+        self.eos_id = eos_to_append(self.tokenizer.unwrapped) if pooling == "last" else None
         # prompt-last pools the prompt's own last token, so an end token the tokenizer adds comes off.
-        self.strip_id = appended_end(self.tokenizer) if pooling == "prompt-last" else None
+        self.strip_id = appended_end(self.tokenizer.unwrapped) if pooling == "prompt-last" else None
         pad = self.tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else (self.tokenizer.eos_token_id or 0))
         self._accepts = set(inspect.signature(self.model.forward).parameters)
