@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What a user sees, as hashes, to show that a refactor changed no behaviour (issue 40).
 
-Indexes the demo corpus with the embedded model in four ways (CASE `full`, CASE `lora`, the router
-`--mode csr`, CASE int8) through the CLI, then records for each: the sha256 of every `vectors.npy`,
+Indexes the demo corpus with the embedded model in five ways (CASE `full`, CASE `lora`, the router
+`--mode csr`, CASE int8, CASE bfloat16) through the CLI, then records for each: the sha256 of every `vectors.npy`,
 the bytes of `query --json`, the answers of `condsearch serve` (a real server on loopback) and of
 the Python API (`condsearch.open(...).search`). Run it before and after a change and compare:
 
@@ -27,6 +27,7 @@ VARIANTS = {
     "lora": ["--mode", "case", "--profile", "lora"],
     "csr": ["--mode", "csr"],
     "int8": ["--mode", "case", "--quantize", "int8"],
+    "bfloat16": ["--mode", "case", "--dtype", "bfloat16"],
 }
 CONDITION = "color of the dress"
 QUERIES = ["A girl in an orange dress plays tennis", "Two men play soccer on a field"]
