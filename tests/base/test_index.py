@@ -53,9 +53,34 @@ def test_flat_index_equals_brute_force() -> None:
     assert (np.diff(got.scores, axis=1) <= 1e-6).all()  # best first
 
 
+@pytest.mark.parametrize("n_queries", [1, 3, FLAT_BLAS_MIN_QUERIES - 1])
+def test_a_few_queries_are_scored_by_one_product_over_the_stored_rows(n_queries: int) -> None:
+    """Issue 61: below FLAT_BLAS_MIN_QUERIES, where FAISS would scan once per query on one thread, NumPy scores
+    FAISS's stored rows: the neighbours FAISS finds, up to ties, best first, and never a copy of the rows."""
+    corpus, queries = _unit(3000, 24, 4), _unit(n_queries, 24, 5)
+    index = build_index(corpus)
+    got = search(index, queries, 10)
+    d, i = index.search(queries, 10)  # FAISS's own scan
+    assert got.ids.shape == (n_queries, 10) and got.ids.dtype == np.int64 and got.scores.dtype == np.float32
+    assert_same_ranking((got.scores, got.ids), (d, i), score_tolerance(24))
+    assert (np.diff(got.scores, axis=1) <= 0).all()
+    assert search(index, queries, 5000).ids.shape == (n_queries, 3000)  # k past the rows: every row, ranked
+
+
+@pytest.mark.parametrize("n_queries", [1, 2 * FLAT_BLAS_MIN_QUERIES])
+def test_rows_that_score_the_same_come_in_row_order(n_queries: int) -> None:
+    """Tied rows (a corpus's duplicates) come first-row-first, by NumPy's product or FAISS's alike, and the k-th
+    place goes to the first of the rows tied for it."""
+    row = _unit(1, 8, 6)
+    corpus = np.concatenate([_unit(3, 8, 7), np.repeat(row, 6, axis=0), _unit(3, 8, 8)])
+    index = build_index(corpus)
+    got = search(index, np.repeat(row, n_queries, axis=0), 4)
+    assert got.ids.tolist() == [[3, 4, 5, 6]] * n_queries
+
+
 @pytest.mark.numerics
 def test_a_batch_searched_by_matrix_product_finds_what_each_query_finds_alone() -> None:
-    # a server's batch takes FAISS's BLAS path, a one-shot query its scan: the same neighbours
+    # a server's batch takes FAISS's BLAS path, a one-shot query one NumPy product: the same neighbours
     assert faiss.cvar.distance_compute_blas_threshold == FLAT_BLAS_MIN_QUERIES
     corpus, queries = _unit(2000, 32, 2), _unit(2 * FLAT_BLAS_MIN_QUERIES, 32, 3)
     index = build_index(corpus)
