@@ -67,8 +67,11 @@ class ServeConfig:
     keep_alive_s: int = 5
     #: request line and headers larger than this are refused with a 400 (bytes)
     max_head_bytes: int = 16 * 1024
-    #: how long the batcher waits for more requests after the first one arrives (milliseconds)
-    batch_window_ms: float = 2.0
+    #: how long the batcher waits for more requests after the first one arrives (milliseconds). 0: a request that
+    #: finds its lane idle runs at once; under load, batches still form from what queues while one runs. 100,000
+    #: rows, 2 cores, two runs each: p50 at 1 client 20.8-20.9 ms at 0 against 24.7-24.8 at 2, queries/s at 32
+    #: clients 98-113 against 84-99, batches of 13-15 either way (benchmarks/systems/serving.md, issue 61)
+    batch_window_ms: float = 0.0
     #: queries encoded together at most (one forward pass per model and condition)
     max_batch: int = 64
     #: tokens encoded together at most: a request over this (or over max_batch queries) is answered in
