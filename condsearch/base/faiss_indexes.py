@@ -248,7 +248,7 @@ def _blas_top_k(flat: faiss.IndexFlat, queries: np.ndarray, k: int) -> tuple[np.
 
     For fewer than FLAT_BLAS_MIN_QUERIES queries, where FAISS scans the rows once per query, one query
     to a thread (a lone query used one core): NumPy's product runs on every BLAS thread. 100,000 rows of
-    384 dims on 2 cores, one query: 8.1-8.4 ms against FAISS's 13.7-16.1; two: 18.9 against 18.2-23.0
+    384 dims on 2 cores, one query: 7.1-8.4 ms against FAISS's 13.7-17.2; two: 18.9 against 18.2-23.0
     (benchmarks/systems/serving.md, issue 61). From FLAT_BLAS_MIN_QUERIES on, FAISS's own product and
     its heaps select faster (32 queries: 56 against 62 ms). The rows are FAISS's own (no copy); scores
     equal FAISS's up to float32 rounding. Of rows tied with the k-th best, the first are kept, as FAISS

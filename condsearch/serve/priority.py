@@ -30,13 +30,3 @@ def lower_thread_priority(nice: int = BACKGROUND_NICE) -> None:
         os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
     except OSError as exc:  # a sandbox that forbids it: the thread runs at the queries' priority
         log.debug("cannot lower a thread's priority (%s)", exc)
-
-
-def thread_nice() -> int | None:
-    """Return the calling thread's nice value, or None where the system does not tell it."""
-    if not hasattr(os, "getpriority"):
-        return None
-    try:
-        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    except OSError:
-        return None

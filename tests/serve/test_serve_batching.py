@@ -17,7 +17,7 @@ from condsearch.ingest.chunks import index_corpus
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident, UnknownCondition, split_job, vectorizer_key
 from condsearch.serve.batching import Lanes, MicroBatcher
-from condsearch.serve.priority import BACKGROUND_NICE, thread_nice
+from condsearch.serve.priority import BACKGROUND_NICE
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, HashEncoder
 
@@ -247,10 +247,15 @@ def test_a_light_request_is_answered_while_a_heavy_batch_runs() -> None:
     assert lanes.stats.n_items == 7
 
 
+def thread_nice() -> int:
+    """Return the calling thread's nice value (Linux: per thread)."""
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
 @pytest.mark.skipif(not hasattr(os, "setpriority"), reason="thread priorities are Linux's")
 def test_the_bulk_lane_runs_at_a_lower_cpu_priority_than_the_quick_one() -> None:
     """Heavy work takes the CPU that light requests leave: the OS runs the quick lane first while both run."""
-    nice: dict[str, int | None] = {}
+    nice: dict[str, int] = {}
 
     def run(items: list[int]) -> list[int]:
         nice[threading.current_thread().name] = thread_nice()
@@ -259,7 +264,7 @@ def test_the_bulk_lane_runs_at_a_lower_cpu_priority_than_the_quick_one() -> None
     mine = thread_nice()
     with Lanes(run, light_cost=64, max_batch=64, window_s=0.0, cost=lambda n: n, max_cost=2048) as lanes:
         assert lanes.submit(1).result(5) == 1 and lanes.submit(500).result(5) == 500
-    assert mine is not None and nice["condsearch-quick"] == mine
+    assert nice["condsearch-quick"] == mine
     assert nice["condsearch-bulk"] == min(19, mine + BACKGROUND_NICE)
 
 
