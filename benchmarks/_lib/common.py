@@ -151,6 +151,13 @@ def run_info(device: str | None = None) -> dict[str, object]:
             "load_average_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
         },
     }
+    # settings that make this CPU run as another kind (ONEDNN_MAX_CPU_ISA hides AMX from torch's bfloat16
+    # products) or choose its path: a figure measured under them says so
+    emulated = {
+        k: os.environ[k] for k in ("ONEDNN_MAX_CPU_ISA", "CONDSEARCH_CPU_KIND", "OPENBLAS_CORETYPE") if k in os.environ
+    }
+    if emulated:
+        info["environment"] = emulated
     return info
 
 

@@ -17,13 +17,15 @@ from typing import Literal
 
 from condsearch.errors import ModelError
 
-CpuKind = Literal["amx", "avx512", "other"]
-CPU_KINDS: tuple[CpuKind, ...] = ("amx", "avx512", "other")
+CpuKind = Literal["amx", "avx512", "avx512_fp16", "other"]
+CPU_KINDS: tuple[CpuKind, ...] = ("amx", "avx512", "avx512_fp16", "other")
 #: forces the kind (one of CPU_KINDS) instead of reading /proc/cpuinfo
 CPU_KIND_ENV = "CONDSEARCH_CPU_KIND"
 
-#: the flags a kind needs: AMX tiles with bf16 products; else AVX-512 with bf16 dot products
+#: the flags a kind needs: AMX tiles with bf16 products; else AVX-512 with bf16 dot products and fp16
+#: arithmetic (Intel's: a Xeon whose AMX the host hides); else AVX-512 with bf16 dot products (AMD's EPYC)
 _AMX_FLAGS = frozenset({"amx_tile", "amx_bf16", "avx512_bf16"})
+_AVX512_FP16_FLAGS = frozenset({"avx512f", "avx512_bf16", "avx512_fp16"})
 _AVX512_FLAGS = frozenset({"avx512f", "avx512_bf16"})
 
 #: the encoder record's key for a dtype that --dtype auto chose for the CPU (absent: float32). The spec
@@ -69,10 +71,12 @@ PATHS: dict[CpuKind, CpuPath] = {
             "rounds: torch bfloat16 389 pairs/s, torch float32 183, onnxruntime float32 197 (2.1x); the "
             "accuracy run beside GPU work (cpu_paths_amx.json): bfloat16 351, float32 214, onnxruntime 177, "
             "cosine to float32 >= 0.9997 (median 0.99992), C-STS dev Spearman 66.69 against 66.67. Issue 42's "
-            "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes "
-            "were not measured in bfloat16 there (onnxruntime float32 ran 1.12x torch float32: csr_paths_amx.json); "
-            "they take bfloat16 on this kind by inference from CASE's bfloat16 here and the router's bfloat16 on the "
-            "avx512 kind (same layers, same bf16 products), not by a measurement of their own. Serving CASE: "
+            "reviewers saw 2.5-3x on a 2-core Xeon (2,170-2,570 against 850-868 pairs/s). The router's passes, "
+            "measured 2026-11-29 on 2 cores of a 2-core Xeon with AMX (python -m benchmarks.systems.csr_paths --dev "
+            "dev.csv --threads 2 --no-csts, medians of 5 interleaved rounds, nothing else running): torch bfloat16 547 "
+            "new sentences/s and 1,716 new-condition pairs/s against torch float32's 306 and 948 (1.8x), onnxruntime "
+            "float32 294 and 803 (csr_paths_amx_quiet.json; until then bfloat16 on this kind was inferred from "
+            "CASE's). Serving CASE: "
             "onnxruntime float32, as a one-shot query answers, so that serve and query --json give equal "
             "scores (issue 58; torch bfloat16 before, unmeasured): measured 2026-11-28 on 2 cores of the same "
             "Xeon (load 4-5, beside other work), the index's model as the server loads it, medians of 40 "
@@ -102,6 +106,27 @@ PATHS: dict[CpuKind, CpuPath] = {
             "and 1,899 (1.36x, 1.56x), cosine to float32 >= 0.99987 over C-STS dev, Spearman 64.01 against 64.00"
         ),
     ),
+    "avx512_fp16": CpuPath(
+        case_runner="onnxruntime",
+        case_dtype="float32",
+        serve_runner="onnxruntime",
+        router_dtype="float32",
+        provenance=(
+            "an Intel Xeon with AVX-512 BF16 and FP16 whose AMX the host hides (issue 61's outside check: `index` "
+            "in torch bfloat16 at 0.69x torch float32, 42.9 s against 29.4 s for 16,000 sentences, and 0.71x / 0.50x "
+            "at 500 / 4,000 rows). Measured 2026-11-29 on 2 cores of a Xeon with AMX, AMX hidden from torch's "
+            "products by ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16 (oneDNN then runs avx512_core_bf16 kernels, as on that "
+            "kind), nothing else running: python -m benchmarks.systems.cpu_paths --csv dev.csv -n 400 --repeats 5 "
+            "--threads 2 --no-accuracy (benchmarks/systems/results/cpu_paths_amx_hidden.json), medians of "
+            "interleaved rounds: torch float32 225 pairs/s, onnxruntime float32 212, torch bfloat16 149 (0.66x); "
+            "python -m benchmarks.systems.csr_paths --dev dev.csv --threads 2 --no-csts "
+            "(csr_paths_amx_hidden.json): the router's new sentences torch float32 304/s, onnxruntime float32 284, "
+            "torch bfloat16 190 (0.67x); new-condition pairs 983, 1,028, 656. The same session with AMX: CASE "
+            "bfloat16 324 against float32 198-221, the router's bfloat16 547 against 306. float32 here, on the "
+            "checked onnxruntime export (within 6% of torch float32 both ways), which one-shot queries and "
+            "serving run too"
+        ),
+    ),
     "other": CpuPath(
         case_runner="onnxruntime",
         case_dtype="float32",
@@ -117,6 +142,8 @@ def kind_of_flags(flags: Iterable[str]) -> CpuKind:
     present = set(flags)
     if _AMX_FLAGS <= present:
         return "amx"
+    if _AVX512_FP16_FLAGS <= present:
+        return "avx512_fp16"
     if _AVX512_FLAGS <= present:
         return "avx512"
     return "other"

@@ -153,7 +153,8 @@ def _check_flags(mode: str, flags: set[str], *, ray: bool) -> None:
     "What runs the encoder. auto: onnxruntime on the CPU with every core wherever a one-shot query of "
     "the index would run it (BERT-style, condition-mean pooling; its checked float32 export, written first "
     "if missing) and, with --mode csr, the router's two passes from their checked float32 export; else "
-    "torch (on a CPU with bfloat16 products, AMX or AVX-512 BF16, torch in bfloat16: CASE in --dtype auto's "
+    "torch (on a CPU whose bfloat16 products measured faster, AMX or an AMD's AVX-512 BF16, torch in bfloat16: "
+    "CASE in --dtype auto's "
     "bfloat16, and the context router's two passes under autocast); torch: always transformers (float32 for "
     "the router). "
     "The index is the same either way.",

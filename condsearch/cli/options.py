@@ -203,7 +203,8 @@ def encoder_options(command: F) -> F:
             default=EncoderSpec.dtype,
             show_default=True,
             help="Weights dtype; auto is bfloat16 for LLM embedders on CUDA where supported, and for BERT-style "
-            "encoders on a CPU with bfloat16 products, AMX or AVX-512 BF16 (CONDSEARCH_CPU_KIND), else float32.",
+            "encoders on a CPU whose bfloat16 products measured faster (AMX; an AMD's AVX-512 BF16; see "
+            "CONDSEARCH_CPU_KIND), else float32.",
         ),
         click.option(
             "--bidirectional-layers",

@@ -81,9 +81,9 @@ class EncoderSpec:
     prompt_template: str | None = None
     unconditional_template: str | None = None
     max_length: int | None = None
-    # auto: bfloat16 for LLM embedders on CUDA, and for BERT-style CASE encoders on an AMX or AVX-512 BF16
-    # CPU (recorded as the encoder's auto_dtype, while the spec keeps auto: condsearch.base.cpu_kind),
-    # else float32
+    # auto: bfloat16 for LLM embedders on CUDA, and for BERT-style CASE encoders on a CPU kind where it measured
+    # faster, AMX or an AMD EPYC's AVX-512 BF16 (recorded as the encoder's auto_dtype, while the spec keeps auto:
+    # condsearch.base.cpu_kind), else float32
     dtype: str = "auto"
     bidirectional_layers: int | None = None
     preset: str | None = None
