@@ -27,10 +27,10 @@ class Rows(Protocol):
 DEFAULT_FACTORY = IndexConfig.factory  # exact search; the home of this default is IndexConfig
 
 #: from this many queries in one search, FAISS's exact search scores them by one matrix product (BLAS)
-#: instead of one scan of the rows per query. FAISS 1.15 waits for 128,000 queries, so a server's batch
-#: of 32 scanned 100,000 rows 32 times: 72 ms against BLAS's 15 ms on 2 cores, with the product
-#: ahead from 4-8 queries (benchmarks/README, issue 28). The scores can differ from a scan's in the
-#: last bits of float32, as two BLAS builds' do.
+#: instead of one scan of the rows per query (FAISS 1.15 waits for 128,000). condsearch's own searches of a CPU
+#: flat inner-product index go through :func:`_blas_top_k` whatever the count; this covers FAISS's product
+#: where it still runs (an L2 flat index, or a caller's own ``index.search``). The scores can differ from a
+#: scan's in the last bits of float32, as two BLAS builds' do.
 FLAT_BLAS_MIN_QUERIES = 8
 faiss.cvar.distance_compute_blas_threshold = FLAT_BLAS_MIN_QUERIES
 #: FAISS's own thread count (every core, or OMP_NUM_THREADS), read on import before anything sets it
@@ -216,7 +216,7 @@ def search(index: faiss.Index | TorchFlatIndex, queries: np.ndarray, k: int) -> 
     x = np.ascontiguousarray(queries, dtype=np.float32)
     if k == 0:  # an empty index: FAISS asserts k > 0
         return SearchResult(np.empty((len(x), 0), dtype=np.float32), np.empty((len(x), 0), dtype=np.int64))
-    flat = _cpu_flat_ip(index) if len(x) < FLAT_BLAS_MIN_QUERIES else None
+    flat = _cpu_flat_ip(index)
     scores, ids = _blas_top_k(flat, x, k) if flat is not None else index.search(x, k)
     short = (ids < 0).any(axis=1)
     if short.any():
@@ -246,14 +246,16 @@ BLAS_BLOCK = 1 << 24
 def _blas_top_k(flat: faiss.IndexFlat, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Return (scores, ids) of the k best rows of a flat inner-product index: one matrix product over its rows.
 
-    For fewer than FLAT_BLAS_MIN_QUERIES queries, where FAISS scans the rows once per query, one query
-    to a thread (a lone query used one core): NumPy's product runs on every BLAS thread. 100,000 rows of
-    384 dims on 2 cores, one query: 7.1-8.4 ms against FAISS's 13.7-17.2; two: 18.9 against 18.2-23.0
-    (benchmarks/systems/serving.md, issue 61). From FLAT_BLAS_MIN_QUERIES on, FAISS's own product and
-    its heaps select faster (32 queries: 56 against 62 ms). The rows are FAISS's own (no copy); scores
-    equal FAISS's up to float32 rounding. Of rows tied with the k-th best, the first are kept, as FAISS
-    keeps them, and ties come in row order (:func:`search` puts FAISS's in that order too), so a query
-    gets the same rows alone and in a batch. Steps of queries keep the scores held to BLAS_BLOCK.
+    NumPy's product runs on every BLAS thread, where FAISS scanned the rows once per query (one query
+    to a thread) below FLAT_BLAS_MIN_QUERIES and, from there, used the BLAS bundled in its wheel (an
+    OpenBLAS that runs its generic kernels on CPUs newer than itself, as on the Xeons measured). 100,000
+    rows of 384 dims on 2 cores: one query 7.1-8.4 ms against FAISS's 13.7-17.2 (issue 61); a batch,
+    benchmarks/systems/serving.md. The k-th best score of each query comes from FAISS's heaps over the
+    scores (a pass, where a partition of every row cost 1.3 ms a query at 100,000 rows); the rows above
+    it, and the first of the rows tied with it, are the answer. The rows are FAISS's own (no copy); scores
+    equal FAISS's up to float32 rounding. Ties come in row order (:func:`search` puts an approximate index's
+    answers in that order too), so a query gets the same rows alone and in a batch. Steps of queries keep
+    the scores held to BLAS_BLOCK.
     """
     rows = faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * flat.d).reshape(flat.ntotal, flat.d)
     n = len(queries)
@@ -264,16 +266,29 @@ def _blas_top_k(flat: faiss.IndexFlat, queries: np.ndarray, k: int) -> tuple[np.
         # rows by queries, then turned: BLAS packs the few queries, not the many rows (2-8 queries: 15 ms
         # against 21-23 for queries by rows, 100,000 rows on 2 cores)
         sims = np.ascontiguousarray((rows @ queries[start : start + step].T).T)
-        for i, row in enumerate(sims, start):
-            if k < flat.ntotal:  # the k best; of the rows tied with the k-th best, the first ones, as FAISS keeps
-                worst = row[np.argpartition(-row, k - 1)[:k]].min()
-                above = np.flatnonzero(row > worst)
-                chosen = np.concatenate([above, np.flatnonzero(row == worst)[: k - len(above)]])
+        kth = _kth_best(sims, k) if k < flat.ntotal else None
+        for i, row in enumerate(sims):
+            if kth is not None:  # the k best; of the rows tied with the k-th best, the first ones, as FAISS keeps
+                above = np.flatnonzero(row > kth[i])
+                chosen = np.concatenate([above, np.flatnonzero(row == kth[i])[: k - len(above)]])
             else:
                 chosen = np.arange(flat.ntotal)
             order = np.lexsort((chosen, -row[chosen]))  # best first; ties in row order
-            scores[i], ids[i] = row[chosen[order]], chosen[order]
+            scores[start + i], ids[start + i] = row[chosen[order]], chosen[order]
     return scores, ids
+
+
+def _kth_best(sims: np.ndarray, k: int) -> np.ndarray:
+    """Return each row's k-th largest value (k at most the row's length): FAISS's heaps, one pass over each row."""
+    n, width = sims.shape
+    best = np.empty((n, k), dtype=np.float32)
+    at = np.empty((n, k), dtype=np.int64)
+    heaps = faiss.float_minheap_array_t()  # a min-heap keeps the largest
+    heaps.k, heaps.nh = k, n
+    heaps.val, heaps.ids = faiss.swig_ptr(best), faiss.swig_ptr(at)
+    heaps.heapify()
+    heaps.addn(width, faiss.swig_ptr(sims), 0, 0, n)
+    return best[:, 0].copy()  # the heap's top: its smallest, the k-th largest of the row
 
 
 def _search_every_row(

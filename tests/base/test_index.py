@@ -53,10 +53,11 @@ def test_flat_index_equals_brute_force() -> None:
     assert (np.diff(got.scores, axis=1) <= 1e-6).all()  # best first
 
 
-@pytest.mark.parametrize("n_queries", [1, 3, FLAT_BLAS_MIN_QUERIES - 1])
-def test_a_few_queries_are_scored_by_one_product_over_the_stored_rows(n_queries: int) -> None:
-    """Issue 61: below FLAT_BLAS_MIN_QUERIES, where FAISS would scan once per query on one thread, NumPy scores
-    FAISS's stored rows: the neighbours FAISS finds, up to ties, best first, and never a copy of the rows."""
+@pytest.mark.parametrize("n_queries", [1, 3, FLAT_BLAS_MIN_QUERIES - 1, FLAT_BLAS_MIN_QUERIES, 40])
+def test_queries_are_scored_by_one_product_over_the_stored_rows(n_queries: int) -> None:
+    """Issue 61: NumPy scores FAISS's stored rows, one query or a batch (FAISS scanned once per query below
+    FLAT_BLAS_MIN_QUERIES, and above ran its bundled BLAS's generic kernels), and FAISS's heaps pick the k best:
+    the neighbours FAISS finds, up to ties, best first."""
     corpus, queries = _unit(3000, 24, 4), _unit(n_queries, 24, 5)
     index = build_index(corpus)
     got = search(index, queries, 10)
