@@ -22,24 +22,20 @@ import torch.nn.functional as F
 
 from benchmarks._lib.common import log  # noqa: E402
 from condsearch.base.model_sources import ModelSource  # noqa: E402
-from condsearch.encoders import onnx_trace  # noqa: E402
 from condsearch.encoders.base import Encoder, Pair  # noqa: E402
 from condsearch.encoders.bert import BertStyleEncoder  # noqa: E402
 from condsearch.encoders.bert_inputs import case_inputs  # noqa: E402
-from condsearch.encoders.onnx_export import (  # noqa: E402
-    export_hidden,
+from condsearch.encoders.onnx import trace as onnx_trace  # noqa: E402
+from condsearch.encoders.onnx.bert import (  # noqa: E402
+    MODEL_FILE,
+    OnnxBertEncoder,
     export_onnx,
+    graph,
     write_export,
 )
-from condsearch.encoders.onnx_files import (  # noqa: E402
-    INPUTS,
-    META_FILE,
-    MODEL_FILE,
-    TOKENIZER_FILE,
-    BackendTokenizer,
-    OnnxBertEncoder,
-    runtime_versions,
-)
+from condsearch.encoders.onnx.cache import META_FILE, TOKENIZER_FILE  # noqa: E402
+from condsearch.encoders.onnx.export import trace as trace_graph  # noqa: E402
+from condsearch.encoders.onnx.run import INPUTS, BackendTokenizer  # noqa: E402
 
 
 class Variant(NamedTuple):
@@ -164,22 +160,14 @@ def traced_module(encoder: BertStyleEncoder, trace: str) -> torch.nn.Module:
     return plain if trace == "sdpa" else FusableBert(plain).eval()
 
 
-class _Last(torch.nn.Module):
-    def __init__(self, model: torch.nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> Any:
-        return self.model(input_ids, attention_mask, token_type_ids).last_hidden_state
-
-
 def export(encoder: BertStyleEncoder, trace: str, path: Path) -> None:
     """Export the encoder's model, traced as asked, to path (weights inside), as export_onnx does."""
     batch, _ = encoder._tokenize([("a condition", "a sentence, with a comma"), ("short", None)])
     batch.setdefault("token_type_ids", torch.zeros_like(batch["input_ids"]))
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        export_hidden(_Last(traced_module(encoder, trace)), tuple(batch[name] for name in INPUTS), path)
+        module = onnx_trace.LastHidden(traced_module(encoder, trace))
+        trace_graph(graph(module, tuple(batch[name] for name in INPUTS)), path)
 
 
 def fuse(src: Path, dst: Path, config: Any) -> dict[str, int]:
@@ -303,7 +291,7 @@ def build_all(
     """Build every variant once from the reference encoder, in tmp."""
     base = tmp / "float32"
     base.mkdir()
-    export_onnx(reference, base, "float32", runtime_versions())  # its tokenizer and meta serve every variant
+    export_onnx(reference, base, "float32")  # its tokenizer and meta serve every variant
     meta = json.loads((base / META_FILE).read_text())
     tokenizer_json = base / TOKENIZER_FILE
     config = reference.model.config

@@ -47,7 +47,7 @@ def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 def measure(args: argparse.Namespace) -> dict[str, object]:
     from condsearch.base.model_sources import resolve_model
     from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.onnx_export import write_export
+    from condsearch.encoders.onnx.bert import write_export
 
     dev: CstsData = synthetic_csts(16, seed=1) if args.csv is None else read_csts(args.csv)
     if args.smoke:

@@ -9,15 +9,13 @@ folder's checksum) as the encoder that wrote them, without importing torch.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from condsearch.base.output_cache import pair_key
 from condsearch.csr.variants import CONTEXT
-from condsearch.encoders.onnx_files import CACHE_SUBDIR, FORMAT_VERSION, TOKENIZER_FILE, Precision, runtime_versions
+from condsearch.encoders.onnx.cache import TOKENIZER_FILE, Precision, cache_folder
 
 #: in an export's meta file: what it exports (CASE's exports have no such key)
 KIND = "csr-router"
@@ -90,16 +88,6 @@ class RouterIdentity:
         """
         if self.revision == "main":
             return None
-        key = [
-            FORMAT_VERSION,
-            KIND,
-            EXPORT_VERSION,
-            self.model_id,
-            self.revision,
-            sorted(self.config.items()),
-            float(w_scale),
-            self.weights,
-            precision,
-            runtime_versions(),
-        ]
-        return root / CACHE_SUBDIR / hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+        config = sorted(self.config.items())
+        key = [KIND, EXPORT_VERSION, self.model_id, self.revision, config, float(w_scale), self.weights]
+        return cache_folder(root, key, precision)

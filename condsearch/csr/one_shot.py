@@ -27,10 +27,11 @@ from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.base.model_sources import resolve_model
 from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.csr.keys import CONTEXT, CSR_FILES, KIND, QUERIES_SUBDIR, RouterIdentity, state_dtype_name
-from condsearch.csr.onnx_run import RouterSessions, read_export_tokenizer, read_router_sessions
+from condsearch.csr.onnx_run import RouterSessions, read_router_sessions
 from condsearch.encoders.base import ENCODE_BATCH_SIZE, EncodeStats
 from condsearch.encoders.bert_inputs import case_inputs
-from condsearch.encoders.onnx_files import USABLE_KEY, BackendTokenizer, Precision, checked_meta
+from condsearch.encoders.onnx.cache import USABLE_KEY, Precision, checked_meta
+from condsearch.encoders.onnx.run import BackendTokenizer, read_tokenizer
 from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import CondsearchError, ModelError
 
@@ -241,10 +242,10 @@ def load_one_shot_router(
         if flat is None:
             return None
         folder = record.identity.export_folder(root, record.precision)
-        meta = checked_meta(folder, CSR_FILES) if folder is not None else None
-        if folder is None or meta is None or meta.get("kind") != KIND or not meta.get(USABLE_KEY):
+        meta = checked_meta(folder, CSR_FILES, KIND) if folder is not None else None
+        if folder is None or meta is None or not meta.get(USABLE_KEY):
             return None
-        tokenizer = read_export_tokenizer(folder, meta)
+        tokenizer = read_tokenizer(folder, meta)
         sessions = read_router_sessions(folder, meta, threads) if tokenizer is not None else None
         if tokenizer is None or sessions is None:
             return None

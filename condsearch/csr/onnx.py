@@ -1,71 +1,49 @@
-"""The router on onnxruntime: its two halves exported in float32 or int8, cached, checked against torch, run.
+"""The router on onnxruntime: its two passes as graphs, exported, checked and cached by the ONNX backend.
 
 A :class:`~condsearch.csr.encoder.CsrEncoder` runs two passes per sentence: the lower layers once
 (their states are cached) and the routed top layers plus pooling per (sentence, condition). Both are
-exported here from the router's own torch modules (:mod:`condsearch.csr.onnx_graphs`), as
-:mod:`condsearch.encoders.onnx_export` exports a CASE encoder: ``float32`` as they are, ``int8``
-through onnxruntime's dynamic quantisation with CASE's settings (:func:`quantize_int8`). A condition's
-code stays torch float32: one pass per condition, kept in the query cache. The export carries the
-tokenizer too, so that a one-shot query runs it without torch or transformers (:mod:`condsearch.csr.onnx_run`,
-:mod:`condsearch.csr.one_shot`).
+built here on :class:`~condsearch.encoders.onnx.trace.PlainBert` with the router's weights, and the
+ONNX backend (:mod:`condsearch.encoders.onnx.export`) writes, checks and caches them as it does CASE's
+encoder: ``float32`` as they are, ``int8`` through onnxruntime's dynamic quantisation, the tokenizer
+beside them, so that a one-shot query runs them without torch or transformers
+(:mod:`condsearch.csr.onnx_run`, :mod:`condsearch.csr.one_shot`). A condition's code stays torch
+float32: one pass per condition, kept in the query cache.
 
-An export is cached beside CASE's (the cache's ``onnx/``), keyed by model, revision, router variant
-and config, the router's weights (its checksum, or a digest of weights changed in memory), precision
-and the onnxruntime, onnx and torch versions (:meth:`condsearch.csr.keys.RouterIdentity.export_folder`).
-Its ``export.json`` records each file's size and sha256,
-checked on load (:func:`condsearch.encoders.onnx_files.checked_meta`): a damaged or swapped file is a
-cache miss, said in one line, and the export is written again. It is written in a temporary folder
-and renamed into place, so a reader never sees half of one and two exporters do not collide.
+- :class:`LowerPass`: the embeddings and the layers below the router's first routed layer, on a
+  tokenized batch of sentences: the states the state cache keeps (x; for the paper/extended router
+  also layer t's keys k and attention context c).
+- :class:`ContextRoute` and :class:`PaperRoute`: the routed layers and the mean pooling, from cached
+  states (padded, with their mask) and a condition code (one per sentence, or a batch of 1 for all).
 
-Before an export is marked usable, its routed vectors on probe sentences and conditions are compared
-with torch's: float32 within :func:`~condsearch.encoders.onnx_export.probe_tolerance` (rounding at the
-largest activation the probe reaches), int8 within a cosine of
-:data:`~condsearch.encoders.onnx_export.MIN_INT8_COSINE`. A refused export is recorded, not retried.
+Masks cross the graphs as int64 (1 on real tokens). Nothing here runs at inference time in torch:
+torch inference is :mod:`condsearch.csr.router` and :mod:`condsearch.csr.context`. An export is
+cached beside CASE's, keyed by model, revision, router variant and config, the router's weights
+(its checksum, or a digest of weights changed in memory) and precision
+(:meth:`condsearch.csr.keys.RouterIdentity.export_folder`); its probe vectors are compared with
+torch's before it is marked usable, and a refused export is recorded, not retried.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import shutil
-import tempfile
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from condsearch.csr.context import ContextCode, ContextRouter
 from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, ROUTE_FILE, RouterIdentity
-from condsearch.csr.onnx_graphs import ContextRoute, LowerPass, PaperRoute
-from condsearch.csr.onnx_run import INPUTS, RouterSessions, read_router_sessions
+from condsearch.csr.onnx_run import RouterSessions, read_router_sessions
 from condsearch.csr.router import ConditionCode, Router, SentenceStates
-from condsearch.encoders.onnx_export import (
-    MIN_INT8_COSINE,
-    _tokenizer_files,
-    pooled_cosines,
-    probe_tolerance,
-    quantize_int8,
-    root_quiet,
-    weights_beside,
-)
-from condsearch.encoders.onnx_files import (
-    FILES_KEY,
-    FOLDER_KEY,
-    FORMAT_VERSION,
-    META_FILE,
-    TOKENIZER_FILE,
-    USABLE_KEY,
-    Precision,
-    checked_meta,
-    file_records,
-    publish_export,
-    runtime_versions,
-)
-from condsearch.encoders.onnx_trace import as_plain, supports
+from condsearch.encoders.onnx.cache import Precision, checked_meta, read_meta, refusal
+from condsearch.encoders.onnx.export import Graph, export_graphs, write_checked, write_meta
+from condsearch.encoders.onnx.export import disagreement as backend_disagreement
+from condsearch.encoders.onnx.run import INPUTS
+from condsearch.encoders.onnx.trace import PlainBert, heads, merge, plain_bert
 from condsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
@@ -81,6 +59,105 @@ _PROBE_SENTENCES = [
     "a probe sentence, with a comma, that is a little longer than the others are",
 ]
 _PROBE_CONDITIONS = ["the colour of the dress", "sport", "the mood of the people in the picture"]
+
+
+def _mean_pool(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    keep = mask.unsqueeze(-1).to(x.dtype)
+    return (x * keep).sum(dim=1) / keep.sum(dim=1).clamp_min(1.0)
+
+
+class LowerPass(nn.Module):
+    """Embeddings and layers 0..t-1 of a sentence batch: x (b, L, hidden); with ``keys``, also layer t's k and c."""
+
+    def __init__(self, plain: PlainBert, layer: int, *, keys: bool) -> None:
+        super().__init__()
+        self.plain, self.layer, self.keys = plain, layer, keys
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = self.plain.embed(input_ids, token_type_ids)
+        keep = attention_mask.bool()[:, None, None, :]
+        layers: Any = self.plain.encoder.layer
+        for j in range(self.layer):
+            x = layers[j](x, keep)
+        if not self.keys:
+            return x
+        t = layers[self.layer]
+        return x, t.attention.self.key(x), t.self_context(x, keep)
+
+
+class ContextRoute(nn.Module):
+    """The context router's top k layers with the condition's keys and values first, then mean pooling.
+
+    forward(x (b, L, hidden), mask (b, L), h (b|1, k, Lc, hidden), condition_mask (b|1, Lc)) -> (b, hidden).
+    """
+
+    def __init__(self, plain: PlainBert, routed: Sequence[int]) -> None:
+        super().__init__()
+        layers: Any = plain.encoder.layer
+        self.layers = nn.ModuleList(layers[j] for j in routed)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, h: torch.Tensor, condition_mask: torch.Tensor
+    ) -> torch.Tensor:
+        b = x.shape[0]
+        h = h.expand(b, -1, -1, -1)
+        keep = torch.cat([condition_mask.expand(b, -1), mask], dim=1).bool()[:, None, None, :]
+        layer: Any
+        for i, layer in enumerate(self.layers):
+            att, n = layer.attention.self, layer.n_heads
+            hc = h[:, i]
+            k = torch.cat([heads(att.key(hc), n), heads(att.key(x), n)], dim=2)
+            v = torch.cat([heads(att.value(hc), n), heads(att.value(x), n)], dim=2)
+            context = merge(F.scaled_dot_product_attention(heads(att.query(x), n), k, v, keep))
+            x = layer.finish(context, x)
+        return _mean_pool(x, mask)
+
+
+class PaperRoute(nn.Module):
+    """The paper/extended router's routed layers (eq. 1's ``c * (1 + g w)``), mean pooling and projection.
+
+    forward(x, k, c (b, L, hidden), mask (b, L), q (b|1, n_routed, hidden), e (b|1, hidden)) -> (b, hidden).
+    ``gains``: each routed layer's multiplier of w (the learned gain times the router's w scale).
+    """
+
+    def __init__(
+        self, plain: PlainBert, routed: Sequence[int], gains: Sequence[float], projection: nn.Module | None
+    ) -> None:
+        super().__init__()
+        layers: Any = plain.encoder.layer
+        self.layers = nn.ModuleList(layers[j] for j in routed)
+        self.gains = [float(g) for g in gains]
+        self.projection = projection
+        c: Any = plain.config
+        self.scale = float(c.hidden_size // c.num_attention_heads) ** -0.5
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        k: torch.Tensor,
+        c: torch.Tensor,
+        mask: torch.Tensor,
+        q: torch.Tensor,
+        e: torch.Tensor,
+    ) -> torch.Tensor:
+        real = mask.bool()
+        keep = real[:, None, None, :]
+        keys, context = k, c
+        layer: Any
+        for i, layer in enumerate(self.layers):
+            n = layer.n_heads
+            if i > 0:
+                context = layer.self_context(x, keep)
+                keys = layer.attention.self.key(x)
+            qh = q[:, i].unsqueeze(1)  # (b|1, 1, hidden)
+            scores = (heads(qh, n) @ heads(keys, n).transpose(-1, -2)).squeeze(2) * self.scale  # (b, H, L)
+            w = scores.masked_fill(~real[:, None, :], float("-inf")).softmax(dim=-1).mean(dim=1)
+            context = context * (1.0 + self.gains[i] * w).unsqueeze(-1)
+            x = layer.finish(context, x)
+        pooled = _mean_pool(x, mask)
+        return self.projection(pooled, e) if self.projection is not None else pooled
 
 
 class RouterEncoder(Protocol):
@@ -144,11 +221,10 @@ class OnnxRouter:
         return torch.from_numpy(self.sessions.route(named, mask, per_code))
 
 
-def _graphs(encoder: RouterEncoder) -> tuple[torch.nn.Module, torch.nn.Module]:
+def _passes(encoder: RouterEncoder) -> tuple[nn.Module, nn.Module]:
     """Return the traceable (lower pass, routed pass) of an encoder's router; a one-line error if there are none."""
     router = encoder.router
-    config: Any = router.model.config
-    plain = as_plain(router.model) if supports(config.to_dict()) else None
+    plain = plain_bert(router.model)
     if plain is None:
         raise ModelError(f"{encoder.model_id}: the router runs on onnxruntime for plain BERT encoders only")
     if isinstance(router, ContextRouter):
@@ -170,100 +246,47 @@ def _probe(encoder: RouterEncoder) -> tuple[dict[str, torch.Tensor], list[Contex
     return tokenize(_PROBE_SENTENCES), [*codes, type(rows[0]).cat(rows)]
 
 
-def _export(
-    module: torch.nn.Module, args: tuple[torch.Tensor, ...], names: dict[str, dict[int, str]], path: Path
-) -> None:
-    outputs = [n for n in names if n.startswith("out")]
-    inputs = [n for n in names if not n.startswith("out")]
-    torch.onnx.export(
-        module,
-        args,
-        str(path),
-        input_names=inputs,
-        output_names=outputs,
-        dynamic_axes=names,
-        opset_version=17,
-        dynamo=False,
-    )
-
-
-def export_router(encoder: RouterEncoder, folder: Path, precision: Precision, cache_name: str | None) -> None:
-    """Write the two graphs of an encoder's router and a meta file (not yet usable) into an empty folder."""
-    lower, route = _graphs(encoder)
+def _graphs(encoder: RouterEncoder) -> list[Graph]:
+    """Return the router's two graphs, with the probe's sentences and states as their example inputs."""
+    lower, route = _passes(encoder)
     inputs, codes = _probe(encoder)
     inputs.setdefault("token_type_ids", torch.zeros_like(inputs["input_ids"]))
     tokens = {0: "batch", 1: "tokens"}
-    lower_names = {name: tokens for name in INPUTS} | {"out_x": tokens}
     with torch.inference_mode():
         states = encoder.router.sentence_states(inputs)
     mask = states.mask.long()
     code = codes[-1]  # one per sentence
+    lower_outputs = ["out_x"]
     if isinstance(code, ContextCode):
         route_args: tuple[torch.Tensor, ...] = (states.x, mask, code.h, code.mask.long())
-        route_names = {"x": tokens, "mask": tokens, "h": {0: "codes", 2: "condition_tokens"}}
-        route_names |= {"condition_mask": {0: "codes", 1: "condition_tokens"}}
+        route_inputs = {"x": tokens, "mask": tokens, "h": {0: "codes", 2: "condition_tokens"}}
+        route_inputs |= {"condition_mask": {0: "codes", 1: "condition_tokens"}}
     else:
         assert states.k is not None and states.c is not None  # the paper/extended router caches them
         route_args = (states.x, states.k, states.c, mask, code.q, code.e)
-        route_names = {"x": tokens, "k": tokens, "c": tokens, "mask": tokens, "q": {0: "codes"}, "e": {0: "codes"}}
-        lower_names |= {"out_k": tokens, "out_c": tokens}
-    route_names |= {"out_pooled": {0: "batch"}}
-    try:
-        # the TorchScript exporter's deprecation notice and the quantiser's advice concern no user
-        with torch.inference_mode(False), torch.no_grad(), warnings.catch_warnings(), root_quiet():
-            warnings.simplefilter("ignore")
-            lower_args = tuple(inputs[name] for name in INPUTS)
-            for module, args, names, name in (
-                (lower, lower_args, lower_names, LOWER_FILE),
-                (route, route_args, route_names, ROUTE_FILE),
-            ):
-                plain = folder / (f"{name}.float32" if precision == "int8" else name)
-                _export(module, tuple(a.clone() for a in args), names, plain)
-                if precision == "int8":
-                    quantize_int8(plain, folder / name)
-                weights_beside(folder / name, location=f"{name}.data")
-    except Exception as exc:  # noqa: BLE001 - the exporter's and quantiser's errors have no common base
-        raise ModelError(
-            f"{encoder.model_id}: cannot export the router to {precision} ONNX ({type(exc).__name__}: {exc})"
-        ) from exc
-    text, tokenizer_meta = _tokenizer_files(encoder.tokenizer)
-    (folder / TOKENIZER_FILE).write_text(text)
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "kind": KIND,
-        "precision": precision,
-        "variant": encoder.router.config.variant,
-        USABLE_KEY: False,
-        "tokenizer": tokenizer_meta,
-        "runtime": runtime_versions(),
-        FOLDER_KEY: cache_name,
-        FILES_KEY: file_records(folder, CSR_FILES),
-    }
-    (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        route_inputs = {"x": tokens, "k": tokens, "c": tokens, "mask": tokens, "q": {0: "codes"}, "e": {0: "codes"}}
+        lower_outputs += ["out_k", "out_c"]
+    lower_axes = {name: tokens for name in (*INPUTS, *lower_outputs)}
+    route_axes = route_inputs | {"out_pooled": {0: "batch"}}
+    lower_args = tuple(inputs[name] for name in INPUTS)
+    return [
+        Graph(LOWER_FILE, lower, lower_args, INPUTS, lower_outputs, lower_axes),
+        Graph(ROUTE_FILE, route, route_args, list(route_inputs), ["out_pooled"], route_axes),
+    ]
+
+
+def export_router(encoder: RouterEncoder, folder: Path, precision: Precision, cache_name: str | None) -> None:
+    """Write an encoder's router's two graphs, its tokenizer and a meta file (not yet usable) into an empty folder."""
+    failure = f"{encoder.model_id}: cannot export the router to {precision} ONNX"
+    export_graphs(_graphs(encoder), folder, precision, failure)
+    variant = encoder.router.config.variant
+    write_meta(folder, encoder.tokenizer, precision, cache_name, CSR_FILES, kind=KIND, variant=variant)
 
 
 def read_router_export(folder: Path, meta: dict[str, Any], threads: int) -> OnnxRouter | None:
     """Return the router of an export whose files were checked, or None if onnxruntime cannot read it."""
     sessions = read_router_sessions(folder, meta, threads)
     return OnnxRouter(sessions) if sessions is not None else None
-
-
-@contextmanager
-def _largest(model: torch.nn.Module) -> Iterator[list[float]]:
-    """Record the largest |activation| any module of model produces while inside (in found[0])."""
-    found = [0.0]
-
-    def note(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
-        for t in output if isinstance(output, tuple) else (output,):
-            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
-                found[0] = max(found[0], float(t.detach().abs().max()))
-
-    hooks = [m.register_forward_hook(note) for m in model.modules()]
-    try:
-        yield found
-    finally:
-        for hook in hooks:
-            hook.remove()
 
 
 def routed_pairs(
@@ -279,16 +302,8 @@ def routed_pairs(
 
 def disagreement(encoder: RouterEncoder, runner: OnnxRouter) -> str | None:
     """Return why an export's probe vectors stray too far from the torch router's, or None if they agree."""
-    with _largest(encoder.router.model) as largest:
-        want, _ = routed_pairs(encoder.router, encoder)
-    got, _ = routed_pairs(runner, encoder)
-    if not np.isfinite(got).all():
-        return "non-finite outputs"
-    if runner.precision == "int8":
-        cosine = float(pooled_cosines(want, got).min())
-        return None if cosine >= MIN_INT8_COSINE else f"cosine {cosine:.3f} < {MIN_INT8_COSINE}"
-    gap, bound = float(np.abs(want - got).max()), probe_tolerance(encoder.router.model, largest[0])
-    return None if gap <= bound else f"max difference {gap:.3g} > {bound:.3g}"
+    want, got = (lambda: routed_pairs(encoder.router, encoder)[0]), (lambda: routed_pairs(runner, encoder)[0])
+    return backend_disagreement(encoder.router.model, want, got, runner.precision)
 
 
 def write_router_export(
@@ -298,21 +313,15 @@ def write_router_export(
 
     Returns (router, None), or (None, why) when it was refused; a refusal is cached too.
     """
-    parent = folder.parent if folder is not None else None
-    if parent is not None:
-        parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".export-", dir=parent))
-    try:
-        export_router(encoder, tmp, precision, folder.name if folder is not None else None)
-        meta = json.loads((tmp / META_FILE).read_text())
-        runner = read_router_export(tmp, meta, threads)
-        if runner is None:
-            raise ModelError(f"{encoder.model_id}: the router's {precision} ONNX export cannot be read back")
-        refused = disagreement(encoder, runner)
-        publish_export(tmp, folder, refused, CSR_FILES, f"the router's {precision} ONNX export")
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the sessions hold the graphs in memory
-    return (None, refused) if refused is not None else (runner, None)
+    return write_checked(
+        folder,
+        write=lambda tmp, cache_name: export_router(encoder, tmp, precision, cache_name),
+        read=lambda tmp: read_router_export(tmp, read_meta(tmp) or {}, threads),
+        check=lambda runner: disagreement(encoder, runner),
+        graphs=CSR_FILES,
+        what=f"the router's {precision} ONNX export",
+        model_id=encoder.model_id,
+    )
 
 
 def load_onnx_router(
@@ -323,10 +332,11 @@ def load_onnx_router(
     A cached, checked export is read; a cached refusal is not retried; anything else is exported now.
     """
     folder = router_export_folder(encoder, precision)
-    meta = checked_meta(folder, CSR_FILES) if folder is not None else None
-    if folder is not None and meta is not None and meta.get("kind") == KIND:
-        if not meta.get(USABLE_KEY):
-            return None, str(meta.get("refused", "refused"))
+    meta = checked_meta(folder, CSR_FILES, KIND) if folder is not None else None
+    if folder is not None and meta is not None:
+        refused = refusal(meta)
+        if refused is not None:
+            return None, refused
         runner = read_router_export(folder, meta, threads)
         if runner is not None:
             return runner, None

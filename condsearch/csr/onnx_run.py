@@ -1,36 +1,30 @@
-"""The router's ONNX export run with onnxruntime and numpy alone: its two passes, its tokenizer.
+"""The router's ONNX export run with onnxruntime and numpy alone: its two passes.
 
 The export is written and checked through torch (:mod:`condsearch.csr.onnx`); this module only reads
-it, so that a one-shot query (:mod:`condsearch.csr.one_shot`) runs it without importing torch, and
+it, on the ONNX backend's sessions and runs (:mod:`condsearch.encoders.onnx.run`), so that a one-shot
+query (:mod:`condsearch.csr.one_shot`) runs it without importing torch, and
 :class:`~condsearch.csr.onnx.OnnxRouter` (torch tensors in and out) runs the same code for bulk work.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from condsearch.csr.keys import KIND, LOWER_FILE, ROUTE_FILE
-from condsearch.encoders import onnx_files
-from condsearch.encoders.onnx_files import RUN_ROWS, TOKENIZER_FILE, BackendTokenizer, Precision
-from condsearch.errors import ModelError
-
-log = logging.getLogger(__name__)
-
-#: the lower pass's inputs, as a tokenizer names them
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+from condsearch.encoders.onnx.cache import Precision
+from condsearch.encoders.onnx.run import INPUTS, RUN_ROWS, open_export, runs
 
 
 class RouterSessions:
     """A router export's sentence pass and routed pass on onnxruntime, on numpy arrays.
 
-    A batch runs as runs of :data:`RUN_ROWS` rows of like length, each cut to its own longest row
-    (as CASE's export runs), which changes float32 vectors by rounding only and int8 ones by their
-    per-run activation scales.
+    A batch runs as runs of :data:`~condsearch.encoders.onnx.run.RUN_ROWS` rows of like length, each
+    cut to its own longest row (as CASE's export runs), which changes float32 vectors by rounding only
+    and int8 ones by their per-run activation scales.
     """
 
     def __init__(self, lower: Any, route: Any, meta: Mapping[str, Any]) -> None:
@@ -42,13 +36,6 @@ class RouterSessions:
         self._route_inputs = {i.name for i in route.get_inputs()}  # the exporter drops unused ones (e, unprojected)
         self.run_rows = RUN_ROWS
 
-    def _runs(self, lengths: np.ndarray) -> Iterator[tuple[np.ndarray, int]]:
-        """Yield (rows, width): runs of like length, longest first."""
-        order = np.argsort(-lengths, kind="stable")
-        for start in range(0, len(order), self.run_rows):
-            run = order[start : start + self.run_rows]
-            yield run, max(int(lengths[run].max()), 1)
-
     def sentence_states(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Return the lower layers' states of a right-padded tokenized batch: x (and k, c), each (b, L, hidden).
 
@@ -59,7 +46,7 @@ class RouterSessions:
         named.setdefault("token_type_ids", np.zeros_like(mask))
         b, length = mask.shape
         outs: list[np.ndarray] = []
-        for run, width in self._runs(mask.sum(axis=1)):
+        for run, width in runs(mask.sum(axis=1), self.run_rows):
             got = self.lower.run(None, {name: named[name][run, :width] for name in self._lower_inputs})
             if not outs:
                 outs = [np.zeros((b, length, g.shape[-1]), dtype=np.float32) for g in got]
@@ -76,7 +63,7 @@ class RouterSessions:
         x = states["x"]
         one = next(iter(code.values())).shape[0] == 1
         out = np.empty((x.shape[0], x.shape[-1]), dtype=np.float32)
-        for run, width in self._runs(mask.sum(axis=1)):
+        for run, width in runs(mask.sum(axis=1), self.run_rows):
             feeds = {name: t[run, :width] for name, t in states.items()}
             feeds["mask"] = mask[run, :width]
             feeds |= code if one else {name: t[run] for name, t in code.items()}
@@ -88,26 +75,4 @@ def read_router_sessions(folder: Path, meta: Mapping[str, Any], threads: int) ->
     """Return the passes of an export whose files were checked, or None if onnxruntime cannot read it."""
     if meta.get("kind") != KIND:
         return None
-    try:
-        lower = onnx_files._session(folder / LOWER_FILE, threads)
-        route = onnx_files._session(folder / ROUTE_FILE, threads)
-        return RouterSessions(lower, route, meta)
-    except ModelError:
-        raise  # onnxruntime is missing: one line
-    except Exception as exc:  # noqa: BLE001 - a damaged export is only a cache miss
-        log.info("ignoring the router's ONNX export in %s (%s)", folder, type(exc).__name__)
-        return None
-
-
-def read_export_tokenizer(folder: Path, meta: Mapping[str, Any]) -> BackendTokenizer | None:
-    """Return the tokenizer an export carries (its files checked), or None if it has none or it is unreadable."""
-    settings = meta.get("tokenizer")
-    if not isinstance(settings, dict):
-        return None
-    try:
-        from tokenizers import Tokenizer
-
-        return BackendTokenizer(Tokenizer.from_file(str(folder / TOKENIZER_FILE)), settings)
-    except Exception as exc:  # noqa: BLE001 - a damaged export is only a cache miss
-        log.info("ignoring the router export's tokenizer in %s (%s)", folder, type(exc).__name__)
-        return None
+    return open_export(folder, (LOWER_FILE, ROUTE_FILE), threads, lambda s: RouterSessions(s[0], s[1], meta))

@@ -5,10 +5,11 @@ The protocol and its shared batching are ``base``; each family's CASE inputs are
 folder holds, how it pools and its presets. ``backbone`` is the one transformers loader (CSR's too),
 ``pooling`` pools token states, ``lora`` folds adapters in at inference, ``parallel`` splits batches
 over several GPUs, ``runtime`` picks devices, dtype and attention, and ``cpu`` holds the CPU settings
-(int8, ``--backend``, threads). The torch-free ONNX path (one-shot queries, bulk CPU encoding, int8)
-is ``onnx_export`` (tracing ``onnx_trace``), ``onnx_files`` and ``bert_inputs``; ``rounding`` bounds
-how far two correct float runs may differ. ``spec`` is the one spec object every loader takes
-(:class:`~condsearch.encoders.spec.EncoderSpec`), and ``lowrank`` ships a full fine-tune as a low-rank delta adapter.
+(int8, ``--backend``, threads). ``onnx/`` is the one ONNX backend (one-shot queries without torch,
+bulk CPU encoding, int8), CASE's and the router's, with CASE's own graph and encoder in ``onnx/bert``;
+``bert_inputs`` gives CASE's inputs to torch and onnxruntime alike. ``spec`` is the one spec object
+every loader takes (:class:`~condsearch.encoders.spec.EncoderSpec`), and ``lowrank`` ships a full
+fine-tune as a low-rank delta adapter.
 Front door: the names in ``__all__`` (:func:`load_encoder` and :class:`EncoderSpec` first); those not
 defined or imported here are loaded on first use, so that importing this package loads no torch.
 """
@@ -127,7 +128,7 @@ def _load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = 
     ``bidirectional_layers`` (decoders) defaults to the preset's, the adapter's, else
     :class:`DecoderAttention`'s; a ``preset`` supplies the pooling, prompts and bidirectional layers
     left unset. ``quantize="int8"`` (BERT-style, condition-mean pooling, CPU): the adapter merged,
-    the model runs as onnxruntime's dynamic int8 export (see :mod:`.onnx_export`); otherwise
+    the model runs as onnxruntime's dynamic int8 export (see :mod:`.onnx.bert`); otherwise
     transformers runs it.
     """
     import torch
@@ -217,7 +218,7 @@ def _load_encoder(spec: EncoderSpec | None = None, *, profile: Profile | None = 
 
         def build(dev: torch.device) -> Encoder:
             if quantize == "int8":
-                from condsearch.encoders.onnx_export import load_int8_encoder
+                from condsearch.encoders.onnx.bert import load_int8_encoder
 
                 return load_int8_encoder(source, max_length=max_length, adapter=adapter, threads=threads)
             encoder = BertStyleEncoder(

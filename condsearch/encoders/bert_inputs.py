@@ -1,7 +1,7 @@
 """BERT's CASE inputs without torch: the token limit and the padded ``[CLS] s [SEP] c [SEP]`` arrays.
 
 Shared by the torch encoder (:class:`~condsearch.encoders.bert.BertStyleEncoder`) and the ONNX
-one (:class:`~condsearch.encoders.onnx_files.OnnxBertEncoder`), so that both see the same tokens.
+one (:class:`~condsearch.encoders.onnx.bert.OnnxBertEncoder`), so that both see the same tokens.
 """
 
 from __future__ import annotations

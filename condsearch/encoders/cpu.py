@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Quantize = Literal["none", "int8"]
-#: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .onnx_export)
+#: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .onnx.bert)
 QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
 
 #: what runs a float32 encoder for bulk work (`serve`, `index`): ``auto`` is onnxruntime on the CPU wherever

@@ -29,7 +29,7 @@ from condsearch.model.identity import ModelIdentity
 from condsearch.model.vectorizer import Vectorizer, record_adapter
 
 if TYPE_CHECKING:
-    from condsearch.encoders.onnx_files import Precision
+    from condsearch.encoders.onnx.cache import Precision
     from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def load_one_shot(
     ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more];
     ``condition``: the one condition it will encode under, which a router index needs (its code cached).
     """
-    from condsearch.encoders.onnx_files import load_cached_export
+    from condsearch.encoders.onnx.bert import load_cached_export
 
     try:
         record = _record(manifest)
@@ -151,7 +151,7 @@ def cache_onnx_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer
 
     For a router index, the router's float32 export (:mod:`condsearch.csr.onnx`; the query put the
     condition's code in the query cache). Checked against that encoder before it is marked usable (see
-    :mod:`condsearch.encoders.onnx_export`);
+    :mod:`condsearch.encoders.onnx.bert`);
     nothing is written where :func:`load_one_shot` would not use it, where it is cached
     already, or where it was refused before. A failure is a warning: the query has its answers.
     """
@@ -165,11 +165,10 @@ def cache_onnx_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer
         target = _one_shot(_record(manifest))
         if target is None or target.precision != "float32" or not isinstance(encoder, BertStyleEncoder):
             return
-        from condsearch.encoders.onnx_export import write_export
-        from condsearch.encoders.onnx_files import export_folder, read_export, refusal
+        from condsearch.encoders.onnx.bert import cached_refusal, export_folder, read_export, write_export
 
         folder = export_folder(target.source, target.adapter, "float32")
-        if folder is None or refusal(folder) is not None:
+        if folder is None or cached_refusal(folder) is not None:
             return
         if read_export(folder, target.source, max_length=target.max_length, threads=ONE_SHOT_THREADS) is not None:
             return

@@ -66,7 +66,7 @@ def case_onnx_allowed(backend: Backend, device: str | None, *, serving: bool = F
 
 def backend_of(vec: Vectorizer) -> str:
     """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
-    from condsearch.encoders.onnx_files import OnnxBertEncoder
+    from condsearch.encoders.onnx.bert import OnnxBertEncoder
 
     if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder):
         return "onnxruntime"

@@ -26,17 +26,16 @@ from condsearch.csr.cache import StateCache, split
 from condsearch.csr.context import ContextConfig
 from condsearch.csr.weights import save_router
 from condsearch.encoders import load_encoder
-from condsearch.encoders.onnx_export import write_export
-from condsearch.encoders.onnx_files import (
-    CACHE_SUBDIR,
-    META_FILE,
+from condsearch.encoders.onnx.bert import (
+    EXPORT_FILES,
     MODEL_FILE,
-    TOKENIZER_FILE,
     WEIGHTS_FILE,
     export_folder,
     load_cached_export,
     read_export,
+    write_export,
 )
+from condsearch.encoders.onnx.cache import CACHE_SUBDIR, META_FILE, TOKENIZER_FILE
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from condsearch.store.folder import IndexStore
@@ -51,7 +50,6 @@ SHIPPED_ROUTERS = [
     REPO / "benchmarks/weights/wn18rr-minilm-context",
     REPO / "benchmarks/weights/wn18rr-minilm-context/tail",
 ]
-EXPORT_FILES = (MODEL_FILE, WEIGHTS_FILE, TOKENIZER_FILE)
 
 
 # -- the ONNX export cache -----------------------------------------------------------------------
@@ -128,18 +126,18 @@ def test_another_profiles_export_copied_in_is_not_used(tiny_bert_dir: Path, tmp_
 def test_a_verified_export_is_hashed_again_only_when_its_files_change(
     tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.onnx_files as onnx_files
+    import condsearch.encoders.onnx.cache as onnx_cache
 
     folder = _export(tiny_bert_dir)
     hashed: list[str] = []
-    digest = onnx_files._sha256
-    monkeypatch.setattr(onnx_files, "_sha256", lambda path: hashed.append(Path(path).name) or digest(path))
+    digest = onnx_cache._sha256
+    monkeypatch.setattr(onnx_cache, "_sha256", lambda path: hashed.append(Path(path).name) or digest(path))
     # the files were written just now: a change within the same timestamp tick could go unseen, so no stamp yet
     assert _load(tiny_bert_dir) is not None and sorted(hashed) == sorted(EXPORT_FILES)
     hashed.clear()
     assert _load(tiny_bert_dir) is not None and sorted(hashed) == sorted(EXPORT_FILES)
-    later = onnx_files.time.time_ns() + 60 * 10**9  # a minute on: the files have settled
-    monkeypatch.setattr(onnx_files.time, "time_ns", lambda: later)
+    later = onnx_cache.time.time_ns() + 60 * 10**9  # a minute on: the files have settled
+    monkeypatch.setattr(onnx_cache.time, "time_ns", lambda: later)
     hashed.clear()
     assert _load(tiny_bert_dir) is not None and sorted(hashed) == sorted(EXPORT_FILES)  # verified, and stamped
     hashed.clear()

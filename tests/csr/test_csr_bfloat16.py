@@ -12,7 +12,7 @@ import torch
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
 from condsearch.csr import load_csr_encoder
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.encoders.onnx_export import pooled_cosines
+from condsearch.encoders.onnx.export import pooled_cosines
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model
 from condsearch.store.vectors import vector_fingerprint

@@ -22,7 +22,7 @@ from condsearch.cli import main
 from condsearch.csr.cache import StateCache
 from condsearch.csr.keys import CSR_FILES, KIND, LOWER_FILE, QUERIES_SUBDIR
 from condsearch.csr.one_shot import OneShotRouterEncoder, round_as_stored
-from condsearch.encoders.onnx_files import META_FILE
+from condsearch.encoders.onnx.cache import META_FILE
 from condsearch.model.one_shot import load_one_shot
 from condsearch.model.policy import vectorizer_for
 from condsearch.store.folder import IndexStore

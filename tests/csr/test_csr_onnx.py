@@ -11,8 +11,8 @@ import torch
 from condsearch.csr import load_csr_encoder
 from condsearch.csr import onnx as csr_onnx
 from condsearch.csr.encoder import CsrEncoder
-from condsearch.encoders.onnx_export import pooled_cosines
-from condsearch.encoders.onnx_files import META_FILE
+from condsearch.encoders.onnx.cache import META_FILE
+from condsearch.encoders.onnx.export import pooled_cosines
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, load_index_model

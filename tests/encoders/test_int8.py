@@ -11,8 +11,11 @@ import numpy as np
 import pytest
 
 from condsearch.base.model_sources import resolve_model
-from condsearch.encoders import load_encoder, onnx_export, onnx_files
-from condsearch.encoders.onnx_export import pooled_cosines
+from condsearch.encoders import load_encoder
+from condsearch.encoders.onnx import bert as onnx_bert
+from condsearch.encoders.onnx import cache as onnx_cache
+from condsearch.encoders.onnx.export import pooled_cosines
+from condsearch.encoders.onnx.run import RUN_ROWS
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
 from tests.cli.test_cli import assert_clean_error, ok, query, run
@@ -70,15 +73,15 @@ def test_describe_records_int8_and_rebuilds_it(tiny_bert_dir: Path, int8_dir: Pa
 
 def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
-    folders = [p for p in (int8_dir / onnx_files.CACHE_SUBDIR).iterdir() if not p.name.startswith(".")]
-    assert len(folders) == 1 and (folders[0] / onnx_files.MODEL_FILE).is_file()
-    meta = json.loads((folders[0] / onnx_files.META_FILE).read_text())
+    folders = [p for p in (int8_dir / onnx_cache.CACHE_SUBDIR).iterdir() if not p.name.startswith(".")]
+    assert len(folders) == 1 and (folders[0] / onnx_bert.MODEL_FILE).is_file()
+    meta = json.loads((folders[0] / onnx_cache.META_FILE).read_text())
     assert meta["runtime"]["onnxruntime"] and meta["precision"] == "int8" and meta["usable"] is True
 
     def no_export(*args: object, **kwargs: object) -> None:
         raise AssertionError("exported again")
 
-    monkeypatch.setattr(onnx_export, "export_onnx", no_export)
+    monkeypatch.setattr(onnx_bert, "export_onnx", no_export)
     load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))  # read from the cache, not exported
     # another runtime version is another key: exported again
     real = importlib.metadata.version
@@ -90,13 +93,13 @@ def test_the_export_is_cached_and_reused(tiny_bert_dir: Path, int8_dir: Path, mo
 def test_a_damaged_export_is_only_a_cache_miss(tiny_bert_dir: Path, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(tmp_path))
     load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
-    (folder,) = (tmp_path / onnx_files.CACHE_SUBDIR).iterdir()
-    (folder / onnx_files.MODEL_FILE).write_bytes(b"not a model")
+    (folder,) = (tmp_path / onnx_cache.CACHE_SUBDIR).iterdir()
+    (folder / onnx_bert.MODEL_FILE).write_bytes(b"not a model")
     assert load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8")).encode(SENTENCES[:1], COLOUR).shape == (
         1,
         32,
     )
-    assert onnx_files.read_export(folder, resolve_model(str(tiny_bert_dir)), max_length=None, threads=1) is not None
+    assert onnx_bert.read_export(folder, resolve_model(str(tiny_bert_dir)), max_length=None, threads=1) is not None
 
 
 def test_missing_onnxruntime_is_one_line(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,8 +177,8 @@ MIXED = [(COLOUR, s) for s in SENTENCES] + [(COLOUR, None), ("mood", "!"), ("spo
 def test_a_batch_runs_as_runs_of_like_length_with_the_same_vectors(tiny_bert_dir: Path) -> None:
     source = resolve_model(str(tiny_bert_dir))
     reference = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
-    light, refused = onnx_export.write_export(reference, source, None, "float32", max_length=None, threads=1)
-    assert refused is None and light is not None and light.run_rows == onnx_files.RUN_ROWS
+    light, refused = onnx_bert.write_export(reference, source, None, "float32", max_length=None, threads=1)
+    assert refused is None and light is not None and light.run_rows == RUN_ROWS
     whole = light.encode_batch(MIXED)
     light.run_rows = 2
     recorder = _Recorder(light.session)
@@ -201,12 +204,12 @@ def test_a_batch_runs_as_runs_of_like_length_with_the_same_vectors(tiny_bert_dir
 def test_int8_runs_stay_close_to_one_run(tiny_bert_dir: Path, int8_dir: Path, monkeypatch) -> None:
     monkeypatch.setenv("CONDSEARCH_CACHE_DIR", str(int8_dir))
     int8 = load_encoder(EncoderSpec(str(tiny_bert_dir), quantize="int8"))
-    assert isinstance(int8, onnx_files.OnnxBertEncoder)
+    assert isinstance(int8, onnx_bert.OnnxBertEncoder)
     pairs = MIXED * 3  # more than one run of RUN_ROWS
     recorder = _Recorder(int8.session)
     int8.session = recorder
     runs = int8.encode_batch(pairs)
-    assert len(recorder.shapes) == -(-len(pairs) // onnx_files.RUN_ROWS) > 1
+    assert len(recorder.shapes) == -(-len(pairs) // RUN_ROWS) > 1
     int8.run_rows = 0  # the whole batch in one run, as before
     whole = int8.encode_batch(pairs)
     assert len(recorder.shapes) == 3 and recorder.shapes[-1][0] == len(pairs)

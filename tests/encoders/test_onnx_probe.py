@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from condsearch.base.model_sources import resolve_model
-from condsearch.encoders import load_encoder, onnx_export
-from condsearch.encoders.onnx_export import FLOAT32_TOLERANCE, probe_tolerance, write_export
-from condsearch.encoders.onnx_files import OnnxBertEncoder
-from condsearch.encoders.rounding import largest_activation
+from condsearch.encoders import load_encoder
+from condsearch.encoders.onnx.bert import _PROBE, OnnxBertEncoder, write_export
+from condsearch.encoders.onnx.export import FLOAT32_TOLERANCE, probe_tolerance
+from condsearch.encoders.onnx.rounding import largest_activation
 from condsearch.encoders.spec import EncoderSpec, Runtime
 
 pytest.importorskip("onnxruntime")
@@ -28,7 +28,7 @@ def _stretched(folder: Path, gain: float):  # noqa: ANN202 - a BertStyleEncoder
 
 def _largest(encoder) -> float:  # noqa: ANN001
     with largest_activation(encoder.model) as found:
-        encoder.encode_batch(onnx_export._PROBE)
+        encoder.encode_batch(_PROBE)
     return max(found)
 
 
@@ -49,10 +49,8 @@ def test_a_good_export_of_a_model_with_large_activations_is_kept(tiny_bert_dir: 
     source = resolve_model(str(tiny_bert_dir))
     encoder, refused = write_export(reference, source, None, "float32", max_length=None, threads=1)
     assert refused is None and encoder is not None
-    want = reference.encode_batch(onnx_export._PROBE)
-    assert np.abs(encoder.encode_batch(onnx_export._PROBE) - want).max() <= probe_tolerance(
-        reference.model, _largest(reference)
-    )
+    want = reference.encode_batch(_PROBE)
+    assert np.abs(encoder.encode_batch(_PROBE) - want).max() <= probe_tolerance(reference.model, _largest(reference))
 
 
 @pytest.mark.parametrize(("gain", "shift"), [(1.0, 3e-4), (1000.0, 0.1)], ids=["small", "large"])

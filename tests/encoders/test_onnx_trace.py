@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from condsearch.encoders import load_encoder
-from condsearch.encoders.onnx_export import _tokenizer_files
-from condsearch.encoders.onnx_files import BackendTokenizer
-from condsearch.encoders.onnx_trace import PlainBert, as_plain, supports
+from condsearch.encoders.onnx.export import tokenizer_files
+from condsearch.encoders.onnx.run import BackendTokenizer
+from condsearch.encoders.onnx.trace import PlainBert, as_plain, supports
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_adapter
 from condsearch.train.lora import LoraConfig, add_lora, lora_state
@@ -54,7 +54,7 @@ def test_backend_tokenizer_equals_transformers(tiny_bert_dir: Path) -> None:
     from tokenizers import Tokenizer
 
     hf = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
-    text, meta = _tokenizer_files(hf.tokenizer)
+    text, meta = tokenizer_files(hf.tokenizer)
     tok = BackendTokenizer(Tokenizer.from_str(text), meta)
     firsts, seconds = [s or c for c, s in PAIRS], [c for c, _ in PAIRS]
     for args, kw in [

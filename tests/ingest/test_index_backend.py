@@ -14,9 +14,10 @@ import torch
 from click.testing import CliRunner
 
 from condsearch.cli import main
-from condsearch.encoders import onnx_export
 from condsearch.encoders.cpu import available_cores
-from condsearch.encoders.onnx_files import CACHE_SUBDIR, OnnxBertEncoder
+from condsearch.encoders.onnx import export as onnx_export
+from condsearch.encoders.onnx.bert import OnnxBertEncoder
+from condsearch.encoders.onnx.cache import CACHE_SUBDIR
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, vectorizer_for
@@ -136,10 +137,12 @@ def test_a_refused_export_indexes_through_torch(
 def test_bulk_onnxruntime_takes_every_core_or_threads(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.onnx_files as onnx_files
+    import condsearch.encoders.onnx.run as onnx_run
 
-    opened, session = [], onnx_files._session
-    monkeypatch.setattr(onnx_files, "_session", lambda path, threads: opened.append(threads) or session(path, threads))
+    opened, session = [], onnx_run.open_session
+    monkeypatch.setattr(
+        onnx_run, "open_session", lambda path, threads: opened.append(threads) or session(path, threads)
+    )
     index(corpus_file, tmp_path / "a", tiny_bert_dir, "--head", "none")
     assert opened == [1, available_cores()]  # the export's check against torch runs on one; the encoder on all
     opened.clear()

@@ -16,18 +16,18 @@ from click.testing import CliRunner
 from condsearch.base.model_sources import resolve_model
 from condsearch.base.output_cache import default_cache_dir
 from condsearch.cli import main
-from condsearch.encoders import load_encoder, onnx_export
-from condsearch.encoders.onnx_export import write_export
-from condsearch.encoders.onnx_files import (
-    CACHE_SUBDIR,
-    META_FILE,
+from condsearch.encoders import load_encoder
+from condsearch.encoders.onnx import export as onnx_export
+from condsearch.encoders.onnx.bert import (
     MODEL_FILE,
     WEIGHTS_FILE,
     OnnxBertEncoder,
+    cached_refusal,
     export_folder,
     load_cached_export,
-    refusal,
+    write_export,
 )
+from condsearch.encoders.onnx.cache import CACHE_SUBDIR, META_FILE
 from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.head_files import load_numpy_head
@@ -81,7 +81,7 @@ def test_a_refused_export_is_recorded_and_not_used(tiny_bert_dir: Path, monkeypa
     monkeypatch.setattr(onnx_export, "probe_tolerance", lambda *_: -1.0)  # nothing agrees
     written, refused = write_export(reference, source, folder, "float32", max_length=None, threads=1)
     assert written is None and refused is not None and "max difference" in refused
-    assert folder is not None and refusal(folder) == refused and not (folder / MODEL_FILE).exists()
+    assert folder is not None and cached_refusal(folder) == refused and not (folder / MODEL_FILE).exists()
     assert not (folder / WEIGHTS_FILE).exists()
     assert load_cached_export(source, "float32", max_length=None, adapter=None, threads=1) is None
 
@@ -187,14 +187,16 @@ def test_an_int8_index_one_shot_query_runs_its_int8_export(
 def test_query_threads_reach_the_one_shot_onnx_session(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.onnx_files as onnx_files
+    import condsearch.encoders.onnx.run as onnx_run
 
     index_dir = str(tmp_path / "indexes")
     _index(tiny_bert_dir, corpus_file, Path(index_dir), "none")
     argv = ["query", SENTENCES[2], "-c", COLOUR, "--json", "--index-dir", index_dir]
     assert CliRunner().invoke(main, argv).exit_code == 0  # through torch; writes the export
-    opened, session = [], onnx_files._session
-    monkeypatch.setattr(onnx_files, "_session", lambda path, threads: opened.append(threads) or session(path, threads))
+    opened, session = [], onnx_run.open_session
+    monkeypatch.setattr(
+        onnx_run, "open_session", lambda path, threads: opened.append(threads) or session(path, threads)
+    )
     for extra, want in (([], 1), (["--threads", "2"], 2)):
         opened.clear()
         result = CliRunner().invoke(main, [*argv, *extra])

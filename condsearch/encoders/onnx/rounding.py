@@ -9,8 +9,9 @@ so after ``depth`` chained operations at magnitude ``M`` two runs differ by abou
 ``M`` is the largest value the computation passes through, not its result: a sum that cancels keeps
 the rounding of its terms (a LoRA adapter's large activations before a layer norm), which is why a
 fixed absolute bound is fragile. :func:`largest_activation` measures it on a torch model's own
-forward pass. The ONNX export's probe (:mod:`condsearch.encoders.onnx_export`) and the tests'
-differential checks (``tests/tolerance.py``) both derive their bounds here.
+forward pass. The ONNX exports' probe (:func:`condsearch.encoders.onnx.export.disagreement`, CASE's
+and the router's) and the tests' differential checks (``tests/tolerance.py``) both derive their
+bounds here.
 """
 
 from __future__ import annotations
@@ -59,10 +60,13 @@ def transformer_depth(model: torch.nn.Module) -> int:
 def largest_activation(model: torch.nn.Module) -> Iterator[list[float]]:
     """Record the largest |value| each forward pass of ``model`` produces in any of its modules.
 
-    Yields a list; each completed forward pass of ``model`` itself appends one number.
+    Yields a list; each completed forward pass of ``model`` itself appends one number, and on leaving,
+    one more holds the largest of any values its modules produced since (the router's passes run
+    the model's layers one by one, never the model itself).
     """
     found: list[float] = []
     current = [0.0]
+    pending = [False]
 
     def note(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
         if isinstance(output, torch.Tensor):
@@ -74,10 +78,11 @@ def largest_activation(model: torch.nn.Module) -> Iterator[list[float]]:
         for t in outputs:
             if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
                 current[0] = max(current[0], float(t.detach().abs().max()))
+                pending[0] = True
 
     def done(_module: torch.nn.Module, _inputs: Any, _output: Any) -> None:
         found.append(current[0])
-        current[0] = 0.0
+        current[0], pending[0] = 0.0, False
 
     hooks = [m.register_forward_hook(note) for m in model.modules()]
     hooks.append(model.register_forward_hook(done))
@@ -86,3 +91,5 @@ def largest_activation(model: torch.nn.Module) -> Iterator[list[float]]:
     finally:
         for hook in hooks:
             hook.remove()
+        if pending[0]:
+            found.append(current[0])

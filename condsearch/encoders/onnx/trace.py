@@ -1,10 +1,12 @@
-"""The ONNX export's tracing source: BERT's encoder in plain torch, with transformers' weights.
+"""The ONNX exports' tracing source: BERT's encoder in plain torch, with transformers' weights.
 
 transformers' ``BertModel`` traces (``torch.onnx``, TorchScript) to a graph whose outputs differ
 from its own on padded batches (its attention-mask handling; checked with transformers 5.24, eager
-and sdpa alike), so the export traces :class:`PlainBert`, built from the same weights, instead.
-It is no inference backend: torch inference runs transformers' model, CPU inference the export
-(:mod:`condsearch.encoders.onnx_files`). The export is checked against the torch model before use.
+and sdpa alike), so an export traces :class:`PlainBert`, built from the same weights, instead:
+CASE's whole encoder (:class:`LastHidden`, :mod:`condsearch.encoders.onnx.bert`) and the router's
+two passes, which run its parts (:meth:`PlainBert.embed`, a layer's ``self_context`` and ``finish``;
+:mod:`condsearch.csr.onnx`). It is no inference backend: torch inference runs transformers' model,
+CPU inference the export. Every export is checked against the torch model before use.
 """
 
 from __future__ import annotations
@@ -52,6 +54,18 @@ class _Module(nn.Module):
         return super().__getattr__(name)
 
 
+def heads(t: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """(b, n, hidden) -> (b, heads, n, hidden / heads)."""
+    b, n, h = t.shape
+    return t.view(b, n, n_heads, h // n_heads).transpose(1, 2)
+
+
+def merge(t: torch.Tensor) -> torch.Tensor:
+    """(b, heads, n, d) -> (b, n, heads * d)."""
+    b, n_heads, n, d = t.shape
+    return t.transpose(1, 2).reshape(b, n, n_heads * d)
+
+
 class _Layer(nn.Module):
     def __init__(self, c: SimpleNamespace) -> None:
         super().__init__()
@@ -70,17 +84,22 @@ class _Layer(nn.Module):
         self.output.dense = nn.Linear(c.intermediate_size, h, device="meta")
         self.output.LayerNorm = nn.LayerNorm(h, eps=eps, device="meta")
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, n, h = x.shape
+    def self_context(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Return the layer's self-attention context (heads merged), before its output projection.
+
+        ``mask``: (b, 1, 1, n) boolean, True on the keys that are real tokens.
+        """
         att = self.attention.self
+        q, k, v = (heads(proj(x), self.n_heads) for proj in (att.query, att.key, att.value))
+        return merge(F.scaled_dot_product_attention(q, k, v, mask))
 
-        def heads(t: torch.Tensor) -> torch.Tensor:  # (b, n, h) -> (b, heads, n, h / heads)
-            return t.view(b, n, self.n_heads, h // self.n_heads).transpose(1, 2)
-
-        ctx = F.scaled_dot_product_attention(heads(att.query(x)), heads(att.key(x)), heads(att.value(x)), mask)
-        ctx = ctx.transpose(1, 2).reshape(b, n, h)
-        x = self.attention.output.LayerNorm(self.attention.output.dense(ctx) + x)
+    def finish(self, context: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Run the rest of the layer after its attention context (heads merged): output projection, FFN."""
+        x = self.attention.output.LayerNorm(self.attention.output.dense(context) + x)
         return self.output.LayerNorm(self.output.dense(F.gelu(self.intermediate.dense(x))) + x)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.finish(self.self_context(x, mask), x)
 
 
 class PlainBert(nn.Module):
@@ -112,15 +131,19 @@ class PlainBert(nn.Module):
         self.requires_grad_(False)
         return self.eval()
 
-    def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
-    ) -> SimpleNamespace:
-        """Return ``last_hidden_state``: (batch, tokens, hidden), as transformers' BertModel does."""
+    def embed(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Return the embeddings' output, the first layer's input: (batch, tokens, hidden)."""
         e = self.embeddings
         positions = torch.arange(input_ids.shape[1], device=input_ids.device)
         types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
         x = e.word_embeddings(input_ids) + e.token_type_embeddings(types) + e.position_embeddings(positions)
-        x = e.LayerNorm(x)
+        return e.LayerNorm(x)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> SimpleNamespace:
+        """Return ``last_hidden_state``: (batch, tokens, hidden), as transformers' BertModel does."""
+        x = self.embed(input_ids, token_type_ids)
         mask = attention_mask.bool()[:, None, None, :]  # keys that are real tokens
         for layer in self.encoder.layer:
             x = layer(x, mask)
@@ -141,3 +164,23 @@ def as_plain(model: nn.Module) -> PlainBert | None:
     except (RuntimeError, TypeError) as exc:  # names or shapes differ: not the architecture PlainBert computes
         log.info("PlainBert does not compute this model (%s)", exc)
         return None
+
+
+def plain_bert(model: nn.Module) -> PlainBert | None:
+    """Return a PlainBert of a loaded transformers model's weights, or None where it is no plain BERT encoder."""
+    config: Any = getattr(model, "config", None)
+    if config is None or not supports(config.to_dict()):
+        return None
+    return as_plain(model)
+
+
+class LastHidden(nn.Module):
+    """A BERT-style model as a graph of (input_ids, attention_mask, token_type_ids) -> its last hidden state."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor) -> Any:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return out.last_hidden_state
