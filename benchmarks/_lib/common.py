@@ -225,9 +225,11 @@ def rankings_agree(
     """
     agree = np.all(np.abs(np.asarray(scores_a, np.float64) - np.asarray(scores_b, np.float64)) <= tol, axis=1)
     for q in np.flatnonzero(agree):
+        # each side's rows clear of the k-th score are in the other's list (comparing the two "clear" sets
+        # instead failed where a row's score sat tol above the k-th within float32 rounding on one side only)
         kept_a = set(ids_a[q][scores_a[q] > scores_a[q][-1] + tol].tolist())
         kept_b = set(ids_b[q][scores_b[q] > scores_b[q][-1] + tol].tolist())
-        agree[q] = kept_a == kept_b
+        agree[q] = kept_a <= set(ids_b[q].tolist()) and kept_b <= set(ids_a[q].tolist())
     return agree
 
 

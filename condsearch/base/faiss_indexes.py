@@ -279,16 +279,22 @@ def _blas_top_k(flat: faiss.IndexFlat, queries: np.ndarray, k: int) -> tuple[np.
 
 
 def _kth_best(sims: np.ndarray, k: int) -> np.ndarray:
-    """Return each row's k-th largest value (k at most the row's length): FAISS's heaps, one pass over each row."""
+    """Return each row's k-th largest value (k at most the row's length): FAISS's heap, one pass over each row.
+
+    One heap call a row, each on one thread: FAISS's calls over many rows wake its OpenMP threads, which on
+    2 cores wait on NumPy's BLAS threads from the product before (5 ms a search of 2,000 rows, against
+    0.02 ms for the pass itself). The heap starts empty (every slot below any score) rather than by
+    FAISS's heapify, for the same reason.
+    """
     n, width = sims.shape
-    best = np.empty((n, k), dtype=np.float32)
-    at = np.empty((n, k), dtype=np.int64)
-    heaps = faiss.float_minheap_array_t()  # a min-heap keeps the largest
-    heaps.k, heaps.nh = k, n
-    heaps.val, heaps.ids = faiss.swig_ptr(best), faiss.swig_ptr(at)
-    heaps.heapify()
-    heaps.addn(width, faiss.swig_ptr(sims), 0, 0, n)
-    return best[:, 0].copy()  # the heap's top: its smallest, the k-th largest of the row
+    best = np.full((n, k), -np.inf, dtype=np.float32)
+    at = np.full((n, k), -1, dtype=np.int64)
+    for i in range(n):
+        heap = faiss.float_minheap_array_t()  # a min-heap keeps the largest; its top is the k-th largest
+        heap.k, heap.nh = k, 1
+        heap.val, heap.ids = faiss.swig_ptr(best[i]), faiss.swig_ptr(at[i])
+        heap.addn(width, faiss.swig_ptr(sims[i]))
+    return best[:, 0].copy()
 
 
 def _search_every_row(

@@ -340,6 +340,10 @@ def test_rankings_agree_up_to_ties_at_the_cut() -> None:
     cut = np.array([[0.9, 0.5, 0.5]], dtype=np.float32)
     assert agree(cut, np.array([[1, 2, 3]]), cut, np.array([[1, 3, 8]])).tolist() == [True]
     assert agree(cut, np.array([[1, 2, 3]]), cut, np.array([[8, 2, 3]])).tolist() == [False]
+    # a row tol above the k-th score on one side and within it on the other, the same rows in the same order
+    edge_a = np.array([[0.9, 0.5000102, 0.5]], dtype=np.float32)
+    edge_b = np.array([[0.9, 0.5000098, 0.5]], dtype=np.float32)
+    assert agree(edge_a, np.array([[1, 2, 3]]), edge_b, np.array([[1, 2, 3]]), tol=1e-5).tolist() == [True]
 
 
 def test_index_throughput_stream_smoke(tmp_path: Path) -> None:
