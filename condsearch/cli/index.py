@@ -318,7 +318,13 @@ def _encode(
         from condsearch.ingest import index_conditions
         from condsearch.model import backend_of, load_model_for
 
-        vec = load_model_for("bulk", spec, backend=params["backend"])
+        reindex = None
+        if not params["full"] and len(conditions) == 1:  # its own model may re-index it without torch
+            from condsearch.store import kept_index
+
+            kept = kept_index(store.manifests(), build["corpus_name"], conditions[0])
+            reindex = (kept, conditions[0]) if kept is not None else None
+        vec = load_model_for("bulk", spec, backend=params["backend"], reindex=reindex)
         reports = index_conditions(
             data, conditions, vec, store, full=params["full"], progress=True, case_variants=case_variants, **build
         )

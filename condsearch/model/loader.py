@@ -126,6 +126,7 @@ def load_model_for(
     profile: str | None = None,
     quantize: str | None = None,
     query: OneShotQuery | None = None,
+    reindex: tuple[Manifest, str] | None = None,
 ) -> Vectorizer:
     """Load the model ``source`` names, a spec or an index's manifest, for ``purpose`` (see the module's docstring).
 
@@ -133,10 +134,12 @@ def load_model_for(
     ``"resident"`` and ``"one_shot"`` a manifest. ``runtime``: where a manifest's model runs;
     ``backend`` (bulk, resident): ``auto`` or ``torch`` [default: ``CpuConfig.backend``];
     ``model``, ``profile``, ``quantize`` (plain, a manifest): must be what the index records, a
-    quantisation ``resident`` too; ``query`` (one_shot, required): the queries and their runtime.
+    quantisation ``resident`` too; ``query`` (one_shot, required): the queries and their runtime;
+    ``reindex`` (bulk): the manifest of the index about to be re-indexed and its condition, whose own model
+    runs without torch where it may (:func:`condsearch.model.policy.load_light_reindex`).
     An argument that does not apply to the purpose is a TypeError.
     """
-    from condsearch.model.policy import load_bulk_vectorizer, load_index_model, vectorizer_for
+    from condsearch.model.policy import load_bulk_vectorizer, load_index_model, load_light_reindex, vectorizer_for
 
     spec = source if isinstance(source, EncoderSpec) else None
     given = {
@@ -146,10 +149,11 @@ def load_model_for(
         "profile": profile is not None,
         "quantize": quantize is not None,
         "query": query is not None,
+        "reindex": reindex is not None,
     }
     takes: dict[str, set[str]] = {
         "one_shot": {"query"},
-        "bulk": {"backend"},
+        "bulk": {"backend", "reindex"},
         "resident": {"runtime", "backend", "quantize"},
         "plain": set() if spec is not None else {"runtime", "model", "profile", "quantize"},
     }
@@ -160,6 +164,10 @@ def load_model_for(
         raise TypeError(f"load_model_for({purpose!r}) of {'a spec' if spec else 'a manifest'} takes no {extra}")
     if isinstance(source, EncoderSpec):
         if purpose == "bulk":
+            if reindex is not None:
+                light = load_light_reindex(source, *reindex, backend=backend or CpuConfig.backend)
+                if light is not None:
+                    return light
             return load_bulk_vectorizer(source, backend=backend or CpuConfig.backend)
         if purpose == "plain":
             from condsearch.model.vectorizer import load_vectorizer

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, recorded_profile
 from condsearch.base.model_sources import resolve_model
 from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
 from condsearch.encoders.spec import EncoderSpec, Runtime
-from condsearch.errors import StoreError
+from condsearch.errors import CondsearchError, StoreError
 
 if TYPE_CHECKING:
     from condsearch.model.vectorizer import Vectorizer
@@ -96,6 +97,66 @@ def _router_path(
     elif exported:
         log.info("routing on onnxruntime, from the router's checked float32 export")
     return vec
+
+
+#: where the NVIDIA driver lists the GPUs it drives: read instead of importing torch to ask for CUDA
+NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
+
+
+def load_light_reindex(
+    spec: EncoderSpec, manifest: Manifest, condition: str, *, backend: Backend = CpuConfig.backend
+) -> Vectorizer | None:
+    """Return the model of ``manifest``'s index run by onnxruntime without torch, to re-index it, or None.
+
+    A re-index that changes a few rows paid for importing torch and transformers and loading the model
+    (5-8 s on 2 cores) before its first row, more than the rows cost (issue 61). Where what it would
+    encode with is what the index records and runs on that export anyway, the index's own model is
+    loaded as a one-shot query loads it (:func:`condsearch.model.one_shot.load_one_shot`), on
+    ``spec.runtime.threads`` or every core. That is: ``backend`` auto on the CPU (no NVIDIA GPU that
+    torch would take); the index in float32 and in the spec's mode; this CPU kind's bulk path for that
+    mode the float32 export (:data:`condsearch.base.cpu_kind.PATHS`: onnxruntime for CASE, float32 for the
+    router); the spec asking for nothing but the model and profile (or router) the index records, the
+    model at the revision recorded; its checked export (and a router's code of ``condition``) cached.
+    The vectors' fingerprint is the index's, so its rows are kept as a torch build of the same path keeps
+    them. Anything else is None: the caller loads torch.
+    """
+    from condsearch.base.cpu_kind import auto_case_runner, auto_router_dtype
+    from condsearch.model.identity import ModelIdentity
+    from condsearch.model.one_shot import load_one_shot
+
+    device = spec.runtime.device
+    if backend != "auto" or device not in (None, "cpu") or (device is None and NVIDIA_GPUS.is_dir()):
+        return None
+    if manifest.precision != "float32" or manifest.mode != spec.mode:
+        return None
+    if (auto_router_dtype() if spec.mode == MODE_CSR else auto_case_runner()) not in ("float32", "onnxruntime"):
+        return None
+    asked = replace(
+        EncoderSpec(),
+        model=spec.model,
+        mode=spec.mode,
+        profile=spec.profile,
+        head=spec.head,
+        adapter=spec.adapter,
+        router=spec.router,
+        runtime=spec.runtime,
+    )
+    if spec != asked:  # any other setting: torch resolves what it means
+        return None
+    record = ModelIdentity.of_manifest(manifest)
+    try:
+        source = resolve_model(spec.model)
+        if (source.model_id, source.revision) != (manifest.model_id, manifest.model_revision):
+            return None
+        if spec.resolve_profile() != record.encoder_spec.resolve_profile():
+            return None
+    except CondsearchError:
+        return None
+    light = load_one_shot(manifest, threads=spec.runtime.threads or available_cores(), condition=condition)
+    if light is None or ModelIdentity.of_vectorizer(light).fingerprint != record.fingerprint:
+        return None
+    log.info("re-indexing on onnxruntime without torch, from the index's checked float32 export")
+    return light
 
 
 def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.backend) -> Vectorizer:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         read_kept_columns,
         read_rows,
     )
-    from condsearch.store.listing import Listing, condition_key, kept_mode, refuse_case_variants
+    from condsearch.store.listing import Listing, condition_key, kept_index, kept_mode, refuse_case_variants
     from condsearch.store.manifest import Manifest
     from condsearch.store.searchable import FaissIndex
 
@@ -48,6 +48,7 @@ __all__ = [
     "corpus_indexes",
     "drop",
     "index_name",
+    "kept_index",
     "kept_mode",
     "mark_built_on_demand",
     "match_ids",
@@ -74,6 +75,7 @@ _HOMES = {
     "corpus_indexes": "lifecycle",
     "drop": "lifecycle",
     "index_name": "folder",
+    "kept_index": "listing",
     "kept_mode": "listing",
     "mark_built_on_demand": "built_on_demand",
     "match_ids": "lifecycle",

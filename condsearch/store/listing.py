@@ -166,6 +166,14 @@ def kept_mode(listing: Listing, corpus: str, conditions: Sequence[str]) -> Mode 
     return modes.pop() if len(modes) == 1 and modes <= set(MODES) else None  # type: ignore[return-value]
 
 
+def kept_index(listing: Listing, corpus: str, condition: str) -> Manifest | None:
+    """Return the manifest of the corpus's index under condition in a listing, or None where there is none."""
+    for _, m in listing:
+        if isinstance(m, Manifest) and m.corpus_name == corpus and same_condition(m, condition):
+            return m
+    return None
+
+
 def damaged_note(listing: Listing, root: str = "") -> str:
     """Return "; 1 index is damaged: …" naming the entries of a listing that failed to load, or ""."""
     damaged = [(name, exc) for name, exc in listing if not isinstance(exc, Manifest)]
