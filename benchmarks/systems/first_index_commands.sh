@@ -1,0 +1,17 @@
+#!/bin/bash
+# issue 61 item 5: a first index (empty store, empty cache), default mode, 500 and 5,000 rows, per kind, default against --backend torch
+# run from a folder holding first500.parquet and first5000.parquet (the first rows of the 20,000-row corpus of
+# incremental_commands.sh); prints each whole command's seconds
+set -euo pipefail
+export PATH="${VENV:-.venv}/bin:$PATH"
+C="color of the dress"
+for kind in amx avx512_fp16; do
+  for n in 500 5000; do
+    for path in default torch; do
+      extra=(); [ $path = torch ] && extra=(--backend torch)
+      env=(CONDSEARCH_CPU_KIND=$kind); [ $kind = avx512_fp16 ] && env+=(ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16)
+      rm -rf f-tmp; mkdir -p f-tmp
+      env "${env[@]}" CONDSEARCH_CACHE_DIR=$PWD/f-tmp/cache /usr/bin/time -f "$kind $n $path %e s" condsearch index first$n.parquet -c "$C" --name c --index-dir f-tmp/idx "${extra[@]}" 2>&1 | tail -2
+    done
+  done
+done
