@@ -35,6 +35,8 @@ AUTO_DTYPE_KEY = "auto_dtype"
 
 Dtype = Literal["float32", "bfloat16"]
 Runner = Literal["torch", "onnxruntime"]
+#: what ``index --quantize auto`` resolves to (condsearch.encoders.cpu's Quantize, without auto)
+Quantized = Literal["none", "int8"]
 
 
 @dataclass(frozen=True)
@@ -54,11 +56,24 @@ class CpuPath:
     router_dtype: Dtype
     #: where the figures come from: machine, date, command, pairs/s, cosine to float32
     provenance: str
+    #: what ``index --quantize auto`` takes on this kind, CASE and the router: int8 (onnxruntime's dynamic int8
+    #: export; vectors within the int8 bound, not float32's) where it measured faster than the float path
+    #: above, else none. Only asked for: the default --quantize stays none everywhere
+    case_quantize: Quantized = "none"
+    router_quantize: Quantized = "none"
+    #: the figures behind the two fields above
+    quantize_provenance: str = "not measured: none"
 
 
-#: kind -> fastest path at equal accuracy. int8 is never chosen here: only --quantize int8 asks for it.
+#: kind -> fastest path at equal accuracy. int8 is never chosen by default: --quantize int8 asks for it, and
+#: --quantize auto for it where it measured faster (case_quantize, router_quantize).
 PATHS: dict[CpuKind, CpuPath] = {
     "amx": CpuPath(
+        quantize_provenance=(
+            "2026-11-29, 2 cores, quiet: CASE int8 337 pairs/s against torch bfloat16's 343 "
+            "(encode_int8_amx.json), the router's int8 482 new sentences/s against bfloat16's 547 "
+            "(csr_paths_amx_quiet.json): bfloat16 is as fast or faster, so none"
+        ),
         case_runner="torch",
         case_dtype="bfloat16",
         serve_runner="onnxruntime",
@@ -85,6 +100,12 @@ PATHS: dict[CpuKind, CpuPath] = {
         ),
     ),
     "avx512": CpuPath(
+        router_quantize="int8",
+        quantize_provenance=(
+            "the AMD EPYC, quiet: the router's int8 1,049 new sentences/s against bfloat16's 856 (new-condition "
+            "pairs 2,827 against 2,956; csr_paths_bf16_amd.json); CASE int8 656 pairs/s against bfloat16's 628-650, "
+            "not faster beyond noise (encoding.md), so none"
+        ),
         case_runner="torch",
         case_dtype="bfloat16",
         serve_runner="onnxruntime",
@@ -107,6 +128,15 @@ PATHS: dict[CpuKind, CpuPath] = {
         ),
     ),
     "avx512_fp16": CpuPath(
+        case_quantize="int8",
+        router_quantize="int8",
+        quantize_provenance=(
+            "int8 over float32 on that kind: CASE 1.54x float32 in issue 61's outside check there "
+            "(encode_throughput.py --quantize int8). Here with AMX hidden from oneDNN: CASE int8 348 pairs/s "
+            "against onnxruntime float32's 174 (encode_int8_amx_hidden.json), the router's new sentences 553 "
+            "against 284-304 a second (csr_paths_amx_hidden.json); onnxruntime's own int8 kernels do not read "
+            "that setting, so these two may include AMX's int8 products"
+        ),
         case_runner="onnxruntime",
         case_dtype="float32",
         serve_runner="onnxruntime",
@@ -193,6 +223,13 @@ def auto_case_dtype() -> Dtype:
 def auto_router_dtype() -> Dtype:
     """Return how ``--backend auto`` runs the context router's passes for bulk work on this CPU."""
     return cpu_path().router_dtype
+
+
+def auto_quantize(mode: str) -> Quantized:
+    """Return what ``index --quantize auto`` means on this CPU for ``mode`` (case or csr): int8 where it measured
+    faster than the kind's float path, else none."""
+    path = cpu_path()
+    return path.router_quantize if mode == "csr" else path.case_quantize
 
 
 def auto_case_runner(*, serving: bool = False) -> Runner:

@@ -280,6 +280,9 @@ def _settings(
         ),
     }
     _check_flags(params["mode"], flags, ray=params["ray_address"] is not None)
+    from condsearch.model import resolve_quantize  # auto: int8 where this CPU kind measured it faster
+
+    params = {**params, "quantize": resolve_quantize(params["quantize"], params["mode"], params["device"])}
     # --profile, --adapter and --head under --mode csr are refused by the profile's resolution (a usage error);
     # the case-only flags are refused above, so under csr they hold their defaults
     adapter = params["adapter"]

@@ -127,16 +127,17 @@ def backend_option(help: str) -> Callable[[F], F]:
 
 def quantize_option(command: F) -> F:
     """Add --quantize for building (index): the setting the encoder runs at, recorded in the manifest."""
-    from condsearch.encoders import QUANTIZE_CHOICES, CpuConfig
+    from condsearch.encoders import QUANTIZE_AUTO, QUANTIZE_CHOICES, CpuConfig
 
     return click.option(
         "--quantize",
-        type=click.Choice(QUANTIZE_CHOICES),
+        type=click.Choice((*QUANTIZE_CHOICES, QUANTIZE_AUTO)),
         default=CpuConfig.quantize,
         show_default=True,
         help=(
             "int8: the encoder (with --mode csr, the router's two passes) runs as onnxruntime's dynamic int8 "
-            "export on the CPU (adapter merged); "
+            "export on the CPU (adapter merged); auto: int8 where this CPU kind measured it faster than its "
+            "float path, else none (CONDSEARCH_CPU_KIND); "
             "recorded in the manifest, and a query with another setting is refused."
         ),
     )(command)

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from condsearch.encoders.bert import BertStyleEncoder
     from condsearch.encoders.cpu import (
         BACKEND_CHOICES,
+        QUANTIZE_AUTO,
         QUANTIZE_CHOICES,
         Backend,
         CpuConfig,
@@ -63,6 +64,7 @@ _HOMES = {
     "CpuConfig": "cpu",
     "ENCODE_BATCH_SIZE": "base",
     "EncoderSpec": "spec",
+    "QUANTIZE_AUTO": "cpu",
     "QUANTIZE_CHOICES": "cpu",
     "Quantize": "cpu",
     "Runtime": "spec",
@@ -274,6 +276,7 @@ __all__ = [
     "ENCODE_BATCH_SIZE",
     "POOLINGS",
     "PRESETS",
+    "QUANTIZE_AUTO",
     "QUANTIZE_CHOICES",
     "Backend",
     "BertStyleEncoder",

@@ -13,6 +13,9 @@ from typing import Literal
 Quantize = Literal["none", "int8"]
 #: --quantize choices: none is float32 as loaded; int8 is onnxruntime's dynamic int8 (see .onnx.bert)
 QUANTIZE_CHOICES: tuple[Quantize, ...] = ("none", "int8")
+#: `index --quantize` also takes auto: int8 where the CPU kind measured it faster, else none
+#: (condsearch.base.cpu_kind.auto_quantize); an index records what it resolved to
+QUANTIZE_AUTO = "auto"
 
 #: what runs a float32 encoder for bulk work (`serve`, `index`): ``auto`` is onnxruntime on the CPU wherever
 #: a one-shot `query` of the index would run it (BERT-style, condition-mean pooling, its checked ONNX

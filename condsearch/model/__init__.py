@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from condsearch.model.identity import ModelIdentity
     from condsearch.model.loader import OneShotQuery, Purpose, load_model_for
     from condsearch.model.one_shot import ONE_SHOT_THREADS, cache_onnx_export
-    from condsearch.model.policy import backend_of
+    from condsearch.model.policy import backend_of, resolve_quantize
     from condsearch.model.vectorizer import Vectorizer
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "backend_of",
     "cache_onnx_export",
     "load_model_for",
+    "resolve_quantize",
 ]
 
 #: public name -> the module of this package it is imported from, when first asked for (so importing stays cheap)
@@ -42,6 +43,7 @@ _HOMES = {
     "backend_of": "policy",
     "cache_onnx_export": "one_shot",
     "load_model_for": "loader",
+    "resolve_quantize": "policy",
 }
 
 

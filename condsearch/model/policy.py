@@ -99,6 +99,18 @@ def _router_path(
     return vec
 
 
+def resolve_quantize(quantize: str, mode: str, device: str | None) -> str:
+    """Return ``index --quantize``'s value as the index will record it: ``auto`` is int8 where this CPU kind
+    measured int8 faster than its float path for ``mode`` (:func:`condsearch.base.cpu_kind.auto_quantize`) and the
+    model runs on the CPU, else none; any other value as given."""
+    from condsearch.base.cpu_kind import auto_quantize
+    from condsearch.encoders.cpu import QUANTIZE_AUTO
+
+    if quantize != QUANTIZE_AUTO:
+        return quantize
+    return auto_quantize(mode) if runs_on_cpu(device) else "none"
+
+
 #: where the NVIDIA driver lists the GPUs it drives: read instead of importing torch to ask for CUDA
 NVIDIA_GPUS = Path("/proc/driver/nvidia/gpus")
 

@@ -223,3 +223,29 @@ def test_cpu_paths_smoke(tiny_bert_dir: Path, tmp_path: Path) -> None:
     assert result["cpu_kind"] == "other"  # the tests' pinned kind is recorded
     assert set(result["speed"]["pairs_per_s_median"]) == {"torch_float32", "torch_bfloat16", "onnxruntime_float32"}
     assert -1 <= result["accuracy"]["cosine_bfloat16_float32_encoder"]["min"] <= 1
+
+
+def test_quantize_auto_is_int8_only_where_it_measured_faster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 61, item 6: `index --quantize auto` takes int8 per kind and mode where it beat the float path."""
+    from condsearch.model import resolve_quantize
+
+    expected = {"amx": ("none", "none"), "avx512": ("none", "int8"), "avx512_fp16": ("int8", "int8")}
+    for kind in kinds.CPU_KINDS:
+        monkeypatch.setenv(CPU_KIND_ENV, kind)
+        case, csr = expected.get(kind, ("none", "none"))
+        assert (kinds.auto_quantize("case"), kinds.auto_quantize("csr")) == (case, csr)
+        assert resolve_quantize("auto", "csr", "cpu") == csr
+        assert resolve_quantize("auto", "csr", "cuda") == "none"  # int8 is onnxruntime's, on the CPU
+        assert resolve_quantize("none", "case", "cpu") == "none" and resolve_quantize("int8", "case", "cpu") == "int8"
+        assert PATHS[kind].quantize_provenance
+
+
+def test_index_quantize_auto_records_what_it_resolved_to(
+    tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CPU_KIND_ENV, "avx512_fp16")
+    _index(corpus_file, tmp_path / "int8", tiny_bert_dir, "--quantize", "auto")
+    assert _manifest(tmp_path / "int8").encoder.get("quantize") == "int8"
+    monkeypatch.setenv(CPU_KIND_ENV, "amx")
+    _index(corpus_file, tmp_path / "float", tiny_bert_dir, "--quantize", "auto")
+    assert "quantize" not in _manifest(tmp_path / "float").encoder
