@@ -1,12 +1,13 @@
 #!/bin/bash
-# issue 61 item 5: a first index (empty store, empty cache), default mode, 500 and 5,000 rows, per kind, default against --backend torch
+# issue 61 item 5: a first index (empty store, empty cache), default mode, per kind, default against --backend torch,
+# at each size in SIZES (default "500 5000"; first50000.parquet: the first 50,000 texts of benchmarks._lib.common.REAL_TEXTS)
 # run from a folder holding first500.parquet and first5000.parquet (the first rows of the 20,000-row corpus of
-# incremental_commands.sh); prints each whole command's seconds
+# incremental_commands.sh), with VENV naming the virtualenv (default .venv there); prints each whole command's seconds
 set -euo pipefail
 export PATH="${VENV:-.venv}/bin:$PATH"
 C="color of the dress"
 for kind in amx avx512_fp16; do
-  for n in 500 5000; do
+  for n in ${SIZES:-500 5000}; do
     for path in default torch; do
       extra=(); [ $path = torch ] && extra=(--backend torch)
       env=(CONDSEARCH_CPU_KIND=$kind); [ $kind = avx512_fp16 ] && env+=(ONEDNN_MAX_CPU_ISA=AVX512_CORE_FP16)
