@@ -153,8 +153,9 @@ PATHS: dict[CpuKind, CpuPath] = {
             "(csr_paths_amx_hidden.json): the router's new sentences torch float32 304/s, onnxruntime float32 284, "
             "torch bfloat16 190 (0.67x); new-condition pairs 983, 1,028, 656. The same session with AMX: CASE "
             "bfloat16 324 against float32 198-221, the router's bfloat16 547 against 306. float32 here, on the "
-            "checked onnxruntime export (within 6% of torch float32 both ways), which one-shot queries and "
-            "serving run too"
+            "checked onnxruntime export (within 6% of torch float32 both ways), which one-shot queries, serving "
+            "and re-indexes without torch run too; a whole `index` of 50,000 rows there ran torch float32 1.16x "
+            "faster (first_index_commands.json), a trade not yet resolved"
         ),
     ),
     "other": CpuPath(
