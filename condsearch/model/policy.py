@@ -141,7 +141,8 @@ def load_light_reindex(
         return None
     if manifest.precision != "float32" or manifest.mode != spec.mode:
         return None
-    if (auto_router_dtype() if spec.mode == MODE_CSR else auto_case_runner()) not in ("float32", "onnxruntime"):
+    on_export = auto_router_dtype() == "float32" if spec.mode == MODE_CSR else auto_case_runner() == "onnxruntime"
+    if not on_export:  # this kind builds in torch bfloat16: a re-index must too
         return None
     asked = replace(
         EncoderSpec(),
