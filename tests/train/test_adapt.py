@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from condsearch.cli import main
+from condsearch.cli.adapt import more_pairs_hint
 from condsearch.errors import CorpusError
 from condsearch.metrics import label_precision
 from condsearch.train.adapt import AdaptConfig, choose_alpha, split_rows
@@ -131,6 +132,15 @@ def test_choose_alpha_keeps_a_share_of_the_gain_over_the_start() -> None:
     assert choose_alpha({1.0: 0.30, 0.5: 0.31, 0.0: 0.33}, 0.005, keep=0.8) == 0.0  # training lost: the start
     with pytest.raises(ValueError, match="wise_keep"):
         AdaptConfig(wise_keep=1.5)
+
+
+def test_the_report_says_when_more_pairs_or_passes_may_pay() -> None:
+    def report(drawn: int, asked: int, fit: int) -> dict[str, object]:
+        return {"pairs": {"pairs": drawn}, "config": {"n_pairs": asked, "epochs": 2}, "rows": {"fit": fit}}
+
+    assert "at most 4000 of the 10113 training rows" in more_pairs_hint(report(2000, 2000, 10113))  # edict's
+    assert "--epochs 4" in more_pairs_hint(report(1497, 2000, 9000))  # news: every pair the table had
+    assert more_pairs_hint(report(2000, 2000, 3500)) == ""  # the pairs cover the table
 
 
 # ----------------------------------------------------------------- the command, on a tiny model
