@@ -3,7 +3,8 @@
 # (avx512_fp16, forced as incremental_commands.sh forces it): A = the first N rows of V1 (incremental_commands.sh's
 # 20,000-row corpus), B = the same ids with the next N rows' texts. Builds A, re-indexes B on it (every row encoded
 # again, on the export without torch), then B with --full into an empty store on the same cache and on an empty one.
-#   benchmarks/systems/all_changed_commands.sh v1.parquet build/all-changed [N=5000]
+# Run with the virtualenv's bin first on PATH (its python and condsearch); prints each whole command's seconds.
+#   PATH=$PWD/.venv/bin:$PATH benchmarks/systems/all_changed_commands.sh v1.parquet build/all-changed [N=5000]
 set -euo pipefail
 V1=$1 WORK=$2 N=${3:-5000}
 C="color of the dress"

@@ -210,7 +210,7 @@ class OneShotRouterEncoder:
         code = self.code(conditions)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         # longest first, as the torch encoder batches a corpus: a re-index's rows come in corpus order, and
-        # batches of mixed lengths ran at a third of the bulk path's pairs/s (issue 61)
+        # batches of like length re-indexed 5,000 changed rows 1.25x faster (benchmarks/systems/indexing.md)
         order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(order), max(1, batch_size)):
             rows = order[start : start + max(1, batch_size)]
