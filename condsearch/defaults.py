@@ -4,9 +4,9 @@ Free of imports beyond the standard library, so that the CLI reads it for --help
 numpy or FAISS. Every other default lives with the config or module of its concept, and the CLI
 reads it from there: the index type in :class:`condsearch.base.ann.IndexConfig`, the server's in
 :class:`condsearch.serve.config.ServeConfig` (its reload interval too), pairs per forward pass in
-:data:`condsearch.encoders.base.ENCODE_BATCH_SIZE`, the index modes (case, csr) in
-:data:`condsearch.artifacts.profiles.MODES`, a query's k in
-:class:`condsearch.query.config.QueryConfig`, the router variants in :mod:`condsearch.csr.variants`,
+:data:`condsearch.model.encoders.base.ENCODE_BATCH_SIZE`, the index modes (case, csr) in
+:data:`condsearch.model.artifacts.profiles.MODES`, a query's k in
+:class:`condsearch.query.config.QueryConfig`, the router variants in :mod:`condsearch.model.csr.variants`,
 training's in its config dataclasses.
 """
 

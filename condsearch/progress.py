@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tqdm import tqdm
 
-#: the bars of a router's encoding (:class:`condsearch.csr.encoder.CsrEncoder`): sentence states, then the routed rest
+#: the bars of a router's encoding (:class:`condsearch.model.csr.encoder.CsrEncoder`): sentence states, then the
+#: routed rest
 CACHING_SENTENCES = "caching sentences"
 ROUTING = "routing"
 

@@ -19,8 +19,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from condsearch.encoders import Encoder  # noqa: E402
-from condsearch.encoders.base import Pair  # noqa: E402
+from condsearch.model.encoders import Encoder  # noqa: E402
+from condsearch.model.encoders.base import Pair  # noqa: E402
 
 # Words the test sentences use; anything else still tokenizes through the letter pieces.
 _WORDS = """
@@ -88,8 +88,8 @@ def other_bert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_encoder(tiny_bert_dir: Path):
     """The tiny BERT loaded once on the CPU (tests that read its stats load their own)."""
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
     return load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
 

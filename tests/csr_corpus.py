@@ -31,8 +31,8 @@ def move_router(tiny_bert_dir: Path, folder: Path, seed: int) -> Path:
 
     import torch
 
-    from condsearch.csr import load_csr_encoder
-    from condsearch.csr.weights import save_router
+    from condsearch.model.csr import load_csr_encoder
+    from condsearch.model.csr.weights import save_router
 
     encoder = load_csr_encoder(str(tiny_bert_dir), router="none", variant="extended", cache_dir=folder / "cache")
     generator = torch.Generator().manual_seed(seed)

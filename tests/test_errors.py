@@ -48,7 +48,7 @@ def test_csr_encoder_load_error_with_empty_message(
     import transformers
 
     from condsearch.base.model_sources import resolve_model
-    from condsearch.csr.encoder import CsrEncoder
+    from condsearch.model.csr.encoder import CsrEncoder
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError()  # an empty message: no first line to take
@@ -61,8 +61,8 @@ def test_csr_encoder_load_error_with_empty_message(
 def test_encoder_load_error_with_empty_message(tiny_bert_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec
 
     def fail(*args: object, **kwargs: object) -> None:
         raise ValueError()

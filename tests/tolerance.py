@@ -15,7 +15,7 @@ forward pass, :func:`pooled_tolerance` turns that into a tolerance per pooled ve
 through a head and the normalisation to unit length (which divides the error by the vector's norm).
 
 The rule itself (:func:`float_tolerance`, :data:`SAFETY`, :func:`transformer_depth`,
-:func:`largest_activation`) lives in :mod:`condsearch.encoders.onnx.rounding`, which the ONNX exports'
+:func:`largest_activation`) lives in :mod:`condsearch.model.encoders.onnx.rounding`, which the ONNX exports'
 probe uses too. Rankings are compared up to ties: :func:`assert_same_ranking` in ``tests/conftest.py``.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from condsearch.encoders.onnx.rounding import (  # noqa: F401 - re-exported: the tests' one place for tolerances
+from condsearch.model.encoders.onnx.rounding import (  # noqa: F401 - re-exported: the tests' one place for tolerances
     EPS32,
     SAFETY,
     float_tolerance,

@@ -28,9 +28,9 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("front ends", "parse, call one job, print or answer", ("condsearch", "__main__", "api", "cli", "serve")),
     ("jobs", "answer a query, ingest a corpus, train, run past one machine", ("query", "ingest", "train", "scale")),
     ("model", "which model answers an index, and how it runs", ("model",)),
-    ("csr", "the router's tri-encoder: sentence caches, cheap new conditions", ("csr",)),
-    ("encoders", "(condition, sentence) pairs into vectors; the encoder spec", ("encoders",)),
-    ("data on disk", "indexes, trained artifacts, corpora", ("store", "artifacts", "corpus")),
+    ("csr", "the router's tri-encoder: sentence caches, cheap new conditions", ("model.csr",)),
+    ("encoders", "(condition, sentence) pairs into vectors; the encoder spec", ("model.encoders",)),
+    ("data on disk", "indexes, trained artifacts, corpora", ("store", "model.artifacts", "corpus")),
     (
         "base",
         "files, digests, atomic writes, model sources, caches, FAISS primitives; errors, defaults, progress",
@@ -140,13 +140,32 @@ def longest_chain(g: dict[str, set[str]]) -> list[str]:
     return max((depth(v, frozenset({v})) for v in sorted(g)), key=len)
 
 
+#: packages inside a top-level package that keep a layer of their own: model/ holds everything that turns
+#: text into vectors (its loader and policy above the router, the router above the encoders, the trained
+#: artifacts below both), so that a job enters one folder for its model
+NESTED = ("model.csr", "model.encoders", "model.artifacts")
+
+
 def package_of(module: str) -> str:
     """Return the package a module belongs to: ``query`` for condsearch.query.search, ``errors`` for condsearch.errors.
 
+    A module of a :data:`NESTED` package belongs to it (``model.csr`` for condsearch.model.csr.encoder).
     The package root itself (``condsearch/__init__.py``) is ``condsearch``.
     """
     parts = module.split(".")
+    if len(parts) > 2 and f"{parts[1]}.{parts[2]}" in NESTED:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else parts[0]
+
+
+def folder_of(package: str) -> str:
+    """Return the top-level folder (or module) a package lies in: ``model`` for ``model.csr``."""
+    return package.partition(".")[0]
+
+
+def package_path(package: str) -> Path:
+    """Return the folder of a package: ROOT/model/csr for ``model.csr``."""
+    return ROOT.joinpath(*package.split("."))
 
 
 def package_graph(g: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -175,7 +194,7 @@ def upward_imports(g: dict[str, set[str]]) -> list[tuple[str, str]]:
 def _shown(package: str) -> str:
     if package == "condsearch":
         return "`__init__.py`"
-    return f"`{package}/`" if (ROOT / package).is_dir() else f"`{package}.py`"
+    return f"`{package.replace('.', '/')}/`" if package_path(package).is_dir() else f"`{package}.py`"
 
 
 def layers_markdown() -> str:

@@ -21,21 +21,21 @@ from pathlib import Path
 
 def record(folder: Path) -> str:
     """Check a router folder and record its weights' size and sha256 in its router.json; return what was done."""
-    from condsearch.artifacts.routers import (
+    from condsearch.base.artifact_files import ROUTER_CONFIG
+    from condsearch.base.atomic import replacing_file
+    from condsearch.model.artifacts.routers import (
         WEIGHTS_RECORD,
         checked_router_checksum,
         read_router_config,
         router_model_id,
         weights_record,
     )
-    from condsearch.base.artifact_files import ROUTER_CONFIG
-    from condsearch.base.atomic import replacing_file
-    from condsearch.csr import load_csr_encoder
+    from condsearch.model.csr import load_csr_encoder
 
     meta = read_router_config(folder)
     if WEIGHTS_RECORD in meta:
         return f"records sha256 {checked_router_checksum(folder, meta)[:12]} already, and it matches"
-    logging.getLogger("condsearch.artifacts.routers").setLevel(logging.ERROR)  # its "records no sha256" notice
+    logging.getLogger("condsearch.model.artifacts.routers").setLevel(logging.ERROR)  # its "records no sha256" notice
     with tempfile.TemporaryDirectory() as cache:  # loading writes nothing there; it must not touch the real cache
         load_csr_encoder(router_model_id(folder), router=str(folder), device="cpu", cache_dir=Path(cache))
     raw = json.loads((folder / ROUTER_CONFIG).read_text())

@@ -9,16 +9,18 @@ process, so that no model, cache or thread of an earlier walk shortens it.
 
 The rule. ``sys.setprofile`` and ``threading.setprofile`` see every Python call on every thread
 started while tracing (the server's uvicorn, batcher and build threads included). A call counts when
-its callee is condsearch code: its package (:func:`tools.import_graph.package_of`: ``query`` for
-condsearch.query.search; a top-level module such as condsearch/errors.py is a room of its own,
-``errors``, and condsearch/__init__.py is ``condsearch``, as in the import graph's layers) is a
-*room* entered. Its caller is the nearest condsearch frame below it on the same thread's stack
-(through library frames: click, torch's Module.__call__, FastAPI), none for a thread's first
-condsearch frame. A call from one package into another is a *transition*; the walk lists its
-distinct transitions in the order first taken. A *climb* is a transition into a package of a higher
-layer (a smaller :func:`tools.import_graph.layer_of`); climbs count distinct (package, package)
-transitions. Rooms above base leave out the bottom layer (base/, errors.py, progress.py, …), which
-every walk enters. serve↔query *crossings* count the distinct call sites (caller function, callee
+its callee is condsearch code: its top-level package (``query`` for condsearch.query.search, ``model``
+for condsearch.model.csr.encoder; a top-level module such as condsearch/errors.py is a room of its own,
+``errors``, and condsearch/__init__.py is ``condsearch``) is a *room* entered. Its package as the import
+graph layers it (:func:`tools.import_graph.package_of`: ``model.csr`` for the router, which keeps a layer of
+its own inside model/) is a *unit* entered; transitions and climbs are counted between units. Its
+caller is the nearest condsearch frame below it on the same thread's stack (through library frames:
+click, torch's Module.__call__, FastAPI), none for a thread's first condsearch frame. A call from one
+unit into another is a *transition*; the walk lists its distinct transitions in the order first
+taken. A *climb* is a transition into a unit of a higher layer (a smaller
+:func:`tools.import_graph.layer_of`); climbs count distinct (unit, unit) transitions. Rooms (and
+units) above base leave out the bottom layer (base/, errors.py, progress.py, …), which every walk
+enters. serve↔query *crossings* count the distinct call sites (caller function, callee
 function) between serve and query, either way; *crossings back* are those from query into serve.
 
 Import time is left out: every condsearch module is imported before tracing starts (so no module
@@ -50,7 +52,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tools.import_graph import LAYERS, ROOT, layer_of, module_name, package_of  # noqa: E402
+from tools.import_graph import LAYERS, ROOT, folder_of, layer_of, module_name, package_of  # noqa: E402
 
 #: the bottom layer (base/, errors.py, progress.py, …): every walk enters it; ``rooms_above_base`` leaves it out
 BASE = len(LAYERS) - 1
@@ -67,7 +69,10 @@ class Walk:
     """What one walk did: its rooms, transitions, climbs and serve↔query crossings."""
 
     name: str
+    #: the top-level packages entered (``model`` for every package under condsearch/model/)
     rooms: list[str] = field(default_factory=list)
+    #: the packages entered, those nested in model/ counted apart (the layering's units: ``model.csr``)
+    units: list[str] = field(default_factory=list)
     transitions: list[str] = field(default_factory=list)
     climbs: list[str] = field(default_factory=list)
     crossings: list[str] = field(default_factory=list)
@@ -79,6 +84,8 @@ class Walk:
         return {
             "rooms": len(self.rooms),
             "rooms_above_base": len([r for r in self.rooms if layer_of(r) < BASE]),
+            "units": len(self.units),
+            "units_above_base": len([u for u in self.units if layer_of(u) < BASE]),
             "climbs": len(self.climbs),
             "crossings": len(self.crossings),
             "crossings_back": len(self.crossings_back),
@@ -150,7 +157,8 @@ class Tracer:
         edges = list(self.edges)
         return Walk(
             name=name,
-            rooms=list(self.rooms),
+            rooms=list(dict.fromkeys(folder_of(u) for u in self.rooms)),
+            units=list(self.rooms),
             transitions=[f"{a}→{b}" for a, b in edges],
             climbs=[f"{a}→{b}" for a, b in edges if layer_of(b) < layer_of(a)],
             crossings=[f"{a} → {b}" for a, b in self.sites if {_pkg(a), _pkg(b)} == {"serve", "query"}],
@@ -316,14 +324,16 @@ def run_apart(name: str, work: Path) -> Walk:
 
 def table(walks: list[Walk]) -> str:
     rows = [
-        "| walk | rooms | above base | climbs | serve↔query crossings | back | rooms entered | climbs taken |",
-        "|---|---|---|---|---|---|---|---|",
+        "| walk | rooms | above base | units above base | climbs | serve↔query crossings | back | rooms entered "
+        "| climbs taken |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for w in walks:
         c = w.counts()
         rooms, climbs = ", ".join(w.rooms), ", ".join(w.climbs) or "none"
         rows.append(
-            f"| {w.name} | {c['rooms']} | {c['rooms_above_base']} | {c['climbs']} | {c['crossings']} "
+            f"| {w.name} | {c['rooms']} | {c['rooms_above_base']} | {c['units_above_base']} | {c['climbs']} "
+            f"| {c['crossings']} "
             f"| {c['crossings_back']} | {rooms} | {climbs} |"
         )
     return "\n".join(rows) + "\n"

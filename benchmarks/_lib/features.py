@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from condsearch.corpus.csts import CstsData
-from condsearch.encoders.base import Encoder
+from condsearch.model.encoders.base import Encoder
 from condsearch.train.head import PairFeatures
 
 

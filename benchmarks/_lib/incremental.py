@@ -21,10 +21,10 @@ import pyarrow.parquet as pq
 
 from benchmarks._lib.common import REAL_TEXTS, log, rankings_agree, read_texts, run_info, write_outputs
 from condsearch.corpus.reader import scan_corpus
-from condsearch.encoders import Encoder
-from condsearch.encoders.base import Pair
-from condsearch.encoders.spec import EncoderSpec
 from condsearch.ingest.chunks import index_conditions
+from condsearch.model.encoders import Encoder
+from condsearch.model.encoders.base import Pair
+from condsearch.model.encoders.spec import EncoderSpec
 from condsearch.model.vectorizer import Vectorizer, load_vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore

@@ -22,20 +22,20 @@ import torch.nn.functional as F
 
 from benchmarks._lib.common import log  # noqa: E402
 from condsearch.base.model_sources import ModelSource  # noqa: E402
-from condsearch.encoders.base import Encoder, Pair  # noqa: E402
-from condsearch.encoders.bert import BertStyleEncoder  # noqa: E402
-from condsearch.encoders.bert_inputs import case_inputs  # noqa: E402
-from condsearch.encoders.onnx import trace as onnx_trace  # noqa: E402
-from condsearch.encoders.onnx.bert import (  # noqa: E402
+from condsearch.model.encoders.base import Encoder, Pair  # noqa: E402
+from condsearch.model.encoders.bert import BertStyleEncoder  # noqa: E402
+from condsearch.model.encoders.bert_inputs import case_inputs  # noqa: E402
+from condsearch.model.encoders.onnx import trace as onnx_trace  # noqa: E402
+from condsearch.model.encoders.onnx.bert import (  # noqa: E402
     MODEL_FILE,
     OnnxBertEncoder,
     export_onnx,
     graph,
     write_export,
 )
-from condsearch.encoders.onnx.cache import META_FILE, TOKENIZER_FILE  # noqa: E402
-from condsearch.encoders.onnx.export import trace as trace_graph  # noqa: E402
-from condsearch.encoders.onnx.run import INPUTS, BackendTokenizer  # noqa: E402
+from condsearch.model.encoders.onnx.cache import META_FILE, TOKENIZER_FILE  # noqa: E402
+from condsearch.model.encoders.onnx.export import trace as trace_graph  # noqa: E402
+from condsearch.model.encoders.onnx.run import INPUTS, BackendTokenizer  # noqa: E402
 
 
 class Variant(NamedTuple):
@@ -185,7 +185,7 @@ class Calibration:
     """onnxruntime's CalibrationDataReader protocol over tokenised C-STS train pairs."""
 
     def __init__(self, tokenizer: BackendTokenizer, pairs: Sequence[Pair], max_length: int, batch: int) -> None:
-        from condsearch.encoders.base import EncodeStats
+        from condsearch.model.encoders.base import EncodeStats
 
         self.feeds: list[dict[str, np.ndarray]] = []
         for start in range(0, len(pairs), batch):

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from benchmarks._lib.common import quiet_transformers, run_info, timing_config, write_json  # noqa: E402
 from benchmarks.systems.index_throughput import distinct_sentences  # noqa: E402
-from condsearch.csr import load_csr_encoder
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec
+from condsearch.model.csr import load_csr_encoder
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec
 
 CONDITIONS = [
     "the color of the clothing",

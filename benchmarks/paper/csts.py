@@ -31,16 +31,16 @@ import torch
 from benchmarks._lib.common import git_commit, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks._lib.features import plain_features  # noqa: E402
 from benchmarks._lib.isotropy import cosine_to_mean, isotropy  # noqa: E402
-from condsearch.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noqa: E402
-from condsearch.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
-from condsearch.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
-from condsearch.artifacts.profiles import Profile  # noqa: E402
 from condsearch.base.output_cache import EmbeddingCache, default_cache_dir  # noqa: E402
 from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
-from condsearch.encoders import Encoder, load_encoder  # noqa: E402
-from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
-from condsearch.encoders.spec import EncoderSpec, Runtime  # noqa: E402
 from condsearch.errors import CondsearchError, first_line  # noqa: E402
+from condsearch.model.artifacts.profiles import PROFILE_DEFAULT as HEAD_DEFAULT  # noqa: E402
+from condsearch.model.artifacts.profiles import PROFILE_NONE as HEAD_NONE  # noqa: E402
+from condsearch.model.artifacts.profiles import SHIPPED_PROFILES as SHIPPED_HEADS  # noqa: E402
+from condsearch.model.artifacts.profiles import Profile  # noqa: E402
+from condsearch.model.encoders import Encoder, load_encoder  # noqa: E402
+from condsearch.model.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
+from condsearch.model.encoders.spec import EncoderSpec, Runtime  # noqa: E402
 from condsearch.model.vectorizer import head_folder, resolve_head  # noqa: E402
 from condsearch.train.head import (  # noqa: E402
     HeadTrainConfig,
@@ -277,7 +277,7 @@ def _dim_sweep(args: argparse.Namespace, feats: dict[str, PairFeatures], epochs:
 
 
 def _run_csr(args: argparse.Namespace, splits: dict[str, CstsData]) -> dict[str, object]:
-    from condsearch.csr import load_csr_encoder
+    from condsearch.model.csr import load_csr_encoder
 
     cache_dir = None
     if args.smoke or args.no_cache:

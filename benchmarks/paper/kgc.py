@@ -190,8 +190,8 @@ def _variant(args: argparse.Namespace) -> object:
     """Return the router config for an untrained start (None: the encoder's default)."""
     from dataclasses import replace
 
-    from condsearch.csr.context import CONTEXT, CONTEXT_DEFAULT
-    from condsearch.csr.router import PRESETS
+    from condsearch.model.csr.context import CONTEXT, CONTEXT_DEFAULT
+    from condsearch.model.csr.router import PRESETS
 
     name = args.variant or (CONTEXT if args.train or args.weights_from else None)
     if name == CONTEXT:
@@ -221,8 +221,8 @@ def _router_spec(args: argparse.Namespace) -> str:
 def _link_graph(args: argparse.Namespace, router: str) -> bool:
     """Return whether entities are read with SimKGC's link-graph texts: as asked, else as the
     router folder (its router.json) or the checkpoint (--weights-from, --resume) was trained."""
-    from condsearch.artifacts.routers import read_router_config
     from condsearch.base.artifact_files import read_json
+    from condsearch.model.artifacts.routers import read_router_config
     from condsearch.train.checkpoint import STATE_FILE
 
     if args.link_graph is not None:
@@ -296,8 +296,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     from benchmarks._lib.kgclib.projection_probe import projection_probe
     from benchmarks._lib.kgclib.step_profile import profile_steps
     from benchmarks._lib.kgclib.training import KgcTrainConfig, train_kgc
-    from condsearch.csr import load_csr_encoder
-    from condsearch.csr.context import ContextRouter
+    from condsearch.model.csr import load_csr_encoder
+    from condsearch.model.csr.context import ContextRouter
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -325,7 +325,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, object]:
     whole = context and not args.frozen_lower
     base = None
     if context:
-        from condsearch.csr.context_weights import base_weights
+        from condsearch.model.csr.context_weights import base_weights
 
         encoder.router.trainable = "all" if whole else "top"
         base = base_weights(encoder.source.location)

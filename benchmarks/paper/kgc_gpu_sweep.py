@@ -51,9 +51,9 @@ from benchmarks._lib.kgclib.encoding import (  # noqa: E402
 )
 from benchmarks._lib.kgclib.ranking import average_metrics, dense_filtered_ranks, query_filters, rank_metrics  # noqa: E402
 from benchmarks._lib.kgclib.training import KgcTrainConfig, train_kgc  # noqa: E402
-from condsearch.csr import load_csr_encoder  # noqa: E402
-from condsearch.csr.router import PRESETS  # noqa: E402
-from condsearch.csr.weights import save_router  # noqa: E402
+from condsearch.model.csr import load_csr_encoder  # noqa: E402
+from condsearch.model.csr.router import PRESETS  # noqa: E402
+from condsearch.model.csr.weights import save_router  # noqa: E402
 
 
 def log(msg: str) -> None:

@@ -154,8 +154,8 @@ def head_spearman(args: argparse.Namespace, dims: list[int]) -> tuple[dict[int, 
     """Train one head per dimension on cached CASE features; return dev scores and the heads."""
     from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
     from condsearch.corpus.csts import read_csts
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.train.head import HeadTrainConfig, case_features, evaluate_head, fit_head
 
     if args.train is not None:

@@ -64,8 +64,8 @@ def reweigh(
 
     start_router: the router the run started from [default: the shipped one].
     """
-    from condsearch.csr.context import CONTEXT
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.context import CONTEXT
+    from condsearch.model.csr.encoder import load_csr_encoder
     from condsearch.train.adapt import _interpolate, _trainable, csts_spearman
     from condsearch.train.adapt_score import mean, router_embed, score_plan
     from condsearch.train.router import INIT_ROUTER

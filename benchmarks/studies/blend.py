@@ -24,8 +24,8 @@ from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
 def cosines(data: CstsData, profile: str, model: str | None, batch_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Return (CASE cosine under each row's condition, plain cosine) per row."""
     from condsearch.base.faiss_indexes import normalize
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
 
     vec = load_vectorizer(EncoderSpec(model, profile=profile))

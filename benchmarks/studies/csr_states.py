@@ -2,7 +2,7 @@
 r"""How small can the router's sentence cache be? Vectors and C-STS dev from float32, float16 and int8 states.
 
 The router tri-encoder caches each sentence's states below the layers that see the condition
-(condsearch.csr.cache.StateCache). This routes every dev row (both sentences, each under its row's
+(condsearch.model.csr.cache.StateCache). This routes every dev row (both sentences, each under its row's
 condition) from a cache filled in each storage type, each in its own fresh cache folder, and
 reports per type:
 
@@ -27,9 +27,9 @@ import numpy as np
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks.paper.csts import csr_features  # noqa: E402
 from condsearch.corpus.csts import read_csts  # noqa: E402
-from condsearch.csr import load_csr_encoder  # noqa: E402
-from condsearch.csr.cache import STATE_DTYPES  # noqa: E402
 from condsearch.metrics import correlations, cosine_rows  # noqa: E402
+from condsearch.model.csr import load_csr_encoder  # noqa: E402
+from condsearch.model.csr.cache import STATE_DTYPES  # noqa: E402
 
 
 def measure(args: argparse.Namespace) -> dict[str, object]:

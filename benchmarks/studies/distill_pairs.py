@@ -39,8 +39,8 @@ GENERIC_CONDITIONS = (
 def distilled_rows(data: CstsData, n_rows: int, seed: int, model: str | None) -> CstsData:
     """Return n_rows self-distilled rows: half the data's own pairs, half random pairs of its sentences."""
     from condsearch.base.faiss_indexes import normalize
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec
 
     rng = np.random.default_rng(seed)
     sentences = sorted(set(data.sentence1) | set(data.sentence2))

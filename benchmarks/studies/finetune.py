@@ -29,7 +29,7 @@ from pathlib import Path
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_csts_csv, write_outputs  # noqa: E402
 from condsearch.corpus.csts import CstsData  # noqa: E402
-from condsearch.encoders.family import POOLINGS, PRESETS  # noqa: E402
+from condsearch.model.encoders.family import POOLINGS, PRESETS  # noqa: E402
 from condsearch.train.finetune import FinetuneConfig  # noqa: E402
 from condsearch.train.finetune_save import fit_and_save_encoder  # noqa: E402
 from condsearch.train.lora import LoraConfig  # noqa: E402

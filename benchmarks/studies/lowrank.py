@@ -1,6 +1,6 @@
 """Ship a full fine-tune small: dev Spearman of the fully fine-tuned model vs its rank-r delta adapters.
 
-Each weight matrix's change ΔW is cut to rank r by truncated SVD (condsearch.encoders.lowrank),
+Each weight matrix's change ΔW is cut to rank r by truncated SVD (condsearch.model.encoders.lowrank),
 rounded to float16 as an adapter file stores it, and scored on dev beside the full model and
 the base. Several --tuned files are averaged first (a soup of the last epochs' weights).
 ``--out DIR --out-rank R`` also writes that rank's adapter folder (``--head DIR`` loads it).
@@ -22,9 +22,9 @@ import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs
 from condsearch.corpus.csts import CstsData, read_csts
-from condsearch.encoders import load_encoder
-from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.encoders.lowrank import (
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.bert import BertStyleEncoder
+from condsearch.model.encoders.lowrank import (
     apply_deltas,
     average_weights,
     delta_bytes,
@@ -32,7 +32,7 @@ from condsearch.encoders.lowrank import (
     read_tuned,
     weight_deltas,
 )
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.adapter import save_delta_adapter
 from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder
 

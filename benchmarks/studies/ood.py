@@ -166,7 +166,7 @@ def load_system(
     so that its cosine is B · SYSTEM's cosine + (1 − B) · plain MiniLM's.
     """
     from condsearch.base.faiss_indexes import normalize
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.store.vectors import vector_fingerprint
 
@@ -182,7 +182,7 @@ def load_system(
 
         return blend, True
     if spec in ("plain", "prefix"):
-        from condsearch.encoders import load_encoder
+        from condsearch.model.encoders import load_encoder
 
         encoder = load_encoder(EncoderSpec(model, profile="none"))
 

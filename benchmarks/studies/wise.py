@@ -32,11 +32,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from benchmarks._lib.common import exit_code, run_info, write_json  # noqa: E402
-from condsearch.artifacts.profiles import resolve_profile
-from condsearch.artifacts.routers import WEIGHTS_RECORD, read_router_config, weights_record
 from condsearch.base.artifact_files import NATIVE_ADAPTER_CONFIG as LEGACY_ADAPTER_CONFIG
 from condsearch.base.artifact_files import NATIVE_ADAPTER_WEIGHTS as LEGACY_ADAPTER_WEIGHTS
 from condsearch.base.artifact_files import ROUTER_CONFIG, ROUTER_WEIGHTS
+from condsearch.model.artifacts.profiles import resolve_profile
+from condsearch.model.artifacts.routers import WEIGHTS_RECORD, read_router_config, weights_record
 
 _SCALED = (".delta", ".delta_b")
 
@@ -63,8 +63,8 @@ def scale_delta(source: Path, alpha: float, out: Path, *, note: str = "") -> Pat
 def scale_router(source: Path, alpha: float, out: Path, model: str | None = None) -> Path:
     """Write source's context router with its backbone change multiplied by alpha into out; return out."""
     from condsearch.base.model_sources import resolve_model
-    from condsearch.csr.compact_delta import decode
-    from condsearch.csr.context_weights import base_weights
+    from condsearch.model.csr.compact_delta import decode
+    from condsearch.model.csr.context_weights import base_weights
 
     meta = read_router_config(source)
     config = meta.get("router_config")

@@ -96,9 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     quiet_transformers()
 
-    from condsearch.csr.context import CONTEXT
-    from condsearch.csr.context_weights import backbone_delta, base_weights, save_context_router
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.context import CONTEXT
+    from condsearch.model.csr.context_weights import backbone_delta, base_weights, save_context_router
+    from condsearch.model.csr.encoder import load_csr_encoder
     from condsearch.train.adapt import AdaptConfig, _interpolate, _trainable, csts_spearman
     from condsearch.train.router import INIT_ROUTER, RouterTrainConfig, fit_router
 

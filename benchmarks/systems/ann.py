@@ -58,7 +58,7 @@ def case_vectors(texts: list[str], condition: str, cache: Path, model: str | Non
     if path.is_file():
         return np.load(path, allow_pickle=False)
     from benchmarks._lib.common import quiet_transformers
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
 
     quiet_transformers()

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from benchmarks._lib.common import log, run_info, synthetic_csts, timing_config, write_outputs
 from condsearch.corpus.csts import read_csts
-from condsearch.encoders.base import Encoder, Pair
-from condsearch.encoders.bert_inputs import token_lengths
+from condsearch.model.encoders.base import Encoder, Pair
+from condsearch.model.encoders.bert_inputs import token_lengths
 
 ARMS = ("characters", "tokens")
 
@@ -61,8 +61,8 @@ def sorter(encoder: Encoder, arm: str) -> Callable[[Sequence[Pair]], list[int]]:
 
 
 def run(args: argparse.Namespace) -> dict[str, object]:
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
     data = synthetic_csts(args.n) if args.smoke else read_csts(args.csv)
     pairs: list[Pair] = list(zip(data.condition, data.sentence1, strict=True))[: args.n]

@@ -29,7 +29,7 @@ import torch
 from benchmarks._lib.common import quiet_transformers, run_info, synthetic_csts, write_outputs
 from condsearch.base.cpu_kind import cpu_kind
 from condsearch.corpus.csts import CstsData, read_csts
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.train.head import case_features, evaluate_head
 
@@ -46,8 +46,8 @@ def cosines(a: np.ndarray, b: np.ndarray) -> dict[str, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, object]:
     from condsearch.base.model_sources import resolve_model
-    from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.onnx.bert import write_export
+    from condsearch.model.encoders.bert import BertStyleEncoder
+    from condsearch.model.encoders.onnx.bert import write_export
 
     dev: CstsData = synthetic_csts(16, seed=1) if args.csv is None else read_csts(args.csv)
     if args.smoke:

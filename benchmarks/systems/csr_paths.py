@@ -2,8 +2,8 @@
 r"""What runs the router fastest on this CPU, and what each path costs in accuracy (issues 39 and 41).
 
 Four paths run the router tri-encoder's two passes: torch float32, onnxruntime float32 (its
-checked export, condsearch.csr.onnx), onnxruntime int8 (dynamic quantisation, as CASE's
-``--quantize int8``) and torch under bfloat16 autocast (condsearch.csr.bfloat16; the context router
+checked export, condsearch.model.csr.onnx), onnxruntime int8 (dynamic quantisation, as CASE's
+``--quantize int8``) and torch under bfloat16 autocast (condsearch.model.csr.bfloat16; the context router
 only, and worth timing only on a CPU with bf16 products). Each has its own fresh cache folder. Per path:
 
 - ``new_sentence_pairs_per_s``: texts never seen, under a condition whose code is cached: the lower
@@ -36,10 +36,10 @@ import torch
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from benchmarks.paper.csts import csr_features  # noqa: E402
 from condsearch.corpus.csts import read_csts  # noqa: E402
-from condsearch.csr import load_csr_encoder  # noqa: E402
-from condsearch.csr.cache import StateCache  # noqa: E402
-from condsearch.csr.encoder import CsrEncoder  # noqa: E402
 from condsearch.metrics import correlations, cosine_rows  # noqa: E402
+from condsearch.model.csr import load_csr_encoder  # noqa: E402
+from condsearch.model.csr.cache import StateCache  # noqa: E402
+from condsearch.model.csr.encoder import CsrEncoder  # noqa: E402
 
 PATHS = ("torch-float32", "onnxruntime-float32", "onnxruntime-int8", "torch-bfloat16")
 

@@ -18,7 +18,7 @@ the cost of a 0.6B decoder embedder can be measured where its weights cannot be 
     python -m benchmarks.systems.encode_throughput --csv $D/train.csv -n 4000 --arch qwen3-0.6b --device cuda
 
 ``--quantize int8`` measures instead, in one run and on the same pairs, CASE with the int8
-encoder (onnxruntime dynamic int8, see condsearch.encoders.onnx.bert), CASE in float32 run by
+encoder (onnxruntime dynamic int8, see condsearch.model.encoders.onnx.bert), CASE in float32 run by
 torch (the same model loaded for inference), CASE in float32 run by onnxruntime (its checked
 float32 export) and sentence-transformers' ``encode()`` of each pair's sentence and condition
 joined by a space (one plain embedding per pair, about the same tokens). The four run in turn
@@ -52,9 +52,9 @@ import torch
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, synthetic_csts, write_outputs  # noqa: E402
 from condsearch.corpus.csts import read_csts  # noqa: E402
-from condsearch.encoders import load_encoder  # noqa: E402
-from condsearch.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder  # noqa: E402
+from condsearch.model.encoders.cpu import QUANTIZE_CHOICES, CpuConfig  # noqa: E402
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
 #: Qwen3-Embedding-0.6B's published shape (its vocabulary is replaced by the BPE trained here)
 QWEN3_06B = {
@@ -257,9 +257,9 @@ def measure_int8(args: argparse.Namespace, texts: list[str], conditions: list[st
     from sentence_transformers import SentenceTransformer
 
     from condsearch.base.model_sources import resolve_model
-    from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.onnx.bert import write_export
-    from condsearch.encoders.onnx.export import pooled_cosines
+    from condsearch.model.encoders.bert import BertStyleEncoder
+    from condsearch.model.encoders.onnx.bert import write_export
+    from condsearch.model.encoders.onnx.export import pooled_cosines
 
     load_before = os.getloadavg()
     int8 = load_encoder(EncoderSpec(args.model, profile="none", quantize="int8", runtime=Runtime(threads=args.threads)))

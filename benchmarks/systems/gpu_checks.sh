@@ -14,7 +14,7 @@ PY=${PY:-python}
 mkdir -p "$OUT"
 "$PY" -c "import faiss; from condsearch.build.faiss_indexes import gpu_available; \
 print('faiss', faiss.__version__, 'GPU build with a card:', gpu_available())"
-"$PY" -m pytest -q -p no:cacheprovider -m gpu tests/encoders/test_gpu.py tests/encoders/test_llm_encoders.py tests/encoders/test_bellm.py
+"$PY" -m pytest -q -p no:cacheprovider -m gpu tests/model/encoders/test_gpu.py tests/model/encoders/test_llm_encoders.py tests/model/encoders/test_bellm.py
 "$PY" -m benchmarks.systems.gpu_search --rows "${ROWS:-1000000,10000000}" --dims 256 --queries 30 \
     --json-out "$OUT/gpu_search.json" --md-out "$OUT/gpu_search.md"
 if [ -n "${ENCODE:-}" ]; then

@@ -48,9 +48,9 @@ import pyarrow.parquet as pq
 
 from benchmarks._lib.common import log, quiet_transformers, run_info, timing_config, write_json
 from condsearch.corpus.reader import read_corpus
-from condsearch.encoders.cpu import BACKEND_CHOICES, CpuConfig, available_cores
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.ingest.chunks import CHUNK_ROWS, index_corpus
+from condsearch.model.encoders.cpu import BACKEND_CHOICES, CpuConfig, available_cores
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.policy import backend_of, load_bulk_vectorizer
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.store.folder import IndexStore

@@ -5,7 +5,7 @@ Every variant is the same model: the encoder of ``--model`` with its profile's a
 (the shipped ``full`` delta by default, as ``csts.py --quantize int8`` runs it), exported with
 ``torch.onnx`` as condsearch exports it, in one of two traces:
 
-* ``sdpa``: :class:`~condsearch.encoders.onnx.trace.PlainBert` as it traces for the export
+* ``sdpa``: :class:`~condsearch.model.encoders.onnx.trace.PlainBert` as it traces for the export
   (``scaled_dot_product_attention`` with a boolean mask);
 * ``fusable``: the same computation as :class:`FusableBert` here spells it (scores, an additive
   mask, softmax), which onnxruntime's BERT fusion
@@ -61,13 +61,13 @@ from benchmarks._lib.int8_variants import (  # noqa: E402
 )
 from condsearch.base.model_sources import resolve_model  # noqa: E402
 from condsearch.corpus.csts import CstsData, read_csts  # noqa: E402
-from condsearch.encoders import load_encoder  # noqa: E402
-from condsearch.encoders.base import Pair  # noqa: E402
-from condsearch.encoders.bert import BertStyleEncoder  # noqa: E402
-from condsearch.encoders.onnx.cache import runtime_versions  # noqa: E402
-from condsearch.encoders.onnx.export import pooled_cosines, root_quiet  # noqa: E402
-from condsearch.encoders.onnx.run import RUN_ROWS, BackendTokenizer  # noqa: E402
-from condsearch.encoders.spec import EncoderSpec, Runtime  # noqa: E402
+from condsearch.model.encoders import load_encoder  # noqa: E402
+from condsearch.model.encoders.base import Pair  # noqa: E402
+from condsearch.model.encoders.bert import BertStyleEncoder  # noqa: E402
+from condsearch.model.encoders.onnx.cache import runtime_versions  # noqa: E402
+from condsearch.model.encoders.onnx.export import pooled_cosines, root_quiet  # noqa: E402
+from condsearch.model.encoders.onnx.run import RUN_ROWS, BackendTokenizer  # noqa: E402
+from condsearch.model.encoders.spec import EncoderSpec, Runtime  # noqa: E402
 
 DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "csts-reannotated" / "dev.csv"
 TRAIN = DEV.with_name("train.csv")

@@ -43,9 +43,9 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
     import ray
 
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest.chunks import index_conditions
     from condsearch.model import load_model_for
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.scale.config import RayConfig
     from condsearch.scale.ray_encode import ray_index_conditions, start_ray
     from condsearch.store.folder import IndexStore
@@ -91,8 +91,8 @@ def ray_vs_local(work: Path, rows: int, cpus: int, model: str | None, head: str)
 def milvus_vs_faiss(work: Path, n_queries: int, model: str | None, head: str, repeats: int) -> dict[str, object]:
     from condsearch.corpus.demo import write_demo_corpus
     from condsearch.corpus.reader import scan_corpus
-    from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest.chunks import index_conditions
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.scale.export import export_index
     from condsearch.scale.milvus import MilvusStore, parse_store

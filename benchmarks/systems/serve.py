@@ -144,8 +144,8 @@ def build_index(args: argparse.Namespace, index_dir: Path, tmp: Path) -> dict[st
 
     from condsearch.base.faiss_indexes import build_index as faiss_index
     from condsearch.corpus.reader import read_corpus
-    from condsearch.encoders.spec import EncoderSpec
     from condsearch.ingest.chunks import index_corpus
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.vectorizer import load_vectorizer
     from condsearch.store.folder import IndexStore
 
@@ -356,7 +356,7 @@ def measure_stages(args: argparse.Namespace, index_dir: Path) -> list[dict[str, 
     import json
 
     from condsearch.base.faiss_indexes import search_threads
-    from condsearch.encoders.bert_inputs import case_inputs
+    from condsearch.model.encoders.bert_inputs import case_inputs
     from condsearch.query.as_json import query_answer
     from condsearch.query.resident import Resident, backend_of
     from condsearch.query.search import Answer

@@ -3,7 +3,7 @@
 ``condsearch.load_model`` loads an encoder in either mode, CASE (with its profile: adapter, head)
 or the router tri-encoder (with its router), to encode texts under a condition or to index with;
 the mode when none is named is `condsearch index`'s
-(:data:`~condsearch.artifacts.profiles.DEFAULT_MODE`). A store keeps what it loads: each index
+(:data:`~condsearch.model.artifacts.profiles.DEFAULT_MODE`). A store keeps what it loads: each index
 once (again when `condsearch index` replaces it) and one model per model key, shared by every
 index built with the same model (the server's :class:`~condsearch.query.resident.Resident`).
 Searches answer through :func:`condsearch.query.search.answer`, as the CLI and the server do.
@@ -27,11 +27,11 @@ from condsearch.api.arguments import (
     _strings,
 )
 from condsearch.api.model import Model, load_model
-from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, Mode, resolve_router
 from condsearch.base import IndexConfig
 from condsearch.corpus import CorpusConfig
-from condsearch.encoders import CpuConfig
 from condsearch.errors import CondsearchError, ModelError, UnknownCondition
+from condsearch.model.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, Mode, resolve_router
+from condsearch.model.encoders import CpuConfig
 from condsearch.query import QueryConfig, is_milvus
 
 if TYPE_CHECKING:
@@ -91,8 +91,8 @@ class Store:
         ``load_model_for("resident")`` (:mod:`condsearch.model.loader`) is the server's too (onnxruntime on
         the CPU where the index allows it), so a search here answers exactly as `condsearch serve` does.
         """
-        from condsearch.encoders import Runtime, available_cores
         from condsearch.model import load_model_for
+        from condsearch.model.encoders import Runtime, available_cores
         from condsearch.query import vectorizer_key
 
         key = vectorizer_key(manifest)
@@ -262,7 +262,7 @@ class Store:
 
     def _loaded_index(self, resident: Resident, condition: str, corpus: str | None, *, build: bool) -> LoadedIndex:
         """Return condition's resident index; where there is none, build it on demand first (with ``build``)."""
-        from condsearch.encoders import Runtime
+        from condsearch.model.encoders import Runtime
         from condsearch.query import build_on_demand
 
         try:

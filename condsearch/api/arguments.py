@@ -8,8 +8,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from condsearch.artifacts import MODES, ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, Mode
 from condsearch.errors import CondsearchError, CorpusError
+from condsearch.model.artifacts import MODES, ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE, Mode
 
 #: what ``router=`` may name besides a folder (as `condsearch index --router`)
 ROUTER_NAMES = (ROUTER_AUTO, ROUTER_DEFAULT, ROUTER_NONE)
@@ -104,7 +104,7 @@ def _mode(mode: object, model: str | None, *, profile: bool, router: bool, kept:
 
     Anything but 'auto', 'case' or 'csr' is refused in one line.
     """
-    from condsearch.artifacts import DEFAULT_MODE, MODE_AUTO, resolve_mode
+    from condsearch.model.artifacts import DEFAULT_MODE, MODE_AUTO, resolve_mode
 
     if mode is None:
         mode = DEFAULT_MODE  # read when called: the one home of the default, which the CLI reads too

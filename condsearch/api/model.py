@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from condsearch.api.arguments import _condition, _mode, _router, _strings
-from condsearch.artifacts import MODE_CASE, MODE_CSR, Mode
-from condsearch.encoders import ENCODE_BATCH_SIZE, CpuConfig, Quantize, check_quantize
 from condsearch.errors import CondsearchError, ModelError
+from condsearch.model.artifacts import MODE_CASE, MODE_CSR, Mode
+from condsearch.model.encoders import ENCODE_BATCH_SIZE, CpuConfig, Quantize, check_quantize
 
 if TYPE_CHECKING:
     import numpy as np
@@ -98,7 +98,7 @@ def load_model(
     (the CASE bi-encoder: one forward pass per pair), 'csr' (the router tri-encoder over cached
     sentence states) or 'auto' (csr for the default model unless ``profile`` is given, case for
     other models) [default: `condsearch index`'s --mode,
-    :data:`condsearch.artifacts.profiles.DEFAULT_MODE`]; ``profile`` (case): 'full', 'lora',
+    :data:`condsearch.model.artifacts.profiles.DEFAULT_MODE`]; ``profile`` (case): 'full', 'lora',
     'frozen', 'none', 'auto' or a folder from `condsearch train` [default: auto, the default model's
     'full']; ``router`` (csr): 'default' (shipped for the default model), 'none' (untrained), 'auto'
     or a folder from `condsearch train router` [default: auto, 'default' for the default model, else
@@ -106,8 +106,8 @@ def load_model(
     (float32) or 'int8'; ``threads``: the CPU's intra-op threads [default: all]. A keyword that does
     not apply to the mode, or a value that names nothing, raises a one-line CondsearchError.
     """
-    from condsearch.encoders import EncoderSpec, Runtime
     from condsearch.model import load_model_for
+    from condsearch.model.encoders import EncoderSpec, Runtime
 
     router, quantize = _router(router), check_quantize(quantize)
     mode = _mode(mode, model, profile=profile is not None, router=router is not None)

@@ -17,7 +17,7 @@ ASSETS_DIR = Path(__file__).resolve().parent.parent / "assets"
 #: the shipped LoRA adapter + head fine-tuned on C-STS for the default model (profile ``lora``)
 LORA_PROFILE_DIR = ASSETS_DIR / "minilm-case-lora"
 #: the shipped full fine-tune of the default model, as a rank-64 delta adapter without a head (profile ``full``,
-#: the default: see ``condsearch.artifacts.profiles.DEFAULT_PROFILE``)
+#: the default: see ``condsearch.model.artifacts.profiles.DEFAULT_PROFILE``)
 FULL_PROFILE_DIR = ASSETS_DIR / "minilm-case-full-r64"
 #: the shipped head trained on the frozen default model (profile ``frozen``)
 FROZEN_HEAD_DIR = ASSETS_DIR / "minilm-case-head"

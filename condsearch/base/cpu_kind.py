@@ -35,7 +35,7 @@ AUTO_DTYPE_KEY = "auto_dtype"
 
 Dtype = Literal["float32", "bfloat16"]
 Runner = Literal["torch", "onnxruntime"]
-#: what ``index --quantize auto`` resolves to (condsearch.encoders.cpu's Quantize, without auto)
+#: what ``index --quantize auto`` resolves to (condsearch.model.encoders.cpu's Quantize, without auto)
 Quantized = Literal["none", "int8"]
 
 

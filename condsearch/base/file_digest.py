@@ -5,7 +5,7 @@ it). A digest is kept with the file's identity when it was hashed (:func:`file_i
 inode, size, modification and change times) and reused while that identity stands. Any write to a
 file moves its change time, which no one but the clock can set back; a file changed within
 :data:`SETTLE_NS` of its check could keep the same timestamp tick, so files that young are hashed
-every time, never stamped. The ONNX export cache (:mod:`condsearch.encoders.onnx.cache`) stamps
+every time, never stamped. The ONNX export cache (:mod:`condsearch.model.encoders.onnx.cache`) stamps
 its verified exports so; a local model folder's revision (:mod:`condsearch.base.model_sources`) keeps its
 weights' digests under the cache dir's ``digests/``.
 """

@@ -26,8 +26,8 @@ from condsearch.cli.pairs import pairs_cmd
 from condsearch.cli.query import list_cmd, query_cmd, verify_cmd
 from condsearch.cli.serve import serve_cmd
 from condsearch.cli.train import train_cmd
-from condsearch.encoders import passive_waits
 from condsearch.errors import CondsearchError, first_line, os_reason
+from condsearch.model.encoders import passive_waits
 from condsearch.progress import set_quiet
 from condsearch.version import __version__
 

@@ -20,7 +20,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 def fail(exc: CondsearchError) -> click.ClickException:
     """Return the one-line error for exc: a usage error (exit 2) for flags that cannot go together, else exit 1."""
-    from condsearch.artifacts import ProfileError
+    from condsearch.model.artifacts import ProfileError
 
     if isinstance(exc, ProfileError):
         return click.UsageError(first_line(exc))

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from condsearch.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, resolve_mode
 from condsearch.base import DEFAULT_MODEL, IndexConfig, check_index_options
 from condsearch.cli.common import CONTEXT, confirm_case_variant, fail, open_store, yes_option
 from condsearch.cli.options import (
@@ -28,13 +27,14 @@ from condsearch.cli.options import (
     trust_option,
 )
 from condsearch.corpus import FORMATS, CorpusConfig
-from condsearch.encoders import ENCODE_BATCH_SIZE
 from condsearch.errors import CaseVariant, CondsearchError
+from condsearch.model.artifacts import MODE_AUTO, MODE_CSR, ROUTER_AUTO, resolve_mode
+from condsearch.model.encoders import ENCODE_BATCH_SIZE
 
 if TYPE_CHECKING:
     from condsearch.corpus import CorpusFile
-    from condsearch.encoders import EncoderSpec
     from condsearch.ingest import BuildReport
+    from condsearch.model.encoders import EncoderSpec
     from condsearch.store import IndexStore
 
 #: index's options that are EncoderSpec fields of the same name (--adapter and the runtime's are converted)
@@ -248,7 +248,7 @@ def _settings(
 
     --mode auto keeps the mode of the corpus's indexes under these conditions already in the store.
     """
-    from condsearch.encoders import EncoderSpec, Runtime
+    from condsearch.model.encoders import EncoderSpec, Runtime
     from condsearch.store import kept_mode
 
     corpus_name = params["corpus_name"] or corpus.stem

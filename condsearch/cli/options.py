@@ -16,11 +16,11 @@ from typing import Any, TypeVar
 import click
 from click.core import ParameterSource
 
-from condsearch.artifacts import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO, ROUTER_AUTO
-from condsearch.csr import DEFAULT_VARIANT, ROUTER_VARIANTS
 from condsearch.defaults import DEFAULT_INDEX_DIR, INDEX_DIR_ENV
-from condsearch.encoders import BACKEND_CHOICES, CpuConfig, EncoderSpec
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.artifacts import DEFAULT_MODE, MODE_AUTO, MODES, PROFILE_AUTO, ROUTER_AUTO
+from condsearch.model.csr import DEFAULT_VARIANT, ROUTER_VARIANTS
+from condsearch.model.encoders import BACKEND_CHOICES, CpuConfig, EncoderSpec
 from condsearch.scale import RayConfig, check_address
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,7 +108,7 @@ trust_option = click.option(
 
 def threads_option(command: F) -> F:
     """Add --threads (torch's and onnxruntime's intra-op threads)."""
-    from condsearch.encoders import CpuConfig
+    from condsearch.model.encoders import CpuConfig
 
     return click.option(
         "--threads",
@@ -127,7 +127,7 @@ def backend_option(help: str) -> Callable[[F], F]:
 
 def quantize_option(command: F) -> F:
     """Add --quantize for building (index): the setting the encoder runs at, recorded in the manifest."""
-    from condsearch.encoders import QUANTIZE_AUTO, QUANTIZE_CHOICES, CpuConfig
+    from condsearch.model.encoders import QUANTIZE_AUTO, QUANTIZE_CHOICES, CpuConfig
 
     return click.option(
         "--quantize",
@@ -145,7 +145,7 @@ def quantize_option(command: F) -> F:
 
 def quantize_check_option(command: F) -> F:
     """Add --quantize for reading (query, serve): each index runs as built; another value is refused."""
-    from condsearch.encoders import QUANTIZE_CHOICES
+    from condsearch.model.encoders import QUANTIZE_CHOICES
 
     return click.option(
         "--quantize",
@@ -169,7 +169,7 @@ def _unless_default(ctx: click.Context, param: click.Parameter, value: object) -
 
 def encoder_options(command: F) -> F:
     """Add --pooling, --prompt-template, --unconditional-template, --dtype, --bidirectional-layers and --preset."""
-    from condsearch.encoders import DTYPES, POOLINGS, PRESETS, DecoderAttention
+    from condsearch.model.encoders import DTYPES, POOLINGS, PRESETS, DecoderAttention
 
     options = [
         click.option(

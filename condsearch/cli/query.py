@@ -26,7 +26,7 @@ from condsearch.errors import CaseVariant, CondsearchError, UnknownCondition, fi
 from condsearch.query import QueryConfig
 
 if TYPE_CHECKING:
-    from condsearch.encoders import Runtime
+    from condsearch.model.encoders import Runtime
     from condsearch.query import Answer
     from condsearch.store import IndexStore
 
@@ -142,8 +142,8 @@ def query_cmd(
     sentence states the router cached when the corpus was indexed (--no-build refuses instead); one that
     differs from an indexed condition only in case (a cased model's) is built only once confirmed (--yes).
     """
-    from condsearch.encoders import Runtime
     from condsearch.model import OneShotQuery, load_model_for
+    from condsearch.model.encoders import Runtime
     from condsearch.query import Background, answer, filter_rows
     from condsearch.store import FaissIndex
 

@@ -39,8 +39,8 @@ from condsearch.base.ann import (
 )
 from condsearch.base.atomic import open_regular, read_capped, replacing_file
 from condsearch.base.faiss_indexes import build_index
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.model.identity import ModelIdentity
 from condsearch.progress import progress_bar
 from condsearch.store.folder import ROWS_FILE, Draft, IndexStore, Manifest

@@ -1,8 +1,10 @@
-"""Which model answers an index, and how it runs.
+"""Which model answers an index, and how it runs: the loader, with the router, encoders and artifacts inside.
 
 Holds the vectorizer (encoder, head, prompts), the one-shot ONNX twin, the torch-or-onnxruntime
-policy every front end shares, a model's identity and heads. The encoder spec is
-:mod:`condsearch.encoders.spec`, model sources :mod:`condsearch.base.model_sources`. Front door: the
+policy every front end shares, a model's identity and heads; and, each a package with a layer and a
+front door of its own, the router (:mod:`condsearch.model.csr`), the encoders and the encoder spec
+(:mod:`condsearch.model.encoders`) and the trained artifacts (:mod:`condsearch.model.artifacts`). Model
+sources are :mod:`condsearch.base.model_sources`. Front door: the
 names below, each loaded on first use; :func:`load_model_for` (:mod:`condsearch.model.loader`) is the
 one way to load a model, its purpose (``one_shot``, ``bulk``, ``resident``, ``plain``) deciding the
 runner and dtype.

@@ -8,11 +8,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.artifacts.heads import HeadConfig, head_checksum, head_meta, read_head_config
-from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.base.artifact_files import HEAD_CONFIG, HEAD_WEIGHTS, check_own_artifact, write_json
 from condsearch.base.atomic import replacing_dir
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.heads import HeadConfig, head_checksum, head_meta, read_head_config
+from condsearch.model.artifacts.weights import load_weights, save_weights
 
 
 class ProjectionHead(nn.Module):

@@ -1,6 +1,6 @@
 """A projection head applied with numpy: a one-shot query uses it so that it need not ``import torch``.
 
-The head's folder (config, checksum, fit) is :mod:`condsearch.artifacts.heads`'s; the torch
+The head's folder (config, checksum, fit) is :mod:`condsearch.model.artifacts.heads`'s; the torch
 module that trains it is :class:`condsearch.model.head.ProjectionHead`.
 """
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 
-from condsearch.artifacts.heads import HeadConfig, read_head_config
 from condsearch.base.artifact_files import HEAD_WEIGHTS
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.heads import HeadConfig, read_head_config
 
 #: the one weight a head holds (``ProjectionHead.linear``, no bias): (dim, input_dim)
 LINEAR_WEIGHT = "linear.weight"
@@ -34,7 +34,7 @@ class NumpyHead:
 
 def load_numpy_head(directory: Path) -> NumpyHead:
     """Load a head saved by ``condsearch.model.head.save_head`` for numpy inference."""
-    from condsearch.artifacts.weights import load_weights
+    from condsearch.model.artifacts.weights import load_weights
 
     config = read_head_config(directory)
     state = load_weights(Path(directory) / HEAD_WEIGHTS, "head weights", framework="numpy")

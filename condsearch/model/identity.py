@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from condsearch.encoders.spec import EncoderSpec
+from condsearch.model.encoders.spec import EncoderSpec
 from condsearch.store.vectors import vector_fingerprint
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class ModelIdentity:
     @property
     def key(self) -> str:
         """Return what identifies the loaded model an index needs: indexes with equal keys share one copy."""
-        from condsearch.artifacts.profiles import recorded_profile
+        from condsearch.model.artifacts.profiles import recorded_profile
 
         fields = {
             "model_id": self.model_id,

@@ -35,9 +35,9 @@ import os
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from condsearch.artifacts.profiles import MODE_CASE
-from condsearch.encoders.cpu import Backend, CpuConfig
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.artifacts.profiles import MODE_CASE
+from condsearch.model.encoders.cpu import Backend, CpuConfig
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
     from condsearch.model.vectorizer import Vectorizer

@@ -2,7 +2,7 @@
 
 For a few texts on the CPU, ``import torch`` alone costs more than their forward pass. This
 applies to router (csr) indexes whose condition's code is in the query cache and whose router
-export is cached and checked (:mod:`condsearch.csr.one_shot`; a query under one condition only),
+export is cached and checked (:mod:`condsearch.model.csr.one_shot`; a query under one condition only),
 and to CASE indexes of a BERT-style model (condition-mean pooling) whose ONNX export an
 earlier query wrote and checked against torch (:func:`cache_onnx_export`; int8 indexes use their
 int8 export), and only when the model revision, adapter and head are those the index records.
@@ -19,17 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from condsearch.artifacts.heads import head_checksum
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.base.model_sources import ModelSource, resolve_model
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.artifacts.heads import head_checksum
+from condsearch.model.artifacts.profiles import MODE_CASE, MODE_CSR, Profile
 from condsearch.model.head_files import load_numpy_head
 from condsearch.model.identity import ModelIdentity
 from condsearch.model.vectorizer import Vectorizer, record_adapter
 
 if TYPE_CHECKING:
-    from condsearch.encoders.onnx.cache import Precision
+    from condsearch.model.encoders.onnx.cache import Precision
     from condsearch.store.manifest import Manifest
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ def load_one_shot(
     ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more];
     ``condition``: the one condition it will encode under, which a router index needs (its code cached).
     """
-    from condsearch.encoders.onnx.bert import load_cached_export
+    from condsearch.model.encoders.onnx.bert import load_cached_export
 
     try:
         record = _record(manifest)
@@ -114,7 +114,7 @@ def load_one_shot(
 
 
 def _load_router(record: ModelIdentity, condition: str, threads: int) -> Vectorizer | None:
-    from condsearch.csr.one_shot import load_one_shot_router
+    from condsearch.model.csr.one_shot import load_one_shot_router
 
     encoder = load_one_shot_router(
         record.model_id, record.model_revision, record.encoder, record.encoder_spec, condition, threads=threads
@@ -127,8 +127,8 @@ def _load_router(record: ModelIdentity, condition: str, threads: int) -> Vectori
 
 def _cache_router_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer) -> None:
     """Write the float32 export of a trained torch router on the CPU that a one-shot query of the index would use."""
-    from condsearch.csr.encoder import CsrEncoder
-    from condsearch.csr.one_shot import router_record
+    from condsearch.model.csr.encoder import CsrEncoder
+    from condsearch.model.csr.one_shot import router_record
 
     encoder, record = vectorizer.encoder, _record(manifest)
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or encoder.device.type != "cpu":
@@ -136,7 +136,7 @@ def _cache_router_export(manifest: Manifest | ModelIdentity, vectorizer: Vectori
     try:
         if router_record(record.model_id, record.model_revision, record.encoder, record.encoder_spec) is None:
             return
-        from condsearch.csr.onnx import load_onnx_router
+        from condsearch.model.csr.onnx import load_onnx_router
 
         _, refused = load_onnx_router(encoder, "float32", threads=ONE_SHOT_THREADS)
     except (CondsearchError, OSError) as exc:
@@ -149,13 +149,13 @@ def _cache_router_export(manifest: Manifest | ModelIdentity, vectorizer: Vectori
 def cache_onnx_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer) -> None:
     """Write the float32 ONNX export of the torch encoder an index was just queried with, for the next query.
 
-    For a router index, the router's float32 export (:mod:`condsearch.csr.onnx`; the query put the
+    For a router index, the router's float32 export (:mod:`condsearch.model.csr.onnx`; the query put the
     condition's code in the query cache). Checked against that encoder before it is marked usable (see
-    :mod:`condsearch.encoders.onnx.bert`);
+    :mod:`condsearch.model.encoders.onnx.bert`);
     nothing is written where :func:`load_one_shot` would not use it, where it is cached
     already, or where it was refused before. A failure is a warning: the query has its answers.
     """
-    from condsearch.encoders.bert import BertStyleEncoder
+    from condsearch.model.encoders.bert import BertStyleEncoder
 
     if _record(manifest).mode == MODE_CSR:
         _cache_router_export(manifest, vectorizer)
@@ -165,7 +165,7 @@ def cache_onnx_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer
         target = _one_shot(_record(manifest))
         if target is None or target.precision != "float32" or not isinstance(encoder, BertStyleEncoder):
             return
-        from condsearch.encoders.onnx.bert import cached_refusal, export_folder, read_export, write_export
+        from condsearch.model.encoders.onnx.bert import cached_refusal, export_folder, read_export, write_export
 
         folder = export_folder(target.source, target.adapter, "float32")
         if folder is None or cached_refusal(folder) is not None:

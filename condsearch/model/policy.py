@@ -4,13 +4,13 @@ The implementation of :func:`condsearch.model.loader.load_model_for`'s purposes 
 (:func:`load_bulk_vectorizer`), ``resident`` (:func:`load_index_model`) and, with ``one_shot``
 and ``plain`` given a manifest, :func:`vectorizer_for`; callers outside this package go through the loader.
 
-``auto`` (:data:`condsearch.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
+``auto`` (:data:`condsearch.model.encoders.cpu.Backend`) on the CPU runs the model on onnxruntime from
 its checked float32 ONNX export wherever a one-shot query of the index runs it (see
 :mod:`condsearch.model.one_shot`: BERT-style, condition-mean pooling, the recorded adapter and head), with
 every core, except on a CPU kind where torch measured faster, for bulk work or for serving (in the
 bfloat16 that ``--dtype auto`` chooses there: :mod:`condsearch.base.cpu_kind`); the router (CSR) runs its two
 passes on its checked float32 export where that measured faster than torch
-(:data:`condsearch.csr.onnx.FASTER_ON_ONNX`), but in torch bfloat16 for bulk work on a CPU kind
+(:data:`condsearch.model.csr.onnx.FASTER_ON_ONNX`), but in torch bfloat16 for bulk work on a CPU kind
 where that measured faster still. Otherwise (``torch``, CUDA, another kind of model or
 pooling, a ``dtype``, a refused export) transformers (torch) runs it. An int8
 encoder is its int8 export either way.
@@ -23,11 +23,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, recorded_profile
 from condsearch.base.model_sources import resolve_model
-from condsearch.encoders.cpu import Backend, CpuConfig, available_cores
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import CondsearchError, StoreError
+from condsearch.model.artifacts.profiles import MODE_CASE, MODE_CSR, recorded_profile
+from condsearch.model.encoders.cpu import Backend, CpuConfig, available_cores
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
 if TYPE_CHECKING:
     from condsearch.model.vectorizer import Vectorizer
@@ -67,7 +67,7 @@ def case_onnx_allowed(backend: Backend, device: str | None, *, serving: bool = F
 
 def backend_of(vec: Vectorizer) -> str:
     """Return what runs a vectorizer's encoder: onnxruntime or torch (an int8 index's encoder is onnxruntime)."""
-    from condsearch.encoders.onnx.bert import OnnxBertEncoder
+    from condsearch.model.encoders.onnx.bert import OnnxBertEncoder
 
     if vec.backend == "onnxruntime" or isinstance(vec.encoder, OnnxBertEncoder):
         return "onnxruntime"
@@ -85,8 +85,8 @@ def _router_path(
     (:data:`condsearch.base.cpu_kind.PATHS`). A long-running reader (``serving``) keeps the export.
     """
     from condsearch.base.cpu_kind import auto_router_dtype
-    from condsearch.csr.encoder import CsrEncoder
-    from condsearch.csr.onnx import FASTER_ON_ONNX
+    from condsearch.model.csr.encoder import CsrEncoder
+    from condsearch.model.csr.onnx import FASTER_ON_ONNX
 
     encoder = vec.encoder
     if not isinstance(encoder, CsrEncoder) or encoder.backend != "torch" or not onnx_allowed(backend, device):
@@ -104,7 +104,7 @@ def resolve_quantize(quantize: str, mode: str, device: str | None) -> str:
     measured int8 faster than its float path for ``mode`` (:func:`condsearch.base.cpu_kind.auto_quantize`) and the
     model runs on the CPU, else none; any other value as given."""
     from condsearch.base.cpu_kind import auto_quantize
-    from condsearch.encoders.cpu import QUANTIZE_AUTO
+    from condsearch.model.encoders.cpu import QUANTIZE_AUTO
 
     if quantize != QUANTIZE_AUTO:
         return quantize
@@ -186,7 +186,7 @@ def load_bulk_vectorizer(spec: EncoderSpec, *, backend: Backend = CpuConfig.back
     The router (CSR) runs on its float32 export likewise where that is faster
     (:func:`_router_path`), or in bfloat16 where the CPU kind's measured path says so. Anything else keeps torch.
     """
-    from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
+    from condsearch.model.artifacts.profiles import MODE_CASE, MODE_CSR
     from condsearch.model.vectorizer import load_vectorizer
 
     vec = load_vectorizer(spec)
@@ -227,7 +227,7 @@ def load_index_model(
         runtime = replace(runtime, threads=available_cores())
     case_onnx = case_onnx_allowed(backend, runtime.device, serving=True)
     vec = vectorizer_for(manifest, quantize=quantize, runtime=runtime, one_shot=case_onnx)
-    from condsearch.artifacts.profiles import MODE_CSR
+    from condsearch.model.artifacts.profiles import MODE_CSR
 
     if vec.mode == MODE_CSR:
         return _router_path(vec, backend, runtime.device, runtime.threads, serving=True).serving()
@@ -258,7 +258,7 @@ def vectorizer_for(
     ``one_shot``: run the index's model by onnxruntime on the CPU where its checked export allows it
     (:mod:`condsearch.model.one_shot`), without importing torch: a few one-shot queries, and the server.
     ``one_condition``: the vectorizer encodes under the index's condition alone (a one-shot query), so
-    that a router index's cached condition code lets it skip torch too (:mod:`condsearch.csr.one_shot`).
+    that a router index's cached condition code lets it skip torch too (:mod:`condsearch.model.csr.one_shot`).
     """
     if one_shot and model is None and profile is None:
         if quantize is not None:  # the export follows the index; another quantisation is refused first

@@ -1,4 +1,6 @@
-"""The vectorizer: an encoder and its head, loaded from an :class:`~condsearch.encoders.spec.EncoderSpec` or an index.
+"""The vectorizer: an encoder and its head, loaded from an encoder spec or an index.
+
+The spec is :class:`~condsearch.model.encoders.spec.EncoderSpec`.
 
 :func:`load_vectorizer` loads a spec (the CLI's flags, the Python API's arguments, Ray's actors);
 :func:`condsearch.model.policy.vectorizer_for` loads what an index was built with and refuses anything
@@ -17,14 +19,14 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from condsearch.artifacts.adapters import adapter_checksum
-from condsearch.artifacts.heads import check_head, head_checksum
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, resolve_profile
 from condsearch.base.faiss_indexes import normalize
 from condsearch.base.model_sources import resolve_model
-from condsearch.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
-from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.adapters import adapter_checksum
+from condsearch.model.artifacts.heads import check_head, head_checksum
+from condsearch.model.artifacts.profiles import MODE_CASE, MODE_CSR, Profile, resolve_profile
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE, ConditionalEncoder, Encoder
+from condsearch.model.encoders.spec import EncoderSpec
 
 if TYPE_CHECKING:
     from condsearch.model.head import ProjectionHead
@@ -59,7 +61,7 @@ class Vectorizer:
 
     def serving(self) -> Vectorizer:
         """Return this vectorizer, its encoder now keeping recent conditions' own vectors (CASE's second pass),
-        or (a router) keeping what requests make in memory only (:meth:`condsearch.csr.encoder.CsrEncoder.serve`).
+        or (a router) keeping what requests make in memory only (:meth:`condsearch.model.csr.encoder.CsrEncoder.serve`).
 
         For a model that answers queries with fixed weights (the server, a Python API store).
         """
@@ -129,8 +131,8 @@ def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
         raise ModelError(f"{spec.model} no longer resolves to revision {spec.revision}")
     run = spec.runtime
     if spec.mode == MODE_CSR:
-        from condsearch.csr import load_csr_encoder
-        from condsearch.encoders.cpu import apply_threads
+        from condsearch.model.csr import load_csr_encoder
+        from condsearch.model.encoders.cpu import apply_threads
 
         apply_threads(run.threads)
         router = load_csr_encoder(
@@ -145,7 +147,7 @@ def load_vectorizer(spec: EncoderSpec | None = None) -> Vectorizer:
             threads=run.threads,
         )
         return Vectorizer(router, None, chosen.name, "", mode=MODE_CSR, profile=chosen)
-    from condsearch.encoders import load_encoder
+    from condsearch.model.encoders import load_encoder
 
     encoder = load_encoder(spec, profile=chosen)
     record_adapter(encoder, chosen.separate_adapter)

@@ -6,7 +6,7 @@ import datetime
 import math
 from typing import TYPE_CHECKING, Any
 
-from condsearch.artifacts.profiles import MODE_CSR
+from condsearch.model.artifacts.profiles import MODE_CSR
 
 if TYPE_CHECKING:
     from condsearch.query.hits import Hits

@@ -25,10 +25,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from condsearch.artifacts.profiles import MODE_CASE, MODE_CSR
-from condsearch.encoders.cpu import Backend, CpuConfig
-from condsearch.encoders.first_use import LoadedOnce
-from condsearch.encoders.spec import Runtime
 from condsearch.errors import (
     AmbiguousCondition,
     CondsearchError,
@@ -37,6 +33,10 @@ from condsearch.errors import (
     UnknownCondition,
     first_line,
 )
+from condsearch.model.artifacts.profiles import MODE_CASE, MODE_CSR
+from condsearch.model.encoders.cpu import Backend, CpuConfig
+from condsearch.model.encoders.first_use import LoadedOnce
+from condsearch.model.encoders.spec import Runtime
 from condsearch.progress import CACHING_SENTENCES, ROUTING, listening
 from condsearch.query.search import vectorizer_key
 from condsearch.store.conditions import check_new_condition
@@ -405,7 +405,7 @@ def _checked_model(
     source: Manifest, corpus_name: str, runtime: Runtime, backend: Backend, name_paths: bool
 ) -> Vectorizer:
     """Load the model the corpus's indexes record, as `condsearch index` does; refuse one that changed since."""
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders.spec import EncoderSpec
     from condsearch.model.identity import ModelIdentity
     from condsearch.model.loader import load_model_for
 
@@ -431,9 +431,9 @@ def _uncached_states(vectorizer: Vectorizer, texts: list[str]) -> int:
     """Return how many distinct texts' sentence states the router's cache lacks (0 for a model with no such cache).
 
     The router names each sentence's cache entry by its state identity and the text
-    (:func:`condsearch.csr.cache.text_key`); a damaged entry counts as missing, as it does when routing.
+    (:func:`condsearch.model.csr.cache.text_key`); a damaged entry counts as missing, as it does when routing.
     """
-    from condsearch.csr.cache import StateCache, text_key
+    from condsearch.model.csr.cache import StateCache, text_key
 
     encoder = vectorizer.encoder
     ident, states = getattr(encoder, "_state_ident", None), getattr(encoder, "states", None)

@@ -25,13 +25,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from condsearch.artifacts.profiles import MODE_CSR
 from condsearch.base.ann import walks_lists_or_graph
 from condsearch.base.faiss_indexes import DEFAULT_SEARCH_THREADS, FLAT_BLAS_MIN_QUERIES, WALK_SEARCH_THREADS
 from condsearch.base.faiss_indexes import search_threads as set_search_threads
-from condsearch.encoders.cpu import Backend, CpuConfig
-from condsearch.encoders.spec import Runtime
 from condsearch.errors import AmbiguousCondition, CondsearchError, StoreError, UnknownCondition, first_line
+from condsearch.model.artifacts.profiles import MODE_CSR
+from condsearch.model.encoders.cpu import Backend, CpuConfig
+from condsearch.model.encoders.spec import Runtime
 from condsearch.model.loader import load_model_for
 from condsearch.model.policy import backend_of
 from condsearch.model.vectorizer import Vectorizer

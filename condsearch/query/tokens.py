@@ -13,7 +13,7 @@ keeps such a prefix holding at least ``max_length`` tokens and more than the con
 is truncated either way, and truncation (longest first, from the right) then cuts the sentence to
 the same length whether it is whole or cut, since it depends only on the condition's length once
 the sentence is the longer. Only encoders over
-:func:`condsearch.encoders.bert_inputs.case_inputs` that truncate from the right are cut; for the
+:func:`condsearch.model.encoders.bert_inputs.case_inputs` that truncate from the right are cut; for the
 others the tokens are estimated (:func:`estimate_tokens`) and nothing is cut.
 """
 
@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from condsearch.encoders.bert_inputs import DEFAULT_MAX_LENGTH, TokenSorted
+from condsearch.model.encoders.bert_inputs import DEFAULT_MAX_LENGTH, TokenSorted
 
 #: characters first tried per token before a text is counted whole: English text runs 4-5 characters
 #: a token in WordPiece; a text that holds fewer tokens there is counted whole (at most twice its length)

@@ -11,7 +11,7 @@ every worker see (the index folder on one machine; a shared file system on a clu
 
 One path per index, whatever runs it (issue 61, item 4): the driver resolves the path once, its CPU
 kind (:func:`condsearch.base.cpu_kind.cpu_kind`) and the ``--backend`` asked for (an
-:class:`EncodePath`), and every worker loads the :class:`~condsearch.encoders.spec.EncoderSpec` it ships
+:class:`EncodePath`), and every worker loads the :class:`~condsearch.model.encoders.spec.EncoderSpec` it ships
 through the bulk loader a local `condsearch index` uses (``load_model_for("bulk", spec, backend=...)``)
 under that kind, so that a worker on another CPU kind takes the driver's runner and precision (torch in
 bfloat16 on AMX and AVX-512 BF16, the checked float32 export elsewhere) and the manifest records what a
@@ -39,9 +39,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from condsearch.base.cpu_kind import CPU_KIND_ENV, CpuKind, check_kind, cpu_kind
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import Backend, CpuConfig
-from condsearch.encoders.spec import EncoderSpec
 from condsearch.errors import CondsearchError, first_line
 from condsearch.ingest.chunks import (
     CHUNK_ROWS,
@@ -52,6 +49,9 @@ from condsearch.ingest.chunks import (
     publish_staged,
     write_tables,
 )
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.model.encoders.cpu import Backend, CpuConfig
+from condsearch.model.encoders.spec import EncoderSpec
 from condsearch.model.identity import ModelIdentity
 from condsearch.scale.config import LOCAL, RayConfig, check_address  # noqa: F401 - re-exported
 from condsearch.scale.extras import missing_extra

@@ -36,8 +36,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
 from condsearch.base import parse_memory
-from condsearch.encoders import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition, first_line
+from condsearch.model.encoders import Runtime
 from condsearch.progress import RowCount
 from condsearch.query import OnDemand, build_on_demand, plan_on_demand
 from condsearch.serve.config import Backend, ServeConfig

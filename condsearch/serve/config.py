@@ -9,8 +9,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from condsearch.defaults import DEFAULT_INDEX_DIR
-from condsearch.encoders import BACKEND_CHOICES, Backend, CpuConfig, available_cores
 from condsearch.errors import CondsearchError
+from condsearch.model.encoders import BACKEND_CHOICES, Backend, CpuConfig, available_cores
 from condsearch.query import QueryConfig
 
 API_KEY_ENV = "CONDSEARCH_API_KEY"
@@ -113,7 +113,7 @@ class ServeConfig:
     preload: bool = False
     #: refuse indexes built with another quantisation ("none" or "int8"); None: each as built
     quantize: str | None = None
-    #: what runs the encoders (see :data:`condsearch.encoders.cpu.Backend`)
+    #: what runs the encoders (see :data:`condsearch.model.encoders.cpu.Backend`)
     backend: Backend = CpuConfig.backend
     #: the encoders' intra-op threads on the CPU, torch's or onnxruntime's (None: every core)
     threads: int | None = CpuConfig.threads

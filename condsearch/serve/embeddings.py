@@ -41,9 +41,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from condsearch.artifacts import MODE_CSR
 from condsearch.errors import StoreError, UnknownCondition
 from condsearch.model import Vectorizer
+from condsearch.model.artifacts import MODE_CSR
 from condsearch.query import QueryJob, Resident, estimate_tokens, vectorizer_key
 from condsearch.serve.batching import Lanes
 from condsearch.serve.config import ServeConfig

@@ -12,7 +12,6 @@ import functools
 import os
 from collections.abc import Sequence
 
-from condsearch.artifacts.profiles import MODES, Mode
 from condsearch.base.model_sources import model_lowercases
 from condsearch.errors import AmbiguousCondition, CaseVariant, UnknownCondition, first_line
 from condsearch.store.conditions import (
@@ -21,7 +20,7 @@ from condsearch.store.conditions import (
     normalize_condition,
     shown_condition,
 )
-from condsearch.store.manifest import Manifest
+from condsearch.store.manifest import MODES, Manifest, Mode
 
 #: a store's indexes: (name, manifest, or the error that stops it from loading)
 Listing = Sequence[tuple[str, Manifest | Exception]]

@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.errors import StoreError
@@ -31,6 +31,12 @@ MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 ROWS_FILE = "rows.parquet"
 INDEX_FILES = (INDEX_FILE, ROWS_FILE, VECTORS_FILE)  # what a version folder holds besides its manifest
+#: how an index's vectors are made: case, the CASE bi-encoder (adapter + head); csr, the router tri-encoder
+Mode = Literal["case", "csr"]
+MODE_CASE: Mode = "case"
+MODE_CSR: Mode = "csr"
+#: the --mode choices
+MODES: tuple[Mode, ...] = get_args(Mode)
 
 
 @dataclass(frozen=True)
@@ -59,7 +65,9 @@ class Manifest:
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
-    spec: dict[str, object] = field(default_factory=dict)  # format 5: condsearch.encoders.spec.EncoderSpec.to_dict()
+    spec: dict[str, object] = field(
+        default_factory=dict
+    )  # format 5: condsearch.model.encoders.spec.EncoderSpec.to_dict()
     # format 6: condsearch.store.background.score_background of the kept vectors ({}: none recorded)
     score_background: dict[str, object] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION

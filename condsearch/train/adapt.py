@@ -37,7 +37,7 @@ from condsearch.train.pairs import LabelSpec, PairsConfig, check_label_values, m
 if TYPE_CHECKING:  # torch loads only when adapting runs: `condsearch --help` stays light
     import torch
 
-    from condsearch.csr.encoder import CsrEncoder
+    from condsearch.model.csr.encoder import CsrEncoder
     from condsearch.train.adapt_score import ColumnPlan
 
 log = logging.getLogger(__name__)
@@ -208,8 +208,8 @@ def adapt_router(
     A run whose checkpoint folder holds a checkpoint of the same settings continues from it
     (restart: start over). Bad input is a CorpusError or ModelError before anything is written.
     """
-    from condsearch.csr.context import CONTEXT, ContextRouter
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.context import CONTEXT, ContextRouter
+    from condsearch.model.csr.encoder import load_csr_encoder
     from condsearch.train.adapt_score import mean, plain_embed, plan_scoring, router_embed, score_plan
     from condsearch.train.checkpoint import default_checkpoint_dir, has_checkpoint, remove_checkpoint
     from condsearch.train.pairs_files import read_labelled
@@ -300,8 +300,8 @@ def adapt_router(
     alpha, val_scores = 1.0, {}
     val_plain = None
     if config.anchor == "wise" and val_plans:
-        from condsearch.encoders import load_encoder
-        from condsearch.encoders.spec import EncoderSpec, Runtime
+        from condsearch.model.encoders import load_encoder
+        from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
         plain = load_encoder(EncoderSpec(model, profile="none", runtime=Runtime(device=device)))
         val_plain = mean(score_plan(val_plans, plain_embed(plain)))
@@ -358,11 +358,11 @@ def _save_and_report(
     """Write the router beside out, score it as saved, add report.json, move the folder into place whole."""
     from condsearch.base.artifact_files import ADAPT_REPORT, write_json
     from condsearch.base.atomic import check_replaceable, replacing_dir, temporary_name
-    from condsearch.csr.context import ContextRouter
-    from condsearch.csr.context_weights import backbone_delta, base_weights, save_context_router
-    from condsearch.csr.encoder import load_csr_encoder
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.csr.context import ContextRouter
+    from condsearch.model.csr.context_weights import backbone_delta, base_weights, save_context_router
+    from condsearch.model.csr.encoder import load_csr_encoder
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.adapt_score import mean, plain_embed, router_embed, score_plan
     from condsearch.train.checkpoint import remove_checkpoint
     from condsearch.train.finite import finite_record

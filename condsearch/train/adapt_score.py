@@ -101,11 +101,11 @@ def routed_vectors(
 ) -> dict[str, np.ndarray]:
     """Return a CSR encoder's unit vectors of texts under each condition, computed in memory: condition -> (n, d).
 
-    encoder: a :class:`condsearch.csr.encoder.CsrEncoder` (typed loosely: this module loads no model).
+    encoder: a :class:`condsearch.model.csr.encoder.CsrEncoder` (typed loosely: this module loads no model).
     states: text -> its sentence states, kept for later calls; valid while the layers below the
     routed ones do not change (the wise anchor's interpolations of the top layers, several columns).
     """
-    from condsearch.csr.cache import collate, split
+    from condsearch.model.csr.cache import collate, split
 
     enc: Any = encoder
     router = enc.router

@@ -3,7 +3,7 @@
 A folder written by ``condsearch train --finetune lora`` holds PEFT's ``adapter_config.json`` and
 ``adapter_model.safetensors`` with condsearch's ``condsearch_adapter.json`` beside them, plus
 ``head.safetensors`` and ``head.json`` when the head was trained on top (see
-:mod:`condsearch.artifacts.adapters`). Loading one onto an encoder is :mod:`condsearch.encoders.lora`'s.
+:mod:`condsearch.model.artifacts.adapters`). Loading one onto an encoder is :mod:`condsearch.model.encoders.lora`'s.
 """
 
 from __future__ import annotations
@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, has_adapter: re-exported for training
+from condsearch.base.artifact_files import (
+    NATIVE_ADAPTER_CONFIG,
+    NATIVE_ADAPTER_WEIGHTS,
+    PEFT_WEIGHTS,
+    check_own_artifact,
+    write_json,
+)
+from condsearch.base.atomic import replacing_dir
+from condsearch.model.artifacts.adapters import (  # noqa: F401 - encoder_settings, has_adapter: re-exported for training
     DELTA_KIND,
     LoraSettings,
     adapter_checksum,
@@ -23,21 +31,13 @@ from condsearch.artifacts.adapters import (  # noqa: F401 - encoder_settings, ha
     peft_names,
     write_lora_meta,
 )
-from condsearch.artifacts.weights import check_finite, save_weights
-from condsearch.base.artifact_files import (
-    NATIVE_ADAPTER_CONFIG,
-    NATIVE_ADAPTER_WEIGHTS,
-    PEFT_WEIGHTS,
-    check_own_artifact,
-    write_json,
-)
-from condsearch.base.atomic import replacing_dir
+from condsearch.model.artifacts.weights import check_finite, save_weights
 from condsearch.model.head import ProjectionHead, write_head_files
 from condsearch.train.lora import LoraConfig, lora_state
 
 if TYPE_CHECKING:
-    from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.decoder import PromptEncoder
+    from condsearch.model.encoders.bert import BertStyleEncoder
+    from condsearch.model.encoders.decoder import PromptEncoder
 
 
 def provenance(encoder: BertStyleEncoder | PromptEncoder, extra: dict[str, object] | None) -> dict[str, object]:

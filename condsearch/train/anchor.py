@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from condsearch.encoders.base import Pair
+from condsearch.model.encoders.base import Pair
 
 
 class PlainEncoder(Protocol):

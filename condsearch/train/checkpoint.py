@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import torch
 
-from condsearch.artifacts.weights import load_weights, save_weights
 from condsearch.base.artifact_files import (
     CHECKPOINT_BEST,
     CHECKPOINT_EPOCHS,
@@ -40,6 +39,7 @@ from condsearch.base.artifact_files import (
 from condsearch.base.atomic import OutputDirError, recover_dir, replacing_dir
 from condsearch.base.regular_files import open_regular_file
 from condsearch.errors import CondsearchError, ModelError, first_line
+from condsearch.model.artifacts.weights import load_weights, save_weights
 from condsearch.train.finite import dumps_record
 
 if TYPE_CHECKING:

@@ -25,10 +25,10 @@ import torch
 from torch import nn
 
 from condsearch.corpus.csts import CstsData, scale_labels
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.bert import BertStyleEncoder
-from condsearch.encoders.decoder import PromptEncoder
 from condsearch.errors import ModelError
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.model.encoders.bert import BertStyleEncoder
+from condsearch.model.encoders.decoder import PromptEncoder
 from condsearch.model.head import HeadConfig, ProjectionHead, load_head
 from condsearch.progress import progress_bar
 from condsearch.train.adapter import encoder_settings

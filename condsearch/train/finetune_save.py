@@ -13,11 +13,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from condsearch.artifacts.weights import check_finite
 from condsearch.base.artifact_files import MODEL_SUMMARY, check_own_artifact
 from condsearch.base.atomic import replacing_dir
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.errors import CondsearchError, ModelError, os_reason
+from condsearch.model.artifacts.weights import check_finite
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE
 from condsearch.model.head import write_head_files
 from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
 from condsearch.train.finetune import EpochCallback, FinetuneConfig, FinetuneResult, TrainableEncoder, fit_encoder
@@ -34,9 +34,9 @@ def resolve_init_head(spec: str | None, model: str | None) -> str | None:
     """
     if spec is None:
         return None
-    from condsearch.artifacts.adapters import has_adapter
-    from condsearch.artifacts.profiles import ProfileError
     from condsearch.base.model_sources import resolve_model
+    from condsearch.model.artifacts.adapters import has_adapter
+    from condsearch.model.artifacts.profiles import ProfileError
     from condsearch.model.vectorizer import head_folder
 
     try:
@@ -74,7 +74,7 @@ def fit_and_save_encoder(
     lora writes ``adapter.safetensors`` + ``adapter.json`` (and the head, with head_on_top)
     for ``--profile OUT``; full writes a whole model folder for ``--model OUT``.
     ``encoder_settings`` (pooling, prompt_template, unconditional_template,
-    bidirectional_layers, preset) go to :func:`condsearch.encoders.load_encoder`: a BERT-style
+    bidirectional_layers, preset) go to :func:`condsearch.model.encoders.load_encoder`: a BERT-style
     model trains with condition-mean pooling, a decoder embedder (LoRA only) with its prompts,
     in float32 either way.
 
@@ -84,10 +84,10 @@ def fit_and_save_encoder(
     none). A failed or interrupted run keeps its checkpoints, for ``resume``.
     """
     from condsearch.corpus.csts import read_csts
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.bert import BertStyleEncoder
-    from condsearch.encoders.decoder import PromptEncoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.bert import BertStyleEncoder
+    from condsearch.model.encoders.decoder import PromptEncoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.mixture import read_training
 

@@ -18,8 +18,8 @@ from torch import nn
 
 from condsearch.base.output_cache import EmbeddingCache
 from condsearch.corpus.csts import CstsData, scale_labels
-from condsearch.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.metrics import correlations
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE, Encoder
 from condsearch.model.head import HeadConfig, ProjectionHead
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.finite import check_finite_fields, finite_record
@@ -149,12 +149,12 @@ def fit_and_save_head(
     """Encode the CSVs (through the cache), train a head, save it; return a summary.
 
     ``encoder_options`` (pooling, prompt_template, unconditional_template, dtype, max_length)
-    go to :func:`condsearch.encoders.load_encoder`.
+    go to :func:`condsearch.model.encoders.load_encoder`.
     """
     from condsearch.base.output_cache import default_cache_dir
     from condsearch.corpus.csts import read_csts
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.head import save_head
     from condsearch.train.mixture import read_training
 

@@ -28,12 +28,12 @@ import torch
 from torch import nn
 
 from condsearch.corpus.csts import CstsData, scale_labels
-from condsearch.csr.cache import collate
-from condsearch.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
-from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import PAPER, RouterConfig, SentenceStates
 from condsearch.errors import ModelError
 from condsearch.metrics import condition_sensitivity, correlations
+from condsearch.model.csr.cache import collate
+from condsearch.model.csr.context import CONTEXT, TRAIN_SCOPES, ContextConfig, ContextRouter
+from condsearch.model.csr.encoder import CsrEncoder
+from condsearch.model.csr.router import PAPER, RouterConfig, SentenceStates
 from condsearch.progress import progress_bar
 from condsearch.train.best_epoch import BestEpoch, best_row
 from condsearch.train.checkpoint import TrainingState, data_digest, has_checkpoint, load_checkpoint, save_checkpoint
@@ -203,9 +203,9 @@ def evaluate_router(encoder: CsrEncoder, feats: _Featurizer, batch_size: int = 1
 
 def merge_full_profile(encoder: CsrEncoder) -> None:
     """Merge the shipped full CASE profile's weight change into the context router's backbone, in place."""
-    from condsearch.artifacts.adapters import read_adapter
     from condsearch.base.artifact_files import FULL_PROFILE_DIR
-    from condsearch.encoders.lora import merge_adapter
+    from condsearch.model.artifacts.adapters import read_adapter
+    from condsearch.model.encoders.lora import merge_adapter
 
     adapter = read_adapter(FULL_PROFILE_DIR)
     trained_for = adapter.meta.get("model_id")
@@ -438,7 +438,7 @@ def fit_and_save_router(
     checkpoints, for resume.
     """
     from condsearch.corpus.csts import read_csts
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.encoder import load_csr_encoder
     from condsearch.train.checkpoint import check_checkpoint_dir, default_checkpoint_dir, kept_checkpoint
     from condsearch.train.mixture import read_training
 
@@ -501,7 +501,7 @@ def fit_and_save_router(
     if isinstance(encoder.router, ContextRouter):
         summary["checksum"] = _save_context(encoder, out, meta, dev, trust_remote_code)
     else:
-        from condsearch.csr.weights import save_router
+        from condsearch.model.csr.weights import save_router
 
         summary["checksum"] = save_router(encoder.router, out, meta)
     return {**summary, "checkpoint_dir": kept_checkpoint(checkpoint_dir, keep)}
@@ -515,7 +515,12 @@ def _save_context(
     When the change is stored at reduced rank, the router is first given exactly what is saved and,
     with dev, scored again: the summary's dev_spearman_saved is what the saved router scores.
     """
-    from condsearch.csr.context_weights import apply_backbone_delta, backbone_delta, base_weights, save_context_router
+    from condsearch.model.csr.context_weights import (
+        apply_backbone_delta,
+        backbone_delta,
+        base_weights,
+        save_context_router,
+    )
 
     router = encoder.router
     assert isinstance(router, ContextRouter)

@@ -2,7 +2,7 @@
 
 The tiny BERT with an untrained router (``router="none"``) stands in for MiniLM and its trained
 router. The mode a front end builds when none is named has one home,
-:data:`condsearch.artifacts.profiles.DEFAULT_MODE`: the CLI's ``index --mode`` and the API read it.
+:data:`condsearch.model.artifacts.profiles.DEFAULT_MODE`: the CLI's ``index --mode`` and the API read it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 
 import condsearch
 import condsearch.api as api
-from condsearch.artifacts import profiles
-from condsearch.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
 from condsearch.errors import CondsearchError, ModelError
+from condsearch.model.artifacts import profiles
+from condsearch.model.artifacts.profiles import DEFAULT_MODE, MODE_AUTO, MODES
 from condsearch.query.hits import Hits
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES

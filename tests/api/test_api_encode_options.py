@@ -30,7 +30,7 @@ def test_batch_size_changes_the_batches_not_the_vectors(model: condsearch.Model)
 def test_show_progress_bar_opens_a_bar_only_when_asked(
     model: condsearch.Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.base as base
+    import condsearch.model.encoders.base as base
     from condsearch.progress import progress_bar
 
     asked: list[bool] = []

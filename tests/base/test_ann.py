@@ -21,10 +21,10 @@ from condsearch.base.ann import (
 )
 from condsearch.base.faiss_indexes import build_index, exact_search, normalize
 from condsearch.corpus.reader import read_corpus
-from condsearch.encoders import Encoder
-from condsearch.encoders.base import Pair
 from condsearch.errors import CondsearchError
 from condsearch.ingest.chunks import index_corpus
+from condsearch.model.encoders import Encoder
+from condsearch.model.encoders.base import Pair
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import query_index
 from condsearch.store.folder import IndexStore, StoreError

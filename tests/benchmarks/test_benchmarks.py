@@ -521,8 +521,8 @@ def test_mix_grid_and_mixes_are_checked() -> None:
 def test_distill_pairs_adds_rows_labelled_by_the_plain_cosine(tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.base.faiss_indexes import normalize
     from condsearch.corpus.csts import read_csts
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec
 
     distill = load_script("distill_pairs")
     out = tmp_path / "train.csv"

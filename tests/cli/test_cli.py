@@ -13,10 +13,10 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from condsearch.artifacts.heads import HeadConfig
 from condsearch.base.artifact_files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.base.artifact_files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.cli import main
+from condsearch.model.artifacts.heads import HeadConfig
 from condsearch.model.head import ProjectionHead, save_head
 from condsearch.store.folder import INDEX_FILE, MANIFEST, IndexStore
 from condsearch.version import __version__

@@ -191,7 +191,7 @@ def test_a_flag_that_does_not_apply_is_a_usage_error_before_any_work(
     def no_model(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the flags were checked")
 
-    monkeypatch.setattr("condsearch.encoders.load_encoder", no_model)
+    monkeypatch.setattr("condsearch.model.encoders.load_encoder", no_model)
     (tmp_path / "folder").mkdir()
     fill = {"folder": str(tmp_path / "folder")}
     flag = [v.format(**fill) for v in flag]

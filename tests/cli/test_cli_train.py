@@ -13,7 +13,7 @@ from click.testing import CliRunner, Result
 
 from condsearch.cli import main
 from condsearch.cli.train import SUBCOMMANDS, TrainGroup, legacy_subcommand
-from condsearch.csr.router import RouterConfig
+from condsearch.model.csr.router import RouterConfig
 from condsearch.train.finetune import DEFAULT_LR, FinetuneConfig
 from condsearch.train.head import HeadTrainConfig
 from condsearch.train.lora import LoraConfig

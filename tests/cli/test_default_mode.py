@@ -95,6 +95,6 @@ def test_kept_mode_is_the_one_mode_of_the_corpus_indexes_under_those_conditions(
     ],
 )
 def test_auto_takes_named_settings_then_the_kept_mode_then_the_model(kwargs: dict[str, object], mode: str) -> None:
-    from condsearch.artifacts.profiles import resolve_mode
+    from condsearch.model.artifacts.profiles import resolve_mode
 
     assert resolve_mode("auto", **kwargs) == mode  # type: ignore[arg-type]

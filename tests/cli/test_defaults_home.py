@@ -18,18 +18,18 @@ from typing import Any
 import click
 import pytest
 
-from condsearch.artifacts.profiles import DEFAULT_MODE
-from condsearch.artifacts.routers import ROUTER_AUTO
 from condsearch.base.ann import IndexConfig
 from condsearch.cli import main
 from condsearch.cli.options import backend_option, encoder_options, quantize_option, threads_option
 from condsearch.corpus.formats import CorpusConfig
-from condsearch.csr import variants
 from condsearch.defaults import DEFAULT_INDEX_DIR
-from condsearch.encoders.base import ENCODE_BATCH_SIZE
-from condsearch.encoders.cpu import CpuConfig
-from condsearch.encoders.family import DecoderAttention
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.artifacts.profiles import DEFAULT_MODE
+from condsearch.model.artifacts.routers import ROUTER_AUTO
+from condsearch.model.csr import variants
+from condsearch.model.encoders.base import ENCODE_BATCH_SIZE
+from condsearch.model.encoders.cpu import CpuConfig
+from condsearch.model.encoders.family import DecoderAttention
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.query.config import QueryConfig
 from condsearch.serve.config import ServeConfig
 
@@ -184,8 +184,8 @@ def test_no_cli_option_spells_its_default_as_a_literal() -> None:
 
 
 def test_the_router_variants_have_one_home() -> None:
-    from condsearch.csr.context import CONTEXT_DEFAULT
-    from condsearch.csr.router import EXTENDED, PAPER, PRESETS
+    from condsearch.model.csr.context import CONTEXT_DEFAULT
+    from condsearch.model.csr.router import EXTENDED, PAPER, PRESETS
 
     for path, name in ((("index",), "router_variant"), (("train", "router"), "variant")):
         option_type = _options(_command(*path))[name].type

@@ -110,9 +110,9 @@ def test_sport_condition_ranks_tennis_first_and_sports_only(default_indexes: Pat
 
 
 def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path) -> None:
-    from condsearch.artifacts.adapters import adapter_checksum
     from condsearch.base.artifact_files import LORA_PROFILE_DIR
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.artifacts.adapters import adapter_checksum
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import load_vectorizer
 
     tuned, frozen = (
@@ -131,9 +131,9 @@ def test_lora_loads_the_shipped_adapter_and_frozen_the_head_alone(tmp_path: Path
 
 
 def test_full_profile_merges_the_shipped_delta_and_keeps_the_model_width() -> None:
-    from condsearch.artifacts.adapters import adapter_checksum
     from condsearch.base.artifact_files import FULL_PROFILE_DIR
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.artifacts.adapters import adapter_checksum
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.model.vectorizer import load_vectorizer
 
     full, base = (

@@ -113,7 +113,7 @@ def test_pairs_names_what_its_table_is(fifo: Path, tmp_path: Path) -> None:
 def _saved_head(folder: Path) -> Path:
     import torch
 
-    from condsearch.artifacts.heads import HeadConfig
+    from condsearch.model.artifacts.heads import HeadConfig
     from condsearch.model.head import ProjectionHead, save_head
 
     torch.manual_seed(0)
@@ -132,7 +132,7 @@ def test_a_head_file_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path, file_
         (folder / file_name).symlink_to(special)
     kind = "a FIFO (named pipe)" if special == "fifo" else "a character device"
     for call in ("load_head", "head_checksum"):
-        module = "condsearch.model.head" if call == "load_head" else "condsearch.artifacts.heads"
+        module = "condsearch.model.head" if call == "load_head" else "condsearch.model.artifacts.heads"
         if call == "head_checksum" and file_name == "head.json":
             continue  # the checksum is the weights'
         _refused(f"from {module} import {call}; {call}({str(folder)!r})", "ModelError", f"{kind}, not a regular file")
@@ -162,7 +162,8 @@ def test_a_router_file_that_is_a_fifo_or_a_device_is_refused(tmp_path: Path, fil
         (folder / file_name).symlink_to("/dev/zero")
         kind = "a character device"
     _refused(
-        f"from condsearch.artifacts.routers import checked_router_checksum; checked_router_checksum({str(folder)!r})",
+        "from condsearch.model.artifacts.routers import checked_router_checksum; "
+        f"checked_router_checksum({str(folder)!r})",
         "ModelError",
         f"{kind}, not a regular file",
     )

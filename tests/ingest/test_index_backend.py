@@ -14,16 +14,16 @@ import torch
 from click.testing import CliRunner
 
 from condsearch.cli import main
-from condsearch.encoders.cpu import available_cores
-from condsearch.encoders.onnx import export as onnx_export
-from condsearch.encoders.onnx.bert import OnnxBertEncoder
-from condsearch.encoders.onnx.cache import CACHE_SUBDIR
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders.cpu import available_cores
+from condsearch.model.encoders.onnx import export as onnx_export
+from condsearch.model.encoders.onnx.bert import OnnxBertEncoder
+from condsearch.model.encoders.onnx.cache import CACHE_SUBDIR
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.policy import backend_of, load_bulk_vectorizer, vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
-from tests.encoders.test_onnx_trace import _adapter
+from tests.model.encoders.test_onnx_trace import _adapter
 from tests.tolerance import assert_rows_close, vector_tolerance
 
 COLOUR = "color of the dress"
@@ -137,7 +137,7 @@ def test_a_refused_export_indexes_through_torch(
 def test_bulk_onnxruntime_takes_every_core_or_threads(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.onnx.run as onnx_run
+    import condsearch.model.encoders.onnx.run as onnx_run
 
     opened, session = [], onnx_run.open_session
     monkeypatch.setattr(

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from condsearch.corpus.reader import read_corpus, scan_corpus
-from condsearch.encoders.spec import Runtime
 from condsearch.errors import CorpusError
 from condsearch.ingest.chunks import index_conditions
+from condsearch.model.encoders.spec import Runtime
 from condsearch.model.policy import vectorizer_for
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.search import query_index

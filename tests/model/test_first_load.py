@@ -2,7 +2,7 @@
 
 The first builds on demand, several at once, failed with an ImportError (the server answered 500,
 the Python API raised it): transformers' lazy modules imported on several threads at once. Loads
-through transformers now take turns (:data:`condsearch.encoders.first_use.LOAD_LOCK`), builds under
+through transformers now take turns (:data:`condsearch.model.encoders.first_use.LOAD_LOCK`), builds under
 way share one copy of their model, and an ImportError while loading is a one-line ModelError.
 Each race runs in a fresh child process: in this one, transformers is imported already.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import condsearch
-from condsearch.encoders.first_use import LoadedOnce
 from condsearch.errors import CondsearchError, ModelError
+from condsearch.model.encoders.first_use import LoadedOnce
 from tests.csr_corpus import write_csr_corpus
 
 THREADS = 6
@@ -50,16 +50,16 @@ RACE = """
             out.append([type(exc).__name__, str(exc)])
 
     if what == "encoders":
-        from condsearch.encoders import load_encoder
-        from condsearch.encoders.spec import EncoderSpec, Runtime
-        from condsearch.csr import load_csr_encoder
+        from condsearch.model.encoders import load_encoder
+        from condsearch.model.encoders.spec import EncoderSpec, Runtime
+        from condsearch.model.csr import load_csr_encoder
 
         def run(i):
             if i % 2:
                 return load_csr_encoder(sys.argv[3], router="none", device="cpu").dim
             return load_encoder(EncoderSpec(sys.argv[3], profile="none", runtime=Runtime(device="cpu"))).dim
     elif what == "default":
-        from condsearch.encoders.spec import EncoderSpec, Runtime
+        from condsearch.model.encoders.spec import EncoderSpec, Runtime
         from condsearch.model.vectorizer import load_vectorizer
 
         def run(i):

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.artifacts.heads import HeadConfig, head_checksum
 from condsearch.base.artifact_files import FROZEN_HEAD_DIR, LORA_PROFILE_DIR
 from condsearch.base.artifact_files import HEAD_CONFIG as CONFIG_FILE
 from condsearch.base.artifact_files import HEAD_WEIGHTS as WEIGHTS_FILE
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.heads import HeadConfig, head_checksum
 from condsearch.model.head import ProjectionHead, load_head, save_head
 
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from condsearch.base.cpu_kind import CPU_KIND_ENV
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.loader import load_model_for
 from condsearch.model.policy import load_light_reindex
 from condsearch.store.folder import IndexStore
 from condsearch.store.vectors import VECTORS_FILE
 from tests.conftest import SENTENCES
-from tests.csr.test_csr_one_shot import CONDITION, save_moved_router
-from tests.csr.test_csr_parity import run
+from tests.model.csr.test_csr_one_shot import CONDITION, save_moved_router
+from tests.model.csr.test_csr_parity import run
 from tests.serve.test_serve_cli import _modules_after
 from tests.tolerance import EPS32
 

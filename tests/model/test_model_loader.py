@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.model import OneShotQuery, load_model_for
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.one_shot import ONE_SHOT_THREADS
 
 CASE = SimpleNamespace(mode="case")

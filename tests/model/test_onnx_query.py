@@ -16,9 +16,9 @@ from click.testing import CliRunner
 from condsearch.base.model_sources import resolve_model
 from condsearch.base.output_cache import default_cache_dir
 from condsearch.cli import main
-from condsearch.encoders import load_encoder
-from condsearch.encoders.onnx import export as onnx_export
-from condsearch.encoders.onnx.bert import (
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.onnx import export as onnx_export
+from condsearch.model.encoders.onnx.bert import (
     MODEL_FILE,
     WEIGHTS_FILE,
     OnnxBertEncoder,
@@ -27,15 +27,15 @@ from condsearch.encoders.onnx.bert import (
     load_cached_export,
     write_export,
 )
-from condsearch.encoders.onnx.cache import CACHE_SUBDIR, META_FILE
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders.onnx.cache import CACHE_SUBDIR, META_FILE
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.head import HeadConfig, ProjectionHead, save_head
 from condsearch.model.head_files import load_numpy_head
 from condsearch.model.one_shot import cache_onnx_export, load_one_shot
 from condsearch.model.policy import vectorizer_for
 from condsearch.store.folder import IndexStore
 from tests.conftest import SENTENCES, assert_same_ranking
-from tests.encoders.test_onnx_trace import _adapter
+from tests.model.encoders.test_onnx_trace import _adapter
 from tests.tolerance import assert_rows_close, case_tolerance, float32_tolerance, vector_tolerance
 
 COLOUR = "color of the dress"
@@ -187,7 +187,7 @@ def test_an_int8_index_one_shot_query_runs_its_int8_export(
 def test_query_threads_reach_the_one_shot_onnx_session(
     tiny_bert_dir: Path, corpus_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import condsearch.encoders.onnx.run as onnx_run
+    import condsearch.model.encoders.onnx.run as onnx_run
 
     index_dir = str(tmp_path / "indexes")
     _index(tiny_bert_dir, corpus_file, Path(index_dir), "none")

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from condsearch.cli import main
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import StoreError
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.policy import vectorizer_for
 from condsearch.model.vectorizer import load_vectorizer
 from condsearch.store.folder import IndexStore

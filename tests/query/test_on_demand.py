@@ -25,8 +25,8 @@ from click.testing import CliRunner, Result
 
 import condsearch
 from condsearch.cli import main
-from condsearch.encoders.spec import Runtime
 from condsearch.errors import CondsearchError, UnknownCondition
+from condsearch.model.encoders.spec import Runtime
 from condsearch.query.on_demand import build_on_demand
 from condsearch.store.conditions import MAX_CONDITION_CHARS
 from condsearch.store.folder import IndexStore

@@ -19,9 +19,9 @@ from click.testing import CliRunner
 
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
 from condsearch.cli import main
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import CondsearchError
 from condsearch.model import backend_of, load_model_for
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.identity import ModelIdentity
 from condsearch.scale.config import RayConfig
 from condsearch.scale.ray_encode import EncodeActor, EncodePath, _connect, describe_vectorizer

@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 
 from condsearch.base.faiss_indexes import SearchResult
 from condsearch.corpus.reader import read_corpus
-from condsearch.encoders.base import Pair
 from condsearch.ingest.chunks import index_corpus
+from condsearch.model.encoders.base import Pair
 from condsearch.model.vectorizer import Vectorizer
 from condsearch.query.resident import QueryJob, Resident
 from condsearch.serve.app import create_app

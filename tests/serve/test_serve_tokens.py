@@ -1,7 +1,7 @@
 """The server cuts a long query before tokenising it: the model gets the same tokens, so the same vector.
 
 Differential tests: a text cut by :class:`condsearch.query.tokens.TextCutter` against the text
-whole, through the encoders' own inputs (:func:`condsearch.encoders.bert_inputs.case_inputs`,
+whole, through the encoders' own inputs (:func:`condsearch.model.encoders.bert_inputs.case_inputs`,
 token for token) and through a model (the vectors). Hypothesis draws texts from an alphabet of
 what breaks naive cuts: white space BERT removes (\\x0b, \\x1c, \\x85), combining accents, CJK,
 punctuation, words over WordPiece's 100 characters, a final sigma.
@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from condsearch.base.model_sources import resolve_model
-from condsearch.encoders import load_encoder
-from condsearch.encoders.base import EncodeStats
-from condsearch.encoders.bert_inputs import case_inputs
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.base import EncodeStats
+from condsearch.model.encoders.bert_inputs import case_inputs
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.query.tokens import CHARS_PER_TOKEN, TextCutter, estimate_tokens, text_cutter
 
 CONDITION = "the color of the dress"

@@ -12,7 +12,7 @@ from tools import import_graph
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("package", ["condsearch", "condsearch.serve", "condsearch.csr"])
+@pytest.mark.parametrize("package", ["condsearch", "condsearch.serve", "condsearch.model.csr"])
 @pytest.mark.parametrize("module_level", [True, False], ids=["module-level", "every-import"])
 def test_no_circle_inside_the_package(package: str, module_level: bool) -> None:
     graph = import_graph.graph(module_level)
@@ -32,4 +32,4 @@ def test_the_app_imports_the_embeddings_endpoint_plainly() -> None:
 
 def test_the_router_export_does_not_import_the_encoder() -> None:
     # onnx.py takes what it reads of the encoder as a Protocol; the encoder uses the export, not the reverse
-    assert "condsearch.csr.encoder" not in import_graph.graph(module_level=False)["condsearch.csr.onnx"]
+    assert "condsearch.model.csr.encoder" not in import_graph.graph(module_level=False)["condsearch.model.csr.onnx"]

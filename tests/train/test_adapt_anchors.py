@@ -39,8 +39,8 @@ def _train_rows() -> CstsData:
 
 def _drift(tiny_bert_dir: Path, replay: CstsData, **weights: float) -> float:
     """Train a fresh context router hard on the toy rows; return the replay rows' mean cosine to their start vectors."""
-    from condsearch.csr.context import CONTEXT
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.context import CONTEXT
+    from condsearch.model.csr.encoder import load_csr_encoder
     from condsearch.train.router import RouterTrainConfig, _Featurizer, _start_routed, fit_router
 
     enc = load_csr_encoder(str(tiny_bert_dir), router="none", variant=CONTEXT, device="cpu")

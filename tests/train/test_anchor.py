@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.anchor import Anchor
 from condsearch.train.finetune import FinetuneConfig, fit_encoder
 from tests.train.test_finetune_resume import _data

@@ -10,8 +10,8 @@ import torch
 from scipy.stats import spearmanr
 
 from condsearch.corpus.csts import CstsData
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.anchor import Anchor
 from condsearch.train.blend import Blend
 from condsearch.train.finetune import FinetuneConfig, evaluate_encoder, fit_encoder

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from condsearch.corpus.csts import CstsData
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.train.finetune import ContrastiveProjection, FinetuneConfig, batch_loss, prepare
 from condsearch.train.losses import (
     LossSettings,

@@ -102,7 +102,7 @@ def _contrast_of(encoder, data) -> float:  # type: ignore[no-untyped-def]
 
 
 def _router(folder, cache):  # type: ignore[no-untyped-def]
-    from condsearch.csr.encoder import load_csr_encoder
+    from condsearch.model.csr.encoder import load_csr_encoder
 
     return load_csr_encoder(
         str(folder), router="none", variant="context", layer=-1, cache_dir=cache, state_dtype=torch.float32

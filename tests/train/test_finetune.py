@@ -12,13 +12,13 @@ import pytest
 import torch
 from click.testing import CliRunner, Result
 
-from condsearch.artifacts.adapters import has_adapter
 from condsearch.base.artifact_files import PEFT_WEIGHTS as ADAPTER_FILE
 from condsearch.cli import main
 from condsearch.corpus.csts import CstsData
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec, Runtime
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.adapters import has_adapter
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.model.vectorizer import load_vectorizer, resolve_head
 from condsearch.store.folder import MANIFEST
 from condsearch.train.adapter import save_adapter

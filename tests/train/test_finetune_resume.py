@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from condsearch.corpus.csts import CstsData
-from condsearch.encoders import load_encoder
-from condsearch.encoders.spec import EncoderSpec, Runtime
+from condsearch.model.encoders import load_encoder
+from condsearch.model.encoders.spec import EncoderSpec, Runtime
 from condsearch.train import finetune as trainer
 from condsearch.train.finetune import FinetuneConfig, fit_encoder, trainable_parameters
 

@@ -149,8 +149,8 @@ STEPS_PER_EPOCH = 3  # 3 pairs, one pair a batch
 @pytest.fixture(scope="module")
 def mid_epoch(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> Path:
     """A checkpoint written after the first step of epoch 1 (epoch 0, epoch_step 1), as a crash leaves it."""
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
     folder = tmp_path_factory.mktemp("mid-epoch") / "ckpt"
     real, calls = trainer.batch_loss, []
@@ -172,8 +172,8 @@ def mid_epoch(tmp_path_factory: pytest.TempPathFactory, tiny_bert_dir: Path) -> 
 
 
 def _resume(tiny_bert_dir: Path, folder: Path) -> trainer.FinetuneResult:
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
 
     encoder = load_encoder(EncoderSpec(str(tiny_bert_dir), runtime=Runtime(device="cpu")))
     return fit_encoder(encoder, _data(), CONFIG, checkpoint_dir=folder, resume=True)

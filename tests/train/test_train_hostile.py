@@ -155,9 +155,9 @@ def test_train_refuses_a_foreign_checkpoint_folder(tiny_bert_dir: Path, tmp_path
 
 
 def test_converting_in_place_keeps_a_folder_with_foreign_files(genuine: dict[str, Path], tmp_path: Path) -> None:
-    from condsearch.artifacts.convert import convert_legacy_adapter
     from condsearch.base.artifact_files import ArtifactFolderError
-    from tests.artifacts.test_artifacts import _legacy
+    from condsearch.model.artifacts.convert import convert_legacy_adapter
+    from tests.model.artifacts.test_artifacts import _legacy
 
     old = _legacy(genuine["lora"], tmp_path / "old")
     (old / "README.md").write_text("how I trained it\n")
@@ -281,9 +281,9 @@ def test_save_head_refuses_non_finite_weights(tmp_path: Path) -> None:
 
 def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
     from condsearch.base.model_sources import resolve_model
-    from condsearch.csr.encoder import CsrEncoder
-    from condsearch.csr.weights import save_router
     from condsearch.errors import ModelError
+    from condsearch.model.csr.encoder import CsrEncoder
+    from condsearch.model.csr.weights import save_router
 
     out = _copy(genuine, "router", tmp_path)
     before = _snapshot(out)
@@ -296,9 +296,9 @@ def test_save_router_refuses_non_finite_weights(genuine: dict[str, Path], tiny_b
 
 
 def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path) -> None:
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.errors import ModelError
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.adapter import save_adapter
     from condsearch.train.lora import LoraConfig, add_lora, lora_state
 
@@ -317,9 +317,9 @@ def test_save_adapter_refuses_non_finite_weights(genuine: dict[str, Path], tiny_
 def test_save_full_model_refuses_non_finite_weights(
     genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
-    from condsearch.encoders import load_encoder
-    from condsearch.encoders.spec import EncoderSpec, Runtime
     from condsearch.errors import ModelError
+    from condsearch.model.encoders import load_encoder
+    from condsearch.model.encoders.spec import EncoderSpec, Runtime
     from condsearch.train.finetune import FinetuneResult
     from condsearch.train.finetune_save import _save_full
 
@@ -386,8 +386,8 @@ def test_loading_a_router_with_nan_weights_is_refused(
     genuine: dict[str, Path], tiny_bert_dir: Path, tmp_path: Path
 ) -> None:
     from condsearch.base.model_sources import resolve_model
-    from condsearch.csr.encoder import CsrEncoder
     from condsearch.errors import ModelError
+    from condsearch.model.csr.encoder import CsrEncoder
 
     out = _copy(genuine, "router", tmp_path)
     _plant_nan(out / "router.safetensors")

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 
 from condsearch.base.faiss_indexes import DEFAULT_FACTORY, build_index, normalize, to_search_device
-from condsearch.csr.cache import Tensors, collate
-from condsearch.csr.context import ContextCode, ContextRouter
-from condsearch.csr.encoder import CsrEncoder
-from condsearch.csr.router import PAPER, ConditionCode, Router, SentenceStates
-from condsearch.csr.weights import load_router_weights
 from condsearch.metrics import condition_sensitivity
+from condsearch.model.csr.cache import Tensors, collate
+from condsearch.model.csr.context import ContextCode, ContextRouter
+from condsearch.model.csr.encoder import CsrEncoder
+from condsearch.model.csr.router import PAPER, ConditionCode, Router, SentenceStates
+from condsearch.model.csr.weights import load_router_weights
 
 from .data import Answers, KgData, n_hop
 from .ranking import average_metrics, filtered_ranks, query_filters, rank_metrics
@@ -62,12 +62,12 @@ def load_tail_tower(router: Tower, folder: Path, base: dict[str, torch.Tensor] |
     """Return the candidate tower saved in ``folder/tail``, or None for a one-tower router.
 
     A context router's tower is saved as its own change from the base model: ``base`` holds the
-    base model's weights (:func:`condsearch.csr.context_weights.base_weights`). Each tower's
+    base model's weights (:func:`condsearch.model.csr.context_weights.base_weights`). Each tower's
     weights must match its router.json (sha256 and shapes), and the query tower's router.json must
     not record the candidate tower's role: towers swapped, in part or whole, are a one-line ModelError.
     """
-    from condsearch.artifacts.routers import read_router_config
     from condsearch.errors import ModelError
+    from condsearch.model.artifacts.routers import read_router_config
 
     sub = Path(folder) / TAIL_FOLDER
     if not sub.is_dir():
@@ -80,7 +80,7 @@ def load_tail_tower(router: Tower, folder: Path, base: dict[str, torch.Tensor] |
         raise ModelError(f"{folder}: the query tower and the {TAIL_ROLE} ({TAIL_FOLDER}/) are swapped")
     tail = tail_tower(router)
     if isinstance(tail, ContextRouter):
-        from condsearch.csr.context_weights import load_context_weights
+        from condsearch.model.csr.context_weights import load_context_weights
 
         if base is None:
             raise ValueError("a context router's candidate tower needs the base model's weights")
@@ -103,9 +103,9 @@ def save_towers(
     exactly what was saved, so what is evaluated next is the saved router (unless
     ``keep_weights``: mid-training, the exact weights stay).
     """
-    from condsearch.csr.context import ContextRouter
-    from condsearch.csr.context_weights import MAX_DELTA_BYTES, backbone_delta, save_context_router
-    from condsearch.csr.weights import save_router
+    from condsearch.model.csr.context import ContextRouter
+    from condsearch.model.csr.context_weights import MAX_DELTA_BYTES, backbone_delta, save_context_router
+    from condsearch.model.csr.weights import save_router
 
     if not isinstance(encoder.router, ContextRouter):
         checksum = save_router(encoder.router, out, meta)
@@ -128,7 +128,7 @@ def save_towers(
 
 def _set_delta(router: Any, base: dict[str, Any], delta: dict[str, torch.Tensor]) -> None:
     """Give a context router's backbone the base weights plus a saved change, in place."""
-    from condsearch.csr.context_weights import apply_backbone_delta
+    from condsearch.model.csr.context_weights import apply_backbone_delta
 
     with torch.no_grad():
         for name, p in router.model.named_parameters():
@@ -143,7 +143,7 @@ def project_towers(encoder: Any, tail: Any, base: dict[str, Any]) -> None:
     low-rank factors and the token table's rows as signs, within an equal share of 10 MB), so
     that saving the weights afterwards loses nothing.
     """
-    from condsearch.csr.context_weights import MAX_DELTA_BYTES, backbone_delta
+    from condsearch.model.csr.context_weights import MAX_DELTA_BYTES, backbone_delta
 
     towers = [encoder.router] if tail is None else [encoder.router, tail]
     for router in towers:

@@ -2,7 +2,7 @@
 
 Projected training (``--project-every``) puts both towers back into the committed artifact's
 form every so many steps: int8 low-rank factors for each matrix, the token table's changed rows
-as signs (:mod:`condsearch.csr.compact_delta`). This trains N steps from the weights loaded,
+as signs (:mod:`condsearch.model.csr.compact_delta`). This trains N steps from the weights loaded,
 without projecting, then splits what one projection would take away from the trained weights:
 
 - ``token_table``: the sign-coded table's loss (its rows' signs and mean sizes hardly move in N
@@ -41,9 +41,9 @@ def tower_losses(
     tower: Any, before: dict[str, torch.Tensor], base: dict[str, torch.Tensor], max_bytes: int
 ) -> dict[str, float]:
     """Return squared norms of a tower's update since ``before`` and of what projecting it now loses, by part."""
-    from condsearch.csr.compact_delta import decode
-    from condsearch.csr.context_weights import backbone_delta
-    from condsearch.encoders.lowrank import low_rank
+    from condsearch.model.csr.compact_delta import decode
+    from condsearch.model.csr.context_weights import backbone_delta
+    from condsearch.model.encoders.lowrank import low_rank
 
     delta, rank = backbone_delta(base, tower.model, max_bytes=max_bytes)
     shapes = {n: tuple(p.shape) for n, p in tower.model.named_parameters()}
@@ -82,7 +82,7 @@ def projection_probe(
     linked: Any = None,
 ) -> dict[str, object]:
     """Train ``steps`` steps without projecting, then report what one projection would lose (norms)."""
-    from condsearch.csr.context_weights import MAX_DELTA_BYTES
+    from condsearch.model.csr.context_weights import MAX_DELTA_BYTES
 
     towers = [encoder.router] if tail is None else [encoder.router, tail]
     share = MAX_DELTA_BYTES // len(towers)  # as project_towers and save_towers split the budget

@@ -30,9 +30,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from condsearch.artifacts.weights import load_weights
-from condsearch.csr.encoder import CsrEncoder
 from condsearch.errors import ModelError
+from condsearch.model.artifacts.weights import load_weights
+from condsearch.model.csr.encoder import CsrEncoder
 from condsearch.train.checkpoint import (
     BEST_FILE,
     STATE_FILE,
@@ -265,7 +265,7 @@ Evaluate = Callable[[], dict[str, float]]
 
 def _frozen_tables(router: nn.Module, tail: Tower | None, trainable: dict[str, nn.Parameter]) -> set[str]:
     """Return the checkpoint keys of the towers' input token tables (``tail.`` for the tail tower's)."""
-    from condsearch.csr.context_weights import token_table
+    from condsearch.model.csr.context_weights import token_table
 
     towers = [("", router)] if tail is None else [("", router), ("tail.", tail)]
     names = {prefix + str(token_table(getattr(tower, "model", tower))) for prefix, tower in towers}

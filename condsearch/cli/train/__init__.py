@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 
 import click
 
-from condsearch.artifacts import MODE_CASE, MODE_CSR, MODES
 from condsearch.base import DEFAULT_MODEL
 from condsearch.cli.options import FiniteFloatRange, config_option, device_option, trust_option
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.artifacts import MODE_CASE, MODE_CSR, MODES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

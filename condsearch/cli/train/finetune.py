@@ -10,8 +10,8 @@ import click
 
 from condsearch.cli.options import FINITE_FLOAT, FiniteFloatRange, config_from, config_option, encoder_options, given
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, run_training
-from condsearch.encoders import ENCODE_BATCH_SIZE, model_family
 from condsearch.errors import CondsearchError, first_line
+from condsearch.model.encoders import ENCODE_BATCH_SIZE, model_family
 from condsearch.train import FinetuneConfig, LoraConfig, format_loss_spec
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,7 +9,7 @@ import click
 
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, encoder_options
 from condsearch.cli.train import check_out, common_options, dev_note, encode_batch_option, report_epoch, run_training
-from condsearch.encoders import ENCODE_BATCH_SIZE
+from condsearch.model.encoders import ENCODE_BATCH_SIZE
 from condsearch.train import HeadTrainConfig, TrainSource
 
 _DEFAULTS = HeadTrainConfig()

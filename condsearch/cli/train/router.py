@@ -10,7 +10,7 @@ import click
 
 from condsearch.cli.options import FiniteFloatRange, config_from, config_option, given
 from condsearch.cli.train import check_out, common_options, dev_note, report_epoch, run_training
-from condsearch.csr import CONTEXT, PRESETS, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig, RouterConfig
+from condsearch.model.csr import CONTEXT, PRESETS, ROUTER_VARIANTS, TRAIN_SCOPES, ContextConfig, RouterConfig
 from condsearch.train import DEFAULT_SCOPE, INITS, LOSSES, WHOLE_BACKBONE_LR, RouterTrainConfig, TrainSource
 
 _DEFAULTS = RouterTrainConfig()

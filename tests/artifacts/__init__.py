@@ -1,1 +1,0 @@
-"""Tests of condsearch.artifacts: the files a model, head or router is made of, checked before use."""

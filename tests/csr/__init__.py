@@ -1,1 +1,0 @@
-"""Tests of condsearch.csr: the router (CSR tri-encoder), its caches and its ONNX path."""

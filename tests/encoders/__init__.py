@@ -1,1 +1,0 @@
-"""Tests of condsearch.encoders: encoder families, their CPU and ONNX runners, tokenizers."""
