@@ -581,6 +581,26 @@ def test_adapt_smoke_makes_the_three_way_table(tiny_bert_dir: Path, tmp_path: Pa
         assert {"plain", "start_router", "adapted"} == set(row["mean"])
 
 
+def test_probe_smoke_scores_each_column_as_adapt_does(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    result = _run("probe", ["--smoke", "--model", str(tiny_bert_dir)], tmp_path / "out.json")
+    (row,) = result["rows"]
+    assert row["source"] == "toy" and set(row["columns"]) == {"colour", "animal"}
+    for column in row["columns"].values():
+        assert 0 <= column["plain"] <= 1 and 0 <= column["probe"] <= 1 and 0 <= column["probe_accuracy"] <= 1
+        assert column["decay"] in result["config"]["decays"] and column["fit_rows"] > column["rows"]
+
+
+def test_probe_vectors_are_the_predicted_distribution_as_unit_rows() -> None:
+    probe = load_script("probe")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((60, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(int) + 2 * (x[:, 1] > 0).astype(int)  # four values, linearly separable
+    w = probe.fit_probe(x, y, 4, decay=1e-4)
+    vectors = probe.probe_vectors(x, w)
+    assert vectors.shape == (60, 4) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert np.mean(vectors.argmax(axis=1) == y) > 0.9  # the probe learned the values it was fitted on
+
+
 def test_heldout_precision_counts_same_valued_neighbours_and_leaves_the_query_out() -> None:
     heldout = load_script("heldout")
     values = ["a", "a", "b", "b", "a"] + ["c"] * 10
