@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         ("seed", int),
     ):
         p.add_argument("--" + field.replace("_", "-"), type=kind, default=getattr(AdaptConfig(), field))
+    p.add_argument("--fill-plain", action="store_true", help="fill what contrast pairs leave with alike/unlike pairs")
     p.add_argument(
         "--from-reports", action="store_true", help="train nothing: build the table from --out-dir's report.json files"
     )
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         f: getattr(args, f)
         for f in (
             "n_pairs",
+            "fill_plain",
             "epochs",
             "lr",
             "contrast_weight",

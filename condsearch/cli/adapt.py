@@ -52,6 +52,13 @@ _DEFAULTS = AdaptConfig()
     help="Share of the other rows kept to choose the interpolation with the start router (--anchor wise).",
 )
 @config_option(_DEFAULTS, "n_pairs", "--n-pairs", type=click.IntRange(min=1), help="Sentence pairs to draw.")
+@config_option(
+    _DEFAULTS,
+    "fill_plain",
+    "--fill-plain/--contrast-only",
+    help="With two or more --label columns: fill what the contrast pairs leave of --n-pairs with pairs "
+    "alike or unlike under one column.",
+)
 @config_option(_DEFAULTS, "epochs", "--epochs", type=click.IntRange(min=1), help="Passes over the pairs.")
 @config_option(_DEFAULTS, "lr", "--lr", type=FiniteFloatRange(min=0, min_open=True), help="Learning rate.")
 @config_option(

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from condsearch.errors import CorpusError, ModelError
-from condsearch.train.pairs import LabelSpec, PairsConfig, check_label_values, make_pairs
+from condsearch.train.pairs import LabelSpec, NoContrastPairs, PairsConfig, check_label_values, make_pairs
 
 if TYPE_CHECKING:  # torch loads only when adapting runs: `condsearch --help` stays light
     import torch
@@ -62,6 +62,9 @@ class AdaptConfig:
     validation: float = 0.1
     #: sentence pairs drawn from the fit rows (a contrast pair gives two C-STS rows)
     n_pairs: int = 2000
+    #: with two or more label columns, fill what contrast pairs leave of n_pairs with pairs alike or unlike
+    #: under one column (a table with one column draws those only, whatever this says)
+    fill_plain: bool = False
     #: 2 epochs at 5e-4: on news' validation rows 0.421 at α 1, where 1 epoch at 1e-4 left 0.333 (the start: 0.336)
     epochs: int = 2
     lr: float = 5e-4
@@ -228,10 +231,15 @@ def adapt_router(
         + "".join(f"; {n} rows without a {c!r} value skipped under it" for c, n in split.nulls.items() if n)
     )
     contrast = len(specs) >= 2
-    pairs_config = PairsConfig(n_pairs=config.n_pairs, contrast_only=contrast, seed=config.seed)
+    pairs_config = PairsConfig(
+        n_pairs=config.n_pairs, contrast_only=contrast and not config.fill_plain, seed=config.seed
+    )
     fit_texts = [data.texts[i] for i in split.fit]
     fit_labels = {s.column: [data.labels[s.column][i] for i in split.fit] for s in specs}
-    pairs = make_pairs(fit_texts, fit_labels, specs, pairs_config)
+    try:
+        pairs = make_pairs(fit_texts, fit_labels, specs, pairs_config)
+    except NoContrastPairs as exc:
+        raise NoContrastPairs(exc.columns, "--fill-plain draws pairs alike or unlike under one column") from exc
     values = {
         (phrasing, text): value
         for spec in specs

@@ -109,6 +109,18 @@ class PairsConfig:
             raise ValueError(f"the high label ({self.high:g}) must exceed the low one ({self.low:g})")
 
 
+class NoContrastPairs(CorpusError):
+    """No two texts share one label column's value and differ on another's; the message names the pairs flag."""
+
+    def __init__(self, columns: Sequence[str], hint: str = "--no-contrast-only writes plain pairs") -> None:
+        self.columns = list(columns)
+        names = " and ".join(repr(c) for c in columns)
+        super().__init__(
+            f"no two texts share the value of one of {names} and differ on another (the columns may say the "
+            f"same thing); {hint}"
+        )
+
+
 @dataclass(frozen=True)
 class PairsResult:
     """The rows drawn and how they spread over the conditions and values."""
@@ -169,11 +181,7 @@ def make_pairs(
     drawer = _Drawer(texts, labels, specs, config)
     drawer.draw_contrast()
     if drawer.n_contrast == 0 and config.contrast_only:
-        names = " and ".join(repr(s.column) for s in specs)
-        raise CorpusError(
-            f"no two texts share the value of one of {names} and differ on another (the columns may say the "
-            "same thing); --no-contrast-only writes plain pairs"
-        )
+        raise NoContrastPairs([s.column for s in specs])
     if not config.contrast_only:
         drawer.draw_plain()
     if drawer.n_pairs == 0:

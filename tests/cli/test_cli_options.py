@@ -441,6 +441,7 @@ def test_every_adapt_option_changes_its_config(tmp_path: Path, monkeypatch: pyte
             continue
         assert option.name in fields, f"adapt {option.opts[-1]}: not a field of AdaptConfig (a dead option)"
         flag = option.opts[-1]
-        result = CliRunner().invoke(main, [*base, flag, ADAPT_VALUES[flag]])
+        given = [flag] if option.is_flag else [flag, ADAPT_VALUES[flag]]  # a flag's first spelling: not the default
+        result = CliRunner().invoke(main, [*base, *given])
         assert result.exit_code == 0, (flag, result.output)
         assert seen[-1] != reference, f"adapt {flag} changed nothing"
