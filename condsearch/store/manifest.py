@@ -65,9 +65,8 @@ class Manifest:
     index_mtime_ns: int = 0  # its modification time when written
     index_probe: str = ""  # sha256 of its first and last 64 KiB
     files: dict[str, dict[str, object]] = field(default_factory=dict)  # format 4: {file: {"sha256", "size"}}
-    spec: dict[str, object] = field(
-        default_factory=dict
-    )  # format 5: condsearch.model.encoders.spec.EncoderSpec.to_dict()
+    # format 5: condsearch.model.encoders.spec.EncoderSpec.to_dict()
+    spec: dict[str, object] = field(default_factory=dict)
     # format 6: condsearch.store.background.score_background of the kept vectors ({}: none recorded)
     score_background: dict[str, object] = field(default_factory=dict)
     format_version: int = FORMAT_VERSION
