@@ -271,16 +271,24 @@ def more_pairs_hint(report: Mapping[str, Any]) -> str:
     """Return a line saying what to try when the pairs used little of the table, else "".
 
     A pair names two texts, so n pairs name at most 2n of the training rows. On edict (10,113
-    training rows) 6,000 pairs gained +8.9% over plain MiniLM where 2,000 gained +5.6%; on news, whose
-    1,497 contrast pairs were all it had, a second pass over them (``--epochs 4``) took +10.8% to +15.8%
-    (benchmarks/studies/adapt.md).
+    training rows) 6,000 pairs gained +8.9% over plain MiniLM where 2,000 gained +5.6%. Where two or
+    more columns gave fewer contrast pairs than asked, filling with alike/unlike pairs paid most: news
+    (1,497 contrast pairs) +22.2% with ``--fill-plain`` (validation 0.463), +15.8% with a second pass
+    (``--epochs 4``; validation 0.441), +10.8% with neither; ``--distill-weight 2`` beside
+    ``--fill-plain`` kept C-STS dev at 62.28 (benchmarks/studies/adapt.md).
     """
-    drawn, asked = int(report["pairs"]["pairs"]), int(report["config"]["n_pairs"])
+    pairs = report["pairs"]
+    drawn, asked = int(pairs["pairs"]), int(report["config"]["n_pairs"])
     fit, epochs = int(report["rows"]["fit"]), int(report["config"]["epochs"])
     if drawn >= asked and 2 * drawn < fit:
         return (
             f"the {drawn} pairs name at most {2 * drawn} of the {fit} training rows: a larger --n-pairs may pay "
             "(longer; the validation rows say whether it did)"
+        )
+    if drawn < asked and int(pairs.get("contrast", 0)) > 0 and not report["config"].get("fill_plain", False):
+        return (
+            f"the columns gave {drawn} contrast pairs of the {asked} asked for: --fill-plain (alike/unlike pairs "
+            "for the rest) may pay (the validation rows say whether it did)"
         )
     if drawn < asked:
         return (

@@ -135,11 +135,18 @@ def test_choose_alpha_keeps_a_share_of_the_gain_over_the_start() -> None:
 
 
 def test_the_report_says_when_more_pairs_or_passes_may_pay() -> None:
-    def report(drawn: int, asked: int, fit: int) -> dict[str, object]:
-        return {"pairs": {"pairs": drawn}, "config": {"n_pairs": asked, "epochs": 2}, "rows": {"fit": fit}}
+    def report(drawn: int, asked: int, fit: int, contrast: int = 0, fill: bool = False) -> dict[str, object]:
+        return {
+            "pairs": {"pairs": drawn, "contrast": contrast},
+            "config": {"n_pairs": asked, "epochs": 2, "fill_plain": fill},
+            "rows": {"fit": fit},
+        }
 
     assert "at most 4000 of the 10113 training rows" in more_pairs_hint(report(2000, 2000, 10113))  # edict's
-    assert "--epochs 4" in more_pairs_hint(report(1497, 2000, 9000))  # news: every pair the table had
+    hint = more_pairs_hint(report(1497, 2000, 9000, contrast=1497))  # news: every contrast pair its columns had
+    assert "--fill-plain" in hint and "--epochs" not in hint
+    assert "--epochs 4" in more_pairs_hint(report(1497, 2000, 9000))  # one column: every pair the table had
+    assert "--epochs 4" in more_pairs_hint(report(1800, 2000, 9000, contrast=1497, fill=True))  # filled, still short
     assert more_pairs_hint(report(2000, 2000, 3500)) == ""  # the pairs cover the table
 
 
