@@ -601,6 +601,19 @@ def test_probe_vectors_are_the_predicted_distribution_as_unit_rows() -> None:
     assert np.mean(vectors.argmax(axis=1) == y) > 0.9  # the probe learned the values it was fitted on
 
 
+def test_word_probe_reads_terms_of_two_training_rows_and_learns_from_sparse_rows() -> None:
+    probe = load_script("probe")
+    texts = ["red apple pie", "red apple tart", "green pear", "green pear cake", "blue plum"]
+    words = probe.WordFeatures(texts)
+    assert set(words.vocabulary) == {"red", "apple", "red apple", "green", "pear", "green pear"}
+    x = words(texts + ["A RED, red sky"])
+    assert x.shape == (6, 6) and np.allclose(np.sqrt(x.multiply(x).sum(axis=1)).A.ravel()[:4], 1, atol=1e-6)
+    assert x[4].nnz == 0 and set(x[5].indices) == {words.vocabulary["red"]}  # unknown words are dropped
+    y = np.array([0, 0, 1, 1])
+    w = probe.fit_probe(x[:4], y, 2, decay=1e-4)
+    assert (probe.probe_vectors(x[:4], w).argmax(axis=1) == y).all()
+
+
 def test_heldout_precision_counts_same_valued_neighbours_and_leaves_the_query_out() -> None:
     heldout = load_script("heldout")
     values = ["a", "a", "b", "b", "a"] + ["c"] * 10
