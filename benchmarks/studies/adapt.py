@@ -158,7 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         ("seed", int),
     ):
         p.add_argument("--" + field.replace("_", "-"), type=kind, default=getattr(AdaptConfig(), field))
-    p.add_argument("--fill-plain", action="store_true", help="fill what contrast pairs leave with alike/unlike pairs")
+    p.add_argument(
+        "--fill-plain",
+        action=argparse.BooleanOptionalAction,
+        default=AdaptConfig().fill_plain,
+        help="fill what contrast pairs leave with alike/unlike pairs (--no-fill-plain: contrast pairs only)",
+    )
     p.add_argument(
         "--from-reports", action="store_true", help="train nothing: build the table from --out-dir's report.json files"
     )

@@ -57,7 +57,7 @@ _DEFAULTS = AdaptConfig()
     "fill_plain",
     "--fill-plain/--contrast-only",
     help="With two or more --label columns: fill what the contrast pairs leave of --n-pairs with pairs "
-    "alike or unlike under one column.",
+    "alike or unlike under one column (--contrast-only: contrast pairs alone).",
 )
 @config_option(_DEFAULTS, "epochs", "--epochs", type=click.IntRange(min=1), help="Passes over the pairs.")
 @config_option(_DEFAULTS, "lr", "--lr", type=FiniteFloatRange(min=0, min_open=True), help="Learning rate.")
@@ -272,10 +272,10 @@ def more_pairs_hint(report: Mapping[str, Any]) -> str:
 
     A pair names two texts, so n pairs name at most 2n of the training rows. On edict (10,113
     training rows) 6,000 pairs gained +8.9% over plain MiniLM where 2,000 gained +5.6%. Where two or
-    more columns gave fewer contrast pairs than asked, filling with alike/unlike pairs paid most: news
-    (1,497 contrast pairs) +22.2% with ``--fill-plain`` (validation 0.463), +15.8% with a second pass
-    (``--epochs 4``; validation 0.441), +10.8% with neither; ``--distill-weight 2`` beside
-    ``--fill-plain`` kept C-STS dev at 62.28 (benchmarks/studies/adapt.md).
+    more columns gave fewer contrast pairs than asked, filling with alike/unlike pairs (the default)
+    paid most: news (1,497 contrast pairs) +22.2% filled (validation 0.463), +15.8% with contrast pairs
+    alone and a second pass (``--epochs 4``; validation 0.441), +10.8% with neither
+    (benchmarks/studies/adapt.md). The report names ``--fill-plain`` after ``--contrast-only`` left pairs out.
     """
     pairs = report["pairs"]
     drawn, asked = int(pairs["pairs"]), int(report["config"]["n_pairs"])

@@ -441,7 +441,9 @@ def test_every_adapt_option_changes_its_config(tmp_path: Path, monkeypatch: pyte
             continue
         assert option.name in fields, f"adapt {option.opts[-1]}: not a field of AdaptConfig (a dead option)"
         flag = option.opts[-1]
-        given = [flag] if option.is_flag else [flag, ADAPT_VALUES[flag]]  # a flag's first spelling: not the default
+        if option.is_flag and option.default and option.secondary_opts:
+            flag = option.secondary_opts[0]  # the spelling that is not the default (--contrast-only)
+        given = [flag] if option.is_flag else [flag, ADAPT_VALUES[flag]]
         result = CliRunner().invoke(main, [*base, *given])
         assert result.exit_code == 0, (flag, result.output)
         assert seen[-1] != reference, f"adapt {flag} changed nothing"

@@ -193,15 +193,15 @@ def test_one_label_column_numbers_and_booleans_work_and_nulls_are_counted(tmp_pa
     assert r.exit_code == 0, r.output
 
 
-def test_fill_plain_draws_alike_and_unlike_pairs_where_contrast_pairs_run_out(
+def test_adapt_fills_with_alike_and_unlike_pairs_where_contrast_pairs_run_out(
     tmp_path: Path, tiny_bert_dir: Path
 ) -> None:
     t = animals()
     t["animal"] = [ANIMALS[COLOURS.index(c)] for c in t["colour"]]  # the animal follows the colour: no contrast
     table = write(tmp_path / "t.parquet", t)
-    r = run(*adapt_args(table, tmp_path / "contrast", tiny_bert_dir))
+    r = run(*adapt_args(table, tmp_path / "contrast", tiny_bert_dir), "--contrast-only")
     assert r.exit_code != 0 and "--fill-plain" in r.output and not (tmp_path / "contrast").exists()
-    r = run(*adapt_args(table, tmp_path / "filled", tiny_bert_dir), "--fill-plain", "--json")
+    r = run(*adapt_args(table, tmp_path / "filled", tiny_bert_dir), "--json")  # filling is the default
     assert r.exit_code == 0, r.output
     report = json.loads(r.output.strip().splitlines()[-1])
     assert report["pairs"]["contrast"] == 0 and report["pairs"]["plain"] == 24 and report["config"]["fill_plain"]
