@@ -169,13 +169,14 @@ def run_source(
         read = vectors if features == "minilm" else WordFeatures(fit_texts)
         x = read(fit_texts)
         y = np.array([index[str(data.labels[column][i])] for i in fit])
+        val = validation.get(column)
+        val_x = read(val.texts) if val is not None else None  # read once, scored under each decay
         by_decay = {}
         for decay in DECAYS:
             w = fit_probe(x, y, len(values), decay)
-            val = validation.get(column)
             score = (
-                label_precision(probe_vectors(read(val.texts), w), val.values, val.queries, K)
-                if val is not None
+                label_precision(probe_vectors(val_x, w), val.values, val.queries, K)
+                if val is not None and val_x is not None
                 else float("nan")
             )
             by_decay[decay] = (score, w)
