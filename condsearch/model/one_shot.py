@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY
 from condsearch.base.model_sources import ModelSource, resolve_model
@@ -70,19 +70,27 @@ def _one_shot(record: ModelIdentity) -> _OneShot | None:
 
 
 def load_one_shot(
-    manifest: Manifest | ModelIdentity, *, threads: int | None = None, condition: str | None = None
+    manifest: Manifest | ModelIdentity,
+    *,
+    threads: int | None = None,
+    condition: str | None = None,
+    plain: bool = False,
 ) -> Vectorizer | None:
     """Return the model and head an index was built with, run by onnxruntime, or None where that cannot be.
 
     ``threads``: onnxruntime's intra-op threads [default: one, as a few short inputs need no more];
-    ``condition``: the one condition it will encode under, which a router index needs (its code cached).
+    ``condition``: the one condition it will encode under, which a router index needs (its code cached);
+    ``plain``: a router index built in bfloat16 on its router's plain copy instead, torch without
+    transformers (:mod:`condsearch.model.csr.plain_copy`; a re-index).
     """
     from condsearch.model.encoders.onnx.bert import load_cached_export
 
     try:
         record = _record(manifest)
         if record.mode == MODE_CSR:
-            return _load_router(record, condition, threads or ONE_SHOT_THREADS) if condition is not None else None
+            if condition is None:
+                return None
+            return _load_router(record, condition, threads or ONE_SHOT_THREADS, plain=plain)
         target = _one_shot(record)
         if target is None:
             return None
@@ -113,16 +121,23 @@ def load_one_shot(
     return Vectorizer(encoder, head, target.profile.name, checksum, profile=target.profile, backend="onnxruntime")
 
 
-def _load_router(record: ModelIdentity, condition: str, threads: int) -> Vectorizer | None:
+def _load_router(record: ModelIdentity, condition: str, threads: int, *, plain: bool) -> Vectorizer | None:
     from condsearch.model.csr.one_shot import load_one_shot_router
 
     encoder = load_one_shot_router(
-        record.model_id, record.model_revision, record.encoder, record.encoder_spec, condition, threads=threads
+        record.model_id,
+        record.model_revision,
+        record.encoder,
+        record.encoder_spec,
+        condition,
+        threads=threads,
+        plain=plain,
     )
     if encoder is None:
         return None
     profile = record.encoder_spec.resolve_profile()
-    return Vectorizer(encoder, None, profile.name, "", mode=MODE_CSR, profile=profile, backend="onnxruntime")
+    backend: Literal["torch", "onnxruntime"] = "torch" if plain else "onnxruntime"
+    return Vectorizer(encoder, None, profile.name, "", mode=MODE_CSR, profile=profile, backend=backend)
 
 
 def _cache_router_export(manifest: Manifest | ModelIdentity, vectorizer: Vectorizer) -> None:

@@ -82,7 +82,8 @@ def _router_path(
     Its checked float32 export where that is faster than torch (the export is written even where bulk
     work then runs in bfloat16, so that one-shot queries find it); for bulk work, on a CPU kind whose
     measured router path is bfloat16, torch under bfloat16 autocast
-    (:data:`condsearch.base.cpu_kind.PATHS`). A long-running reader (``serving``) keeps the export.
+    (:data:`condsearch.base.cpu_kind.PATHS`), its plain copy written and checked for later re-indexes
+    (:mod:`condsearch.model.csr.plain_copy`). A long-running reader (``serving``) keeps the export.
     """
     from condsearch.base.cpu_kind import auto_router_dtype
     from condsearch.model.csr.encoder import CsrEncoder
@@ -93,6 +94,9 @@ def _router_path(
         return vec
     exported = encoder.variant in FASTER_ON_ONNX and encoder.use_onnx("float32", threads=threads or available_cores())
     if not serving and auto_router_dtype() == "bfloat16" and encoder.use_bfloat16():
+        from condsearch.model.csr.plain_copy import cache_plain_copy
+
+        cache_plain_copy(encoder)  # so that a re-index of what this builds runs the same path without transformers
         log.info("routing in torch bfloat16, this CPU kind's measured path")
     elif exported:
         log.info("routing on onnxruntime, from the router's checked float32 export")
@@ -129,6 +133,9 @@ def load_light_reindex(
     mode the float32 export (:data:`condsearch.base.cpu_kind.PATHS`: onnxruntime for CASE, float32 for the
     router); the spec asking for nothing but the model and profile (or router) the index records, the
     model at the revision recorded; its checked export (and a router's code of ``condition``) cached.
+    Where the kind routes in bfloat16 instead (AMX), a router index built so (its precision bfloat16) is
+    re-indexed on the router's checked plain copy (:mod:`condsearch.model.csr.plain_copy`): the same bfloat16
+    passes in torch, without transformers.
     The vectors' fingerprint is the index's, so its rows are kept as a torch build of the same path keeps
     them. Anything else is None: the caller loads torch.
     """
@@ -139,10 +146,11 @@ def load_light_reindex(
     device = spec.runtime.device
     if backend != "auto" or device not in (None, "cpu") or (device is None and NVIDIA_GPUS.is_dir()):
         return None
-    if manifest.precision != "float32" or manifest.mode != spec.mode:
-        return None
+    plain = spec.mode == MODE_CSR and auto_router_dtype() == "bfloat16"  # the same passes, on the plain copy
     on_export = auto_router_dtype() == "float32" if spec.mode == MODE_CSR else auto_case_runner() == "onnxruntime"
-    if not on_export:  # this kind builds in torch bfloat16: a re-index must too
+    if not on_export and not plain:  # this kind builds CASE in torch bfloat16: a re-index must too
+        return None
+    if manifest.precision != ("bfloat16" if plain else "float32") or manifest.mode != spec.mode:
         return None
     asked = replace(
         EncoderSpec(),
@@ -165,10 +173,14 @@ def load_light_reindex(
             return None
     except CondsearchError:
         return None
-    light = load_one_shot(manifest, threads=spec.runtime.threads or available_cores(), condition=condition)
+    threads = spec.runtime.threads or available_cores()
+    light = load_one_shot(manifest, threads=threads, condition=condition, plain=plain)
     if light is None or ModelIdentity.of_vectorizer(light).fingerprint != record.fingerprint:
         return None
-    log.info("re-indexing on onnxruntime without torch, from the index's checked float32 export")
+    if plain:
+        log.info("re-indexing in torch bfloat16 without transformers, from the router's checked plain copy")
+    else:
+        log.info("re-indexing on onnxruntime without torch, from the index's checked float32 export")
     return light
 
 

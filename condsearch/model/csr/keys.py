@@ -25,6 +25,12 @@ LOWER_FILE = "lower.onnx"
 ROUTE_FILE = "route.onnx"
 #: the files of a usable router export, each recorded in its meta file (size and sha256)
 CSR_FILES = (LOWER_FILE, LOWER_FILE + ".data", ROUTE_FILE, ROUTE_FILE + ".data", TOKENIZER_FILE)
+#: in a meta file: the router's plain torch copy, its bfloat16 passes without transformers (:mod:`.plain_copy`)
+PLAIN_KIND = "csr-router-plain"
+#: the plain copy's weights: the backbone as PlainBert names them, float32
+PLAIN_FILE = "backbone.safetensors"
+#: the files of a usable plain copy, each recorded in its meta file (size and sha256)
+PLAIN_FILES = (PLAIN_FILE, TOKENIZER_FILE)
 #: the query cache's folder under the cache root (condition codes, one row each)
 QUERIES_SUBDIR = "csr-queries"
 #: bytes of condition codes a router encoder keeps in memory at most (a short condition's code is about 28 KB
@@ -80,14 +86,15 @@ class RouterIdentity:
         """Return the query cache's key of one condition's code."""
         return pair_key(self.query_ident, condition, None)
 
-    def export_folder(self, root: Path, precision: Precision, *, w_scale: float = 1.0) -> Path | None:
-        """Return where the router's ONNX export of precision is cached under root, or None for revision 'main'.
+    def export_folder(self, root: Path, precision: Precision, *, w_scale: float = 1.0, kind: str = KIND) -> Path | None:
+        """Return where the router's ONNX export of precision (``kind``: or its plain copy) is cached under root,
+        or None for revision 'main'.
 
-        Keyed by model, revision, router config, w scale, weights, precision and the onnxruntime, onnx
-        and torch versions (read from package metadata).
+        Keyed by what it is, model, revision, router config, w scale, weights, precision and the onnxruntime,
+        onnx and torch versions (read from package metadata).
         """
         if self.revision == "main":
             return None
         config = sorted(self.config.items())
-        key = [KIND, EXPORT_VERSION, self.model_id, self.revision, config, float(w_scale), self.weights]
+        key = [kind, EXPORT_VERSION, self.model_id, self.revision, config, float(w_scale), self.weights]
         return cache_folder(root, key, precision)

@@ -12,14 +12,19 @@ graphs by onnxruntime, its states rounded as the state cache stores them, and po
 graph, as the bulk onnxruntime path does. Anything
 else (no trained router, a changed router, a missing or damaged code or export) is None: the caller
 loads torch.
+
+A re-index of an index built in torch bfloat16 (the router's path on AMX) runs the same way on the
+router's plain copy instead of the export (:mod:`condsearch.model.csr.plain_copy`): torch, but not
+transformers.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -28,8 +33,17 @@ from condsearch.base.model_sources import resolve_model
 from condsearch.base.output_cache import EmbeddingCache, default_cache_dir
 from condsearch.errors import CondsearchError, ModelError
 from condsearch.model.artifacts.routers import checked_router_checksum, read_router_config, resolve_router, router_name
-from condsearch.model.csr.keys import CONTEXT, CSR_FILES, KIND, QUERIES_SUBDIR, RouterIdentity, state_dtype_name
-from condsearch.model.csr.onnx_run import RouterSessions, read_router_sessions
+from condsearch.model.csr.keys import (
+    CONTEXT,
+    CSR_FILES,
+    KIND,
+    PLAIN_FILES,
+    PLAIN_KIND,
+    QUERIES_SUBDIR,
+    RouterIdentity,
+    state_dtype_name,
+)
+from condsearch.model.csr.onnx_run import read_router_sessions
 from condsearch.model.encoders.base import ENCODE_BATCH_SIZE, EncodeStats
 from condsearch.model.encoders.bert_inputs import case_inputs
 from condsearch.model.encoders.onnx.cache import USABLE_KEY, Precision, checked_meta
@@ -128,53 +142,55 @@ def _code_feeds(flat: np.ndarray, identity: RouterIdentity, hidden: int) -> dict
     return {"q": flat[:split].reshape(1, n_routed, hidden), "e": flat[split:].reshape(1, hidden)}
 
 
-def _fits(sessions: RouterSessions, feeds: dict[str, np.ndarray]) -> bool:
-    """Return whether a code's arrays have the sizes the routed graph fixes (its routed layer count, width)."""
-    for given in sessions.route_session.get_inputs():
-        if given.name in feeds:
-            shape = feeds[given.name].shape
-            if len(shape) != len(given.shape) or any(
-                isinstance(want, int) and want != got for want, got in zip(given.shape[1:], shape[1:], strict=True)
-            ):
-                return False
-    return True
+class Passes(Protocol):
+    """A router's two passes on numpy arrays: its export on onnxruntime, or its plain copy in torch bfloat16."""
 
+    @property
+    def backend(self) -> str: ...
+    @property
+    def precision(self) -> str: ...
+    @property
+    def runtime(self) -> str: ...
 
-def _hidden_size(sessions: RouterSessions) -> int:
-    """Return the width of the states the lower pass gives (a one-line ModelError if the graph does not say)."""
-    width = sessions.lower.get_outputs()[0].shape[-1]
-    if not isinstance(width, int):
-        raise ModelError("the router's ONNX export does not fix its hidden size")
-    return width
+    def hidden_size(self) -> int: ...
+    def fits(self, code: Mapping[str, np.ndarray]) -> bool: ...
+    def sentence_states(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]: ...
+    def route(
+        self, states: Mapping[str, np.ndarray], mask: np.ndarray, code: Mapping[str, np.ndarray]
+    ) -> np.ndarray: ...
 
 
 class OneShotRouterEncoder:
-    """A router index's query encoder without torch: its export's tokenizer and passes, cached condition codes.
+    """A router index's query encoder without transformers: a tokenizer, two passes and cached condition codes.
 
-    Encodes under conditions whose code is in the query cache (the index's own, checked when loaded);
-    another condition's missing code is a one-line ModelError.
+    The passes are the router's export on onnxruntime (no torch at all), or for a re-index of an index built
+    in bfloat16 its plain copy (:mod:`condsearch.model.csr.plain_copy`). Encodes under conditions whose code
+    is in the query cache (the index's own, checked when loaded); another condition's missing code is a
+    one-line ModelError.
     """
 
     pooling = "mean"
-    backend = "onnxruntime"
 
-    def __init__(self, record: RouterRecord, tokenizer: BackendTokenizer, sessions: RouterSessions, root: Path) -> None:
+    def __init__(self, record: RouterRecord, tokenizer: BackendTokenizer, sessions: Passes, root: Path) -> None:
         self.record, self.identity = record, record.identity
         self.tokenizer, self.sessions, self._root = tokenizer, sessions, root
         self.model_id, self.revision = record.identity.model_id, record.identity.revision
         self.max_length = record.identity.max_length
-        self.dim = _hidden_size(sessions)
+        self.dim = sessions.hidden_size()
+        self.backend = sessions.backend
         self.precision = sessions.precision
         self._codes: dict[str, dict[str, np.ndarray]] = {}
         self._stats = EncodeStats()
 
     def describe(self) -> dict[str, object]:
-        """Return what the torch encoder's describe() gives for this router at float32 (int8: its runtime too)."""
-        skip = ("quantize", "quantize_runtime", AUTO_DTYPE_KEY)  # a bfloat16 build's record: this runs float32
+        """Return what the torch encoder's describe() gives for this router at its precision (int8: its runtime too)."""
+        skip = ("quantize", "quantize_runtime", AUTO_DTYPE_KEY)  # a bfloat16 build's record: the export runs float32
         described = {k: v for k, v in self.record.described.items() if k not in skip}
         described["dim"] = self.dim
         if self.precision == "int8":
             described |= {"quantize": "int8", "quantize_runtime": self.sessions.runtime}
+        if self.precision == "bfloat16":  # the plain copy runs the bfloat16 path the index records
+            described[AUTO_DTYPE_KEY] = "bfloat16"
         return described
 
     def code(self, condition: str) -> dict[str, np.ndarray]:
@@ -186,7 +202,7 @@ class OneShotRouterEncoder:
     def remember(self, condition: str, flat: np.ndarray | None) -> None:
         """Keep a condition's code (flat, as the query cache holds it); a one-line ModelError if it does not fit."""
         feeds = _code_feeds(flat, self.identity, self.dim) if flat is not None else None
-        if feeds is None or not _fits(self.sessions, feeds):
+        if feeds is None or not self.sessions.fits(feeds):
             raise ModelError(f"the code of condition {condition!r} is not cached; query it with torch")
         self._codes[condition] = feeds
 
@@ -230,34 +246,56 @@ class OneShotRouterEncoder:
         return f"{n} input(s) longer than {self.max_length} tokens were truncated" if n else None
 
 
+def _read_passes(folder: Path, meta: dict[str, Any], threads: int, *, plain: bool) -> Passes | None:
+    if not plain:
+        return read_router_sessions(folder, meta, threads)
+    from condsearch.model.csr.plain_copy import read_plain_sessions  # imports torch, not transformers
+
+    return read_plain_sessions(folder, meta, threads)
+
+
 def load_one_shot_router(
-    model_id: str, revision: str, described: dict[str, object], spec: EncoderSpec, condition: str, *, threads: int
+    model_id: str,
+    revision: str,
+    described: dict[str, object],
+    spec: EncoderSpec,
+    condition: str,
+    *,
+    threads: int,
+    plain: bool = False,
 ) -> OneShotRouterEncoder | None:
     """Return the router an index was built with on onnxruntime, able to encode under condition, or None.
 
     None (the caller loads torch) unless the router is trained and unchanged, condition's code is in
     the query cache, and the router's export of the index's precision is cached, checked and usable.
+    ``plain``: its plain copy in torch bfloat16 instead (:mod:`condsearch.model.csr.plain_copy`), for a
+    re-index of an index built on that path; None unless the index records it and the copy is usable.
     """
     try:
         record = router_record(model_id, revision, described, spec)
         if record is None:
             return None
+        if plain and (record.precision != "float32" or described.get(AUTO_DTYPE_KEY) != "bfloat16"):
+            return None
         root = default_cache_dir()
         flat = cached_code(record.identity, condition, root)
         if flat is None:
             return None
-        folder = record.identity.export_folder(root, record.precision)
-        meta = checked_meta(folder, CSR_FILES, KIND) if folder is not None else None
+        kind, files = (PLAIN_KIND, PLAIN_FILES) if plain else (KIND, CSR_FILES)
+        folder = record.identity.export_folder(root, record.precision, kind=kind)
+        meta = checked_meta(folder, files, kind) if folder is not None else None
         if folder is None or meta is None or not meta.get(USABLE_KEY):
             return None
         tokenizer = read_tokenizer(folder, meta)
-        sessions = read_router_sessions(folder, meta, threads) if tokenizer is not None else None
+        sessions = _read_passes(folder, meta, threads, plain=plain) if tokenizer is not None else None
         if tokenizer is None or sessions is None:
             return None
         encoder = OneShotRouterEncoder(record, tokenizer, sessions, root)
         encoder.remember(condition, flat)  # its size fits this router
     except (CondsearchError, OSError):
         return None
-    if encoder.describe() != {k: v for k, v in described.items() if k != AUTO_DTYPE_KEY}:  # bfloat16-built: float32
+    # the export runs float32 whatever the index was built in; the plain copy, the bfloat16 it records
+    want = described if plain else {k: v for k, v in described.items() if k != AUTO_DTYPE_KEY}
+    if encoder.describe() != want:
         return None
     return encoder

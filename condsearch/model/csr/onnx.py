@@ -289,14 +289,19 @@ def read_router_export(folder: Path, meta: dict[str, Any], threads: int) -> Onnx
     return OnnxRouter(sessions) if sessions is not None else None
 
 
-def routed_pairs(
-    runner: Router | ContextRouter | OnnxRouter, encoder: RouterEncoder
-) -> tuple[np.ndarray, SentenceStates]:
+class Passes(Protocol):
+    """What runs a router's two passes on torch tensors: the torch router, its export, or a bfloat16 runner."""
+
+    def sentence_states(self, inputs: dict[str, torch.Tensor]) -> SentenceStates: ...
+    def route(self, states: SentenceStates, code: Any) -> torch.Tensor: ...
+
+
+def routed_pairs(runner: Passes, encoder: RouterEncoder) -> tuple[np.ndarray, SentenceStates]:
     """Return the probe's routed vectors by runner, (n_codes * n_sentences, hidden), and its sentence states."""
     inputs, codes = _probe(encoder)
     with torch.inference_mode():
         states = runner.sentence_states(inputs)
-        vectors = [runner.route(states, code).float().numpy() for code in codes]  # type: ignore[arg-type]
+        vectors = [runner.route(states, code).float().numpy() for code in codes]
     return np.concatenate(vectors), states
 
 

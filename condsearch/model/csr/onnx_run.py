@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from condsearch.errors import ModelError
 from condsearch.model.csr.keys import KIND, LOWER_FILE, ROUTE_FILE
 from condsearch.model.encoders.onnx.cache import Precision
 from condsearch.model.encoders.onnx.run import INPUTS, RUN_ROWS, open_export, runs
@@ -27,6 +28,8 @@ class RouterSessions:
     and int8 ones by their per-run activation scales.
     """
 
+    backend = "onnxruntime"
+
     def __init__(self, lower: Any, route: Any, meta: Mapping[str, Any]) -> None:
         self.lower, self.route_session = lower, route
         self.precision: Precision = meta["precision"]
@@ -35,6 +38,24 @@ class RouterSessions:
         self._lower_inputs = [i.name for i in lower.get_inputs()]
         self._route_inputs = {i.name for i in route.get_inputs()}  # the exporter drops unused ones (e, unprojected)
         self.run_rows = RUN_ROWS
+
+    def hidden_size(self) -> int:
+        """Return the width of the states the lower pass gives (a one-line ModelError if the graph does not say)."""
+        width = self.lower.get_outputs()[0].shape[-1]
+        if not isinstance(width, int):
+            raise ModelError("the router's ONNX export does not fix its hidden size")
+        return width
+
+    def fits(self, code: Mapping[str, np.ndarray]) -> bool:
+        """Return whether a code's arrays have the sizes the routed graph fixes (its routed layer count, width)."""
+        for given in self.route_session.get_inputs():
+            if given.name in code:
+                shape = code[given.name].shape
+                if len(shape) != len(given.shape) or any(
+                    isinstance(want, int) and want != got for want, got in zip(given.shape[1:], shape[1:], strict=True)
+                ):
+                    return False
+        return True
 
     def sentence_states(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
         """Return the lower layers' states of a right-padded tokenized batch: x (and k, c), each (b, L, hidden).

@@ -5,8 +5,10 @@ from its own on padded batches (its attention-mask handling; checked with transf
 and sdpa alike), so an export traces :class:`PlainBert`, built from the same weights, instead:
 CASE's whole encoder (:class:`LastHidden`, :mod:`condsearch.model.encoders.onnx.bert`) and the router's
 two passes, which run its parts (:meth:`PlainBert.embed`, a layer's ``self_context`` and ``finish``;
-:mod:`condsearch.model.csr.onnx`). It is no inference backend: torch inference runs transformers' model,
-CPU inference the export. Every export is checked against the torch model before use.
+:mod:`condsearch.model.csr.onnx`). Torch inference runs transformers' model and CPU inference the export,
+with one exception: a re-index on a CPU kind that routes in bfloat16 runs the router's passes on these
+modules in torch (:mod:`condsearch.model.csr.plain_copy`), without importing transformers. Every export,
+and that copy, is checked against the torch model before use.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from torch import nn
 
 log = logging.getLogger(__name__)
 
-_CONFIG_KEYS = (
+#: what PlainBert reads of a model config (a plain copy records them: condsearch.model.csr.plain_copy)
+CONFIG_KEYS = (
     "hidden_size",
     "intermediate_size",
     "num_attention_heads",
@@ -110,7 +113,7 @@ class PlainBert(nn.Module):
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__()
-        c = SimpleNamespace(**{k: config[k] for k in _CONFIG_KEYS})
+        c = SimpleNamespace(**{k: config[k] for k in CONFIG_KEYS})
         self.config = c
         h = c.hidden_size
         self.embeddings = _Module()
@@ -155,7 +158,7 @@ def as_plain(model: nn.Module) -> PlainBert | None:
 
     Only the names and shapes are checked here; whether it computes the same is for the caller to check.
     """
-    config = {k: getattr(model.config, k, None) for k in _CONFIG_KEYS}
+    config = {k: getattr(model.config, k, None) for k in CONFIG_KEYS}
     state = {k: v.detach().to("cpu", torch.float32).contiguous() for k, v in model.state_dict().items()}
     try:
         plain = PlainBert(config)
