@@ -16,8 +16,10 @@ import numpy as np
 import pytest
 
 from condsearch.base.cpu_kind import AUTO_DTYPE_KEY, CPU_KIND_ENV
+from condsearch.model.csr.bfloat16 import Bfloat16Router
 from condsearch.model.csr.keys import PLAIN_FILE
 from condsearch.model.csr.one_shot import OneShotRouterEncoder
+from condsearch.model.csr.onnx import routed_pairs
 from condsearch.model.csr.plain_copy import plain_copy_folder
 from condsearch.model.encoders.onnx.export import pooled_cosines
 from condsearch.model.encoders.spec import EncoderSpec, Runtime
@@ -142,6 +144,14 @@ def test_the_plain_copy_routes_as_the_bfloat16_router_and_a_damaged_one_is_not_l
     assert torch_path.encoder.precision == "bfloat16" and not isinstance(torch_path.encoder, OneShotRouterEncoder)
     np.testing.assert_allclose(
         light.encode(list(SENTENCES), CONDITION), torch_path.encode(list(SENTENCES), CONDITION), atol=1e-2
+    )
+    # the same modules' arithmetic on the same batches: the probe agrees within float32 rounding (bit for bit on MiniLM)
+    copy = light.encoder.sessions.router  # type: ignore[attr-defined]
+    reference = Bfloat16Router(torch_path.encoder.router)  # type: ignore[attr-defined]
+    np.testing.assert_allclose(
+        routed_pairs(copy, torch_path.encoder)[0],  # type: ignore[arg-type]
+        routed_pairs(reference, torch_path.encoder)[0],  # type: ignore[arg-type]
+        atol=64 * EPS32,
     )
     folder = plain_copy_folder(torch_path.encoder)  # type: ignore[arg-type]
     assert folder is not None and (folder / PLAIN_FILE).is_file()

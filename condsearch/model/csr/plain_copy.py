@@ -102,10 +102,6 @@ class PlainSessions:
         return self.router.route(cached, condition).numpy()
 
 
-def _plain_router(plain: PlainBert, meta: Mapping[str, Any]) -> PlainRouter:
-    return PlainRouter(plain, int(meta["layer"]), [int(j) for j in meta["routed"]])
-
-
 def read_plain_sessions(folder: Path, meta: Mapping[str, Any], threads: int | None = None) -> PlainSessions | None:
     """Return the passes of a plain copy whose files were checked, or None where its meta file does not describe one."""
     from safetensors.torch import load_file
@@ -119,10 +115,11 @@ def read_plain_sessions(folder: Path, meta: Mapping[str, Any], threads: int | No
         torch.set_num_threads(threads)
     try:
         plain = PlainBert(config).load(load_file(folder / PLAIN_FILE))
-    except (RuntimeError, TypeError, ValueError, OSError) as exc:  # names or shapes not PlainBert's
+        router = PlainRouter(plain, layer, [int(j) for j in routed])
+    except (RuntimeError, TypeError, ValueError, IndexError, OSError) as exc:  # not what PlainBert computes
         log.info("the router's plain copy in %s cannot be read (%s)", folder, first_line(exc))
         return None
-    return PlainSessions(_plain_router(plain, meta))
+    return PlainSessions(router)
 
 
 def _write(encoder: CsrEncoder, plain: PlainBert, folder: Path, cache_name: str | None) -> None:
