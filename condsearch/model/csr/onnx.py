@@ -289,14 +289,14 @@ def read_router_export(folder: Path, meta: dict[str, Any], threads: int) -> Onnx
     return OnnxRouter(sessions) if sessions is not None else None
 
 
-class Passes(Protocol):
+class TensorPasses(Protocol):
     """What runs a router's two passes on torch tensors: the torch router, its export, or a bfloat16 runner."""
 
     def sentence_states(self, inputs: dict[str, torch.Tensor]) -> SentenceStates: ...
     def route(self, states: SentenceStates, code: Any) -> torch.Tensor: ...
 
 
-def routed_pairs(runner: Passes, encoder: RouterEncoder) -> tuple[np.ndarray, SentenceStates]:
+def routed_pairs(runner: TensorPasses, encoder: RouterEncoder) -> tuple[np.ndarray, SentenceStates]:
     """Return the probe's routed vectors by runner, (n_codes * n_sentences, hidden), and its sentence states."""
     inputs, codes = _probe(encoder)
     with torch.inference_mode():

@@ -122,11 +122,9 @@ def read_plain_sessions(folder: Path, meta: Mapping[str, Any], threads: int | No
     return PlainSessions(router)
 
 
-def _write(encoder: CsrEncoder, plain: PlainBert, folder: Path, cache_name: str | None) -> None:
+def _write(encoder: CsrEncoder, router: ContextRouter, plain: PlainBert, folder: Path, cache_name: str | None) -> None:
     from safetensors.torch import save_file
 
-    router = encoder.router
-    assert isinstance(router, ContextRouter)  # noqa: S101 - cache_plain_copy copies the context router only
     save_file({name: t.contiguous() for name, t in plain.state_dict().items()}, str(folder / PLAIN_FILE))
     fields = {
         "kind": PLAIN_KIND,
@@ -171,7 +169,7 @@ def cache_plain_copy(encoder: CsrEncoder) -> None:
     try:
         _, refused = write_checked(
             folder,
-            write=lambda tmp, cache_name: _write(encoder, plain, tmp, cache_name),
+            write=lambda tmp, cache_name: _write(encoder, router, plain, tmp, cache_name),
             read=_read_back,
             check=lambda copy: disagreement(
                 router.model,
